@@ -1,0 +1,80 @@
+"""Configuration options of the ``filesystem`` storage (Flink's ``dstl.dfs.*`` names)."""
+
+from __future__ import annotations
+
+from dstl.spi import ConfigOption, OptionType, parse_duration, parse_size
+
+__all__ = ["DFS_OPTIONS"]
+
+DFS_OPTIONS = (
+    ConfigOption(
+        "dstl.dfs.base-path",
+        OptionType.STRING,
+        None,
+        "fsspec URL under which change-set objects are written: file://, s3://, memory://, gs://.",
+    ),
+    ConfigOption(
+        "dstl.dfs.batch.persist-delay",
+        OptionType.DURATION,
+        parse_duration("10ms"),
+        "How long persist requests are collected before one upload carries them all.",
+    ),
+    ConfigOption(
+        "dstl.dfs.batch.persist-size-threshold",
+        OptionType.SIZE,
+        parse_size("10mb"),
+        "Upload at once when this many bytes are queued, without waiting for the delay.",
+    ),
+    ConfigOption(
+        "dstl.dfs.preemptive-persist-threshold",
+        OptionType.SIZE,
+        parse_size("5mb"),
+        "Upload a writer's changes ahead of the checkpoint once this many bytes are buffered.",
+    ),
+    ConfigOption(
+        "dstl.dfs.upload.max-in-flight",
+        OptionType.SIZE,
+        parse_size("100mb"),
+        "Bytes being uploaded above which persists block (back-pressure).",
+    ),
+    ConfigOption(
+        "dstl.dfs.upload.timeout",
+        OptionType.DURATION,
+        parse_duration("1s"),
+        "After this long an upload attempt is raced by a new one (hedging); the slow one goes on.",
+        minimum=0.001,
+    ),
+    ConfigOption(
+        "dstl.dfs.upload.max-attempts",
+        OptionType.INT,
+        3,
+        "Attempts per upload, counting hedged ones; the persist fails when the last one fails.",
+        minimum=1,
+    ),
+    ConfigOption(
+        "dstl.dfs.upload.retry-policy",
+        OptionType.ENUM,
+        "fixed",
+        "fixed: retry after upload.next-attempt-delay; none: a single attempt.",
+        choices=("fixed", "none"),
+    ),
+    ConfigOption(
+        "dstl.dfs.upload.next-attempt-delay",
+        OptionType.DURATION,
+        parse_duration("500ms"),
+        "Pause before retrying a failed upload attempt.",
+    ),
+    ConfigOption(
+        "dstl.dfs.upload.num-threads",
+        OptionType.INT,
+        5,
+        "Threads uploading objects in parallel.",
+        minimum=1,
+    ),
+    ConfigOption(
+        "dstl.dfs.compression.enabled",
+        OptionType.BOOL,
+        False,
+        "Compress change sets (zlib) before upload.",
+    ),
+)

@@ -1,0 +1,141 @@
+"""Binary form of one change set, shared by storages: self-describing and checksummed.
+
+Layout (little-endian)::
+
+    magic "DSTC" | version u8 | flags u8 | log_id length u16 | epoch u64 | sqn u64
+    | change count u32 | body length u32 | crc32c u32
+    log_id (utf-8)
+    body: count x (key_group i32 | data length u32 | data)   (zlib-compressed when flags & 1)
+
+The CRC32C covers the header fields before it, the log id and the stored body, so
+a flipped bit anywhere is reported as :class:`~dstl.spi.CorruptedError`.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import google_crc32c
+
+from .errors import CorruptedError
+
+__all__ = [
+    "CHANGE_SET_HEADER_SIZE",
+    "DecodedChangeSet",
+    "decode_change_set",
+    "encode_change_set",
+    "iter_change_sets",
+]
+
+_MAGIC = b"DSTC"
+_VERSION = 1
+_FLAG_ZLIB = 1
+_HEADER = struct.Struct("<4sBBHQQII")
+_CRC = struct.Struct("<I")
+_ITEM = struct.Struct("<iI")
+CHANGE_SET_HEADER_SIZE = _HEADER.size + _CRC.size
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedChangeSet:
+    """A verified change set: its log, writer epoch, SQN and ``(key_group, data)`` pairs."""
+
+    log_id: str
+    epoch: int
+    sqn: int
+    changes: list[tuple[int, bytes]]
+    stored_size: int
+
+
+def encode_change_set(
+    log_id: str,
+    epoch: int,
+    sqn: int,
+    changes: Sequence[tuple[int, bytes]],
+    *,
+    compress: bool = False,
+) -> bytes:
+    """Encode ``changes`` (in append order) as one checksummed change set."""
+    parts: list[bytes] = []
+    for key_group, data in changes:
+        parts.append(_ITEM.pack(key_group, len(data)))
+        parts.append(data)
+    body = b"".join(parts)
+    flags = 0
+    if compress:
+        body = zlib.compress(body, 1)
+        flags |= _FLAG_ZLIB
+    log = log_id.encode()
+    header = _HEADER.pack(_MAGIC, _VERSION, flags, len(log), epoch, sqn, len(changes), len(body))
+    crc = google_crc32c.extend(google_crc32c.extend(google_crc32c.value(header), log), body)
+    return b"".join((header, _CRC.pack(crc), log, body))
+
+
+def decode_change_set(buf: bytes | memoryview, offset: int, *, location: str) -> DecodedChangeSet:
+    """Decode and verify the change set that starts at ``offset`` of ``buf``.
+
+    :raises CorruptedError: naming ``location`` and the offset on any damage,
+        including a buffer that ends inside the change set.
+    """
+    view = memoryview(buf)
+    end_header = offset + _HEADER.size
+    if offset < 0 or end_header + _CRC.size > len(view):
+        msg = "change set header truncated"
+        raise CorruptedError(msg, location=location, offset=offset)
+    magic, version, flags, log_len, epoch, sqn, count, body_len = _HEADER.unpack_from(view, offset)
+    if magic != _MAGIC:
+        msg = "bad change-set magic"
+        raise CorruptedError(msg, location=location, offset=offset)
+    if version != _VERSION:
+        msg = f"unsupported change-set version {version}"
+        raise CorruptedError(msg, location=location, offset=offset)
+    (crc,) = _CRC.unpack_from(view, end_header)
+    log_start = end_header + _CRC.size
+    body_start = log_start + log_len
+    body_end = body_start + body_len
+    if body_end > len(view):
+        msg = "change set truncated"
+        raise CorruptedError(msg, location=location, offset=offset)
+    actual = google_crc32c.extend(
+        google_crc32c.value(bytes(view[offset:end_header])), bytes(view[log_start:body_end])
+    )
+    if actual != crc:
+        msg = "change-set checksum mismatch"
+        raise CorruptedError(msg, location=location, offset=offset)
+    try:
+        log_id = bytes(view[log_start:body_start]).decode()
+        body = bytes(view[body_start:body_end])
+        if flags & _FLAG_ZLIB:
+            body = zlib.decompress(body)
+    except (UnicodeDecodeError, zlib.error) as exc:
+        msg = f"change set undecodable after checksum: {exc}"
+        raise CorruptedError(msg, location=location, offset=offset) from exc
+    changes: list[tuple[int, bytes]] = []
+    pos = 0
+    for _ in range(count):
+        if pos + _ITEM.size > len(body):
+            msg = "change-set body shorter than its change count"
+            raise CorruptedError(msg, location=location, offset=offset)
+        key_group, length = _ITEM.unpack_from(body, pos)
+        pos += _ITEM.size
+        if pos + length > len(body):
+            msg = "change length runs past the change-set body"
+            raise CorruptedError(msg, location=location, offset=offset)
+        changes.append((key_group, body[pos : pos + length]))
+        pos += length
+    if pos != len(body):
+        msg = "trailing bytes in change-set body"
+        raise CorruptedError(msg, location=location, offset=offset)
+    return DecodedChangeSet(log_id, epoch, sqn, changes, body_end - offset)
+
+
+def iter_change_sets(buf: bytes | memoryview, *, location: str) -> Iterator[DecodedChangeSet]:
+    """Decode every change set stored back to back in ``buf``."""
+    offset = 0
+    while offset < len(buf):
+        decoded = decode_change_set(buf, offset, location=location)
+        yield decoded
+        offset += decoded.stored_size

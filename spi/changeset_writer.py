@@ -1,0 +1,381 @@
+"""A writer base that keeps the change-set bookkeeping every storage shares.
+
+Storages subclass :class:`ChangeSetWriter` and implement only
+:meth:`ChangeSetWriter._upload`: how a batch of closed change sets becomes durable
+and where each one can be found again. SQN rules, truncation, confirm/reset,
+reuse of earlier uploads and the state guard live here once.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+from abc import abstractmethod
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+from .errors import ClosedError, FencedError, TruncatedError
+from .handle import ChangelogHandle, Location
+from .metrics import StorageMetrics
+from .names import validate_name
+from .types import META_KEY_GROUP, KeyGroupRange, SequenceNumberRange
+from .writer import StateChangelogWriter
+
+__all__ = ["ChangeSet", "ChangeSetWriter", "WriterState", "log_id_for"]
+
+
+def log_id_for(operator_id: str, key_groups: KeyGroupRange) -> str:
+    """The log id of the writer of ``operator_id`` over ``key_groups``.
+
+    :raises InvalidIdentifierError: when ``operator_id`` is not a safe name.
+    """
+    validate_name(operator_id, "operator id")
+    return validate_name(f"{operator_id}.kg{key_groups.start}-{key_groups.end}", "log id")
+
+
+class WriterState(enum.Enum):
+    """Lifecycle of a writer; every state but OPEN refuses work."""
+
+    OPEN = "open"
+    FENCED = "fenced"
+    CLOSED = "closed"
+
+
+@dataclass
+class ChangeSet:
+    """A closed change set and what is known about its persisted copy."""
+
+    sqn: int
+    changes: list[tuple[int, bytes]]
+    size: int
+    location: Location | None = None
+    confirmed: bool = False
+    pending: Future[list[Location]] | None = field(default=None, repr=False)
+
+
+def _as_bytes(data: object) -> bytes:
+    if isinstance(data, bytes):
+        return data
+    if isinstance(data, bytearray | memoryview):
+        return bytes(data)
+    msg = f"state change data must be bytes-like, got {type(data).__name__}"
+    raise TypeError(msg)
+
+
+class ChangeSetWriter(StateChangelogWriter):
+    """Buffers appends into change sets and turns persists into uploads.
+
+    :param storage_id: identifier written into handles.
+    :param log_id: the log (see :func:`log_id_for`).
+    :param metrics: the storage's metrics; ``appends`` and ``persists`` are counted here.
+    :param on_close: called once when the writer closes (the storage forgets it).
+    """
+
+    def __init__(
+        self,
+        *,
+        storage_id: str,
+        log_id: str,
+        key_groups: KeyGroupRange,
+        epoch: int,
+        metrics: StorageMetrics,
+        initial_sqn: int = 0,
+        on_close: Callable[[ChangeSetWriter], None] | None = None,
+    ) -> None:
+        if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
+            msg = f"epoch must be a non-negative int, got {epoch!r}"
+            raise ValueError(msg)
+        self._storage_id = storage_id
+        self._log_id = log_id
+        self._key_groups = key_groups
+        self._epoch = epoch
+        self._metrics = metrics
+        self._initial_sqn = initial_sqn
+        self._on_close = on_close
+        self._lock = threading.RLock()
+        self._state = WriterState.OPEN
+        self._active_sqn = initial_sqn
+        self._active: list[tuple[int, bytes]] = []
+        self._active_bytes = 0
+        self._last_appended: int | None = None
+        self._lowest = initial_sqn
+        self._change_sets: OrderedDict[int, ChangeSet] = OrderedDict()
+        self._held_bytes = 0
+
+    # -- identity ---------------------------------------------------------------------
+    @property
+    def log_id(self) -> str:
+        """Identifier of the log this writer appends to."""
+        return self._log_id
+
+    @property
+    def key_groups(self) -> KeyGroupRange:
+        """The key groups this writer accepts."""
+        return self._key_groups
+
+    @property
+    def epoch(self) -> int:
+        """The fencing epoch the writer was created with."""
+        return self._epoch
+
+    @property
+    def state(self) -> WriterState:
+        """Current lifecycle state."""
+        return self._state
+
+    # -- storage-specific part ------------------------------------------------------------
+    @abstractmethod
+    def _upload(self, change_sets: Sequence[ChangeSet], checkpoint_id: int) -> Future[list[Location]]:
+        """Make ``change_sets`` durable; the future yields one location per change set.
+
+        Called with the writer lock held, so it must hand the work off rather than
+        block on I/O (completing the future at once is fine). Must fail the future with
+        :class:`FencedError` when a newer epoch owns the log, and with
+        :class:`~dstl.spi.StorageError` on other failures.
+        """
+
+    # -- guards -------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._state is WriterState.CLOSED:
+            msg = f"writer of log {self._log_id!r} is closed"
+            raise ClosedError(msg)
+        if self._state is WriterState.FENCED:
+            msg = f"writer of log {self._log_id!r} (epoch {self._epoch}) was fenced by a newer writer"
+            raise FencedError(msg)
+
+    def _mark_fenced(self) -> None:
+        with self._lock:
+            if self._state is WriterState.OPEN:
+                self._state = WriterState.FENCED
+
+    # -- appends and boundaries -------------------------------------------------------------
+    def append(self, key_group: int, data: bytes) -> None:
+        """Append a change under ``key_group`` to the open change set."""
+        if key_group not in self._key_groups:
+            msg = (
+                f"key group {key_group!r} is outside this writer's range "
+                f"[{self._key_groups.start}, {self._key_groups.end}) of log {self._log_id!r}"
+            )
+            raise ValueError(msg)
+        self._append(key_group, _as_bytes(data))
+
+    def append_meta(self, data: bytes) -> None:
+        """Append a metadata record."""
+        self._append(META_KEY_GROUP, _as_bytes(data))
+
+    def _append(self, key_group: int, data: bytes) -> None:
+        with self._lock:
+            self._check_open()
+            self._active.append((key_group, data))
+            self._active_bytes += len(data)
+            self._last_appended = self._active_sqn
+        self._metrics.inc("appends")
+
+    def initial_sqn(self) -> int:
+        """SQN of the first change set."""
+        return self._initial_sqn
+
+    def last_appended_sqn(self) -> int | None:
+        """SQN of the change set that received the latest append, or ``None``."""
+        return self._last_appended
+
+    def next_sqn(self) -> int:
+        """Close the open change set if non-empty; return the next SQN."""
+        with self._lock:
+            self._rollover()
+            return self._active_sqn
+
+    def _rollover(self) -> None:
+        if not self._active:
+            return
+        self._change_sets[self._active_sqn] = ChangeSet(self._active_sqn, self._active, self._active_bytes)
+        self._held_bytes += self._active_bytes
+        self._active_sqn += 1
+        self._active = []
+        self._active_bytes = 0
+
+    # -- persist ----------------------------------------------------------------------------
+    def persist(self, start_sqn: int, checkpoint_id: int) -> Future[ChangelogHandle]:
+        """Make every change with SQN >= ``start_sqn`` durable; see the SPI contract."""
+        if not isinstance(start_sqn, int) or isinstance(start_sqn, bool) or start_sqn < 0:
+            msg = f"start_sqn must be a non-negative int, got {start_sqn!r}"
+            raise ValueError(msg)
+        if not isinstance(checkpoint_id, int) or checkpoint_id < 0:
+            msg = f"checkpoint_id must be a non-negative int, got {checkpoint_id!r}"
+            raise ValueError(msg)
+        with self._lock:
+            self._check_open()
+            if start_sqn < self._lowest:
+                msg = (
+                    f"cannot persist log {self._log_id!r} from SQN {start_sqn}: changes below "
+                    f"{self._lowest} were truncated (materialized)"
+                )
+                raise TruncatedError(msg)
+            self._rollover()
+            end_sqn = self._active_sqn
+            if start_sqn > end_sqn:
+                msg = f"start_sqn {start_sqn} is beyond the next SQN {end_sqn} of log {self._log_id!r}"
+                raise ValueError(msg)
+            in_range = [cs for sqn, cs in self._change_sets.items() if sqn >= start_sqn]
+            waiting = {id(cs.pending): cs.pending for cs in in_range if cs.pending is not None}
+            to_upload = [cs for cs in in_range if cs.location is None and cs.pending is None]
+            upload = self._start_upload(to_upload, checkpoint_id) if to_upload else None
+        self._metrics.inc("persists")
+        result: Future[ChangelogHandle] = Future()
+        dependencies = list(waiting.values()) + ([upload] if upload is not None else [])
+        new_bytes = sum(cs.size for cs in to_upload)
+
+        def finish() -> None:
+            failure = next((d.exception() for d in dependencies if d.exception() is not None), None)
+            if failure is not None:
+                self._metrics.inc("persist_failures")
+                if isinstance(failure, FencedError):
+                    self._mark_fenced()
+                result.set_exception(failure)
+                return
+            try:
+                result.set_result(self._handle(start_sqn, end_sqn, in_range, new_bytes, checkpoint_id))
+            except BaseException as exc:  # noqa: BLE001 - surfaced through the future
+                result.set_exception(exc)
+
+        _when_all(dependencies, finish)
+        return result
+
+    def _start_upload(self, to_upload: list[ChangeSet], checkpoint_id: int) -> Future[list[Location]]:
+        upload: Future[list[Location]] = Future()
+        for cs in to_upload:
+            cs.pending = upload
+
+        def settle(done: Future[list[Location]]) -> None:
+            with self._lock:
+                for cs in to_upload:
+                    cs.pending = None
+                if done.exception() is None:
+                    for cs, location in zip(to_upload, done.result(), strict=True):
+                        cs.location = location
+            if done.exception() is not None:
+                upload.set_exception(done.exception())  # type: ignore[arg-type]
+            else:
+                upload.set_result(done.result())
+
+        try:
+            inner = self._upload(to_upload, checkpoint_id)
+        except BaseException:
+            for cs in to_upload:
+                cs.pending = None
+            raise
+        inner.add_done_callback(settle)
+        return upload
+
+    def _handle(
+        self,
+        start_sqn: int,
+        end_sqn: int,
+        in_range: list[ChangeSet],
+        new_bytes: int,
+        checkpoint_id: int,
+    ) -> ChangelogHandle:
+        locations = []
+        for cs in in_range:
+            if cs.location is None:
+                msg = f"change set {cs.sqn} of log {self._log_id!r} has no persisted copy"
+                raise TruncatedError(msg)
+            locations.append(cs.location)
+        return ChangelogHandle.create(
+            storage_id=self._storage_id,
+            log_id=self._log_id,
+            key_groups=self._key_groups,
+            sqn_range=SequenceNumberRange(start_sqn, end_sqn),
+            epoch=self._epoch,
+            size=sum(cs.size for cs in in_range),
+            incremental_size=new_bytes,
+            checkpoint_id=checkpoint_id,
+            locations=locations,
+        )
+
+    # -- lifecycle of persisted change sets ---------------------------------------------------
+    def truncate(self, before_sqn: int) -> None:
+        """Drop change sets below ``before_sqn``."""
+        with self._lock:
+            self._check_open()
+            if before_sqn > self._active_sqn + (1 if self._active else 0):
+                msg = (
+                    f"cannot truncate log {self._log_id!r} before SQN {before_sqn}: "
+                    f"the next SQN is {self._active_sqn}"
+                )
+                raise ValueError(msg)
+            if before_sqn > self._active_sqn:
+                self._rollover()
+            for sqn in [s for s in self._change_sets if s < before_sqn]:
+                self._held_bytes -= self._drop_data(self._change_sets.pop(sqn))
+            self._lowest = max(self._lowest, before_sqn)
+
+    def confirm(self, start_sqn: int, end_sqn: int, checkpoint_id: int) -> None:
+        """Mark persisted change sets in ``[start, end)`` as owned by a completed checkpoint."""
+        with self._lock:
+            for sqn, cs in self._change_sets.items():
+                if start_sqn <= sqn < end_sqn and cs.location is not None and not cs.confirmed:
+                    cs.confirmed = True
+                    # A confirmed copy is never uploaded again: the data can go.
+                    self._held_bytes -= self._drop_data(cs)
+
+    def reset(self, start_sqn: int, end_sqn: int, checkpoint_id: int) -> None:
+        """Forget unconfirmed uploads in ``[start, end)`` so they are uploaded again."""
+        with self._lock:
+            for sqn, cs in self._change_sets.items():
+                if start_sqn <= sqn < end_sqn and not cs.confirmed:
+                    cs.location = None
+
+    @staticmethod
+    def _drop_data(cs: ChangeSet) -> int:
+        held = sum(len(d) for _, d in cs.changes)
+        cs.changes = []
+        return held
+
+    def truncate_and_close(self, from_sqn: int) -> None:
+        """Drop unpersisted change sets at or after ``from_sqn`` and close."""
+        with self._lock:
+            self._active = []
+            self._active_bytes = 0
+            for sqn in [s for s, cs in self._change_sets.items() if s >= from_sqn and cs.location is None]:
+                self._held_bytes -= self._drop_data(self._change_sets.pop(sqn))
+        self.close()
+
+    def buffered_bytes(self) -> int:
+        """Bytes of change data held in memory."""
+        with self._lock:
+            return self._held_bytes + self._active_bytes
+
+    def close(self) -> None:
+        """Close the writer; idempotent."""
+        with self._lock:
+            if self._state is WriterState.CLOSED:
+                return
+            self._state = WriterState.CLOSED
+            self._change_sets.clear()
+            self._active = []
+            self._active_bytes = 0
+            self._held_bytes = 0
+        if self._on_close is not None:
+            self._on_close(self)
+
+
+def _when_all(futures: list[Future], callback: Callable[[], None]) -> None:  # type: ignore[type-arg]
+    """Run ``callback`` once every future is done (at once when there is none)."""
+    if not futures:
+        callback()
+        return
+    remaining = [len(futures)]
+    lock = threading.Lock()
+
+    def one_done(_: Future) -> None:  # type: ignore[type-arg]
+        with lock:
+            remaining[0] -= 1
+            last = remaining[0] == 0
+        if last:
+            callback()
+
+    for fut in futures:
+        fut.add_done_callback(one_done)

@@ -1,0 +1,164 @@
+"""The ``dstl`` command line: storages, config, demo and the conformance runner.
+
+Exit codes: 0 success, 1 a check or run failed, 2 bad usage or configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from importlib import metadata
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from .errors import DstlError
+from .plugins import get_registry
+
+__all__ = ["main"]
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+def _version() -> str:
+    try:
+        return metadata.version("dstl")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def _cmd_storages(args: argparse.Namespace, console: Console) -> int:
+    registry = get_registry()
+    table = Table(title="installed dstl storages")
+    for column in ("identifier", "distribution", "version", "capabilities", "description"):
+        table.add_column(column)
+    for spec in registry:
+        table.add_row(
+            spec.identifier,
+            spec.distribution,
+            spec.version,
+            ", ".join(sorted(spec.capabilities)) or "-",
+            spec.description,
+        )
+    console.print(table)
+    for name, error in sorted(registry.broken.items()):
+        console.print(f"[red]plugin {name!r} failed to load[/red]: {error}")
+    return EXIT_FAILED if registry.broken else EXIT_OK
+
+
+def config_markdown() -> str:
+    """The option table as Markdown (the README's config section is this text)."""
+    registry = get_registry()
+    owner = {opt.name: spec.identifier for spec in registry for opt in spec.options}
+    lines = ["| key | type | default | storage | description |", "|---|---|---|---|---|"]
+    for opt in sorted(registry.options(), key=lambda o: o.name):
+        cells = (opt.name, opt.type_name, opt.default_text(), owner.get(opt.name, "-"), opt.doc)
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def update_readme(path: str) -> bool:
+    """Rewrite the config table between the README's markers; True when it changed."""
+    readme = Path(path)
+    text = readme.read_text()
+    start, end = "<!-- config-table:start -->\n", "<!-- config-table:end -->"
+    head, sep, rest = text.partition(start)
+    _, sep2, tail = rest.partition(end)
+    if not (sep and sep2):
+        msg = f"{path} lacks the markers {start.strip()} ... {end}"
+        raise DstlError(msg)
+    updated = head + start + config_markdown() + end + tail
+    if updated != text:
+        readme.write_text(updated)
+    return updated != text
+
+
+def _cmd_config(args: argparse.Namespace, console: Console) -> int:
+    if args.update_readme:
+        changed = update_readme(args.update_readme)
+        console.print(f"{args.update_readme}: {'updated' if changed else 'already in sync'}")
+        return EXIT_OK
+    if args.markdown:
+        sys.stdout.write(config_markdown())
+        return EXIT_OK
+    registry = get_registry()
+    owner = {opt.name: spec.identifier for spec in registry for opt in spec.options}
+    table = Table(title="dstl configuration options (in Spark: prefix with 'spark.')")
+    for column in ("key", "type", "default", "storage", "description"):
+        table.add_column(column, overflow="fold")
+    for opt in sorted(registry.options(), key=lambda o: o.name):
+        table.add_row(opt.name, opt.type_name, opt.default_text(), owner.get(opt.name, "-"), opt.doc)
+    console.print(table)
+    return EXIT_OK
+
+
+def _cmd_demo(args: argparse.Namespace, console: Console) -> int:
+    from ._private.demo import run_demo
+
+    return run_demo(args, console)
+
+
+def _parse_kv(pairs: Sequence[str]) -> dict[str, str]:
+    values: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            msg = f"--config expects KEY=VALUE, got {pair!r}"
+            raise argparse.ArgumentTypeError(msg)
+        values[key.strip()] = value.strip()
+    return values
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``dstl``."""
+    parser = argparse.ArgumentParser(
+        prog="dstl",
+        description="Durable Short-Term Logs for state changelogs.",
+    )
+    parser.add_argument("--version", action="version", version=f"dstl {_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.add_parser("storages", help="list installed storages").set_defaults(run=_cmd_storages)
+    config = sub.add_parser("config", help="list every configuration option")
+    config.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    config.add_argument("--update-readme", metavar="PATH", help="rewrite the table in a README")
+    config.set_defaults(run=_cmd_config)
+    demo = sub.add_parser("demo", help="run the demo job on a storage")
+    demo.add_argument("--storage", help="storage identifier (default: dstl.storage)")
+    demo.add_argument("--seconds", type=float, default=10.0, help="bounded run time")
+    demo.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
+    demo.add_argument("--verify", action="store_true", help="verify the result and print PASS/FAIL")
+    demo.set_defaults(run=_cmd_demo)
+    try:
+        from dstl.conformance.cli import add_conformance_parser
+    except ImportError:  # conformance package not installed
+        pass
+    else:
+        add_conformance_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``dstl`` command; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    console = Console()
+    if not getattr(args, "run", None):
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        args.config_values = _parse_kv(getattr(args, "config", []) or [])
+        return int(args.run(args, console))
+    except argparse.ArgumentTypeError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        return EXIT_USAGE
+    except DstlError as exc:
+        console.print(f"[red]error:[/red] {type(exc).__name__}: {exc}")
+        return EXIT_USAGE if isinstance(exc, ValueError) else EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,160 @@
+"""The flat, dot-separated configuration of dstl, validated against declared options.
+
+Options are declared by the installed plugins (see :mod:`dstl.spi.hookspecs`).
+Values come from a dict or from a Spark conf, where the same keys carry a
+``spark.`` prefix (``spark.dstl.storage``). Unknown keys and bad values raise
+:class:`~dstl.spi.ConfigError` naming the key, the expected form and the closest
+valid key.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from .errors import ConfigError
+from .options import ConfigOption
+
+__all__ = ["SPARK_PREFIX", "Config"]
+
+SPARK_PREFIX = "spark."
+#: Key namespaces dstl owns; a Spark conf's other keys are not dstl's business.
+_OWN_NAMESPACES = ("dstl.", "state.")
+_SECRET = re.compile(r"password|secret|token|credential|sasl\.|access[-_.]?key", re.IGNORECASE)
+
+
+class Config(Mapping[str, Any]):
+    """Validated configuration: mapping of *set* keys to parsed values.
+
+    :param values: raw values (strings with units, or typed values).
+    :param options: the declared options; by default those of every installed plugin.
+    """
+
+    def __init__(
+        self,
+        values: Mapping[str, Any] | None = None,
+        *,
+        options: Iterable[ConfigOption] | None = None,
+    ) -> None:
+        if options is None:
+            from .plugins import get_registry  # plugins import config: import late
+
+            options = get_registry().options()
+        self._options = {opt.name: opt for opt in options if not opt.is_prefix}
+        self._prefixes = {opt.name[:-1]: opt for opt in options if opt.is_prefix}
+        self._raw = dict(values or {})
+        self._values: dict[str, Any] = {}
+        for key, value in self._raw.items():
+            if not isinstance(key, str):
+                msg = f"config keys must be strings, got {key!r}"
+                raise ConfigError(msg)
+            self._values[key] = self.option(key).parse(key, value)
+
+    # -- construction -------------------------------------------------------------------
+    @classmethod
+    def of(cls, config: Config | Mapping[str, Any] | None) -> Config:
+        """Return ``config`` if it is a :class:`Config`, else validate it into one."""
+        if isinstance(config, Config):
+            return config
+        return cls(config or {})
+
+    @classmethod
+    def from_spark_conf(
+        cls,
+        conf: Any,
+        *,
+        extra: Mapping[str, Any] | None = None,  # noqa: ANN401 - duck-typed
+    ) -> Config:
+        """Read ``spark.dstl.*`` and ``spark.state.*`` keys of a Spark conf.
+
+        :param conf: a ``SparkConf``, a ``RuntimeConfig`` (``spark.conf``), or a
+            mapping of Spark keys; anything with ``getAll()`` or ``items()``.
+        :param extra: un-prefixed keys that override the conf.
+        """
+        if hasattr(conf, "getAll"):
+            pairs = conf.getAll()
+            items = pairs.items() if isinstance(pairs, Mapping) else pairs
+        elif isinstance(conf, Mapping):
+            items = conf.items()
+        else:
+            msg = f"cannot read a Spark conf from {type(conf).__name__}; pass SparkConf, spark.conf or a dict"
+            raise ConfigError(msg)
+        values: dict[str, Any] = {}
+        for key, value in items:
+            if key.startswith(SPARK_PREFIX) and key[len(SPARK_PREFIX) :].startswith(_OWN_NAMESPACES):
+                values[key[len(SPARK_PREFIX) :]] = value
+        values.update(extra or {})
+        return cls(values)
+
+    def with_values(self, values: Mapping[str, Any]) -> Config:
+        """A new config with ``values`` set on top of this one's raw values."""
+        return Config({**self._raw, **values}, options=self.declared_options())
+
+    # -- lookup -----------------------------------------------------------------------------
+    def option(self, key: str) -> ConfigOption:
+        """The declared option for ``key``, or :class:`ConfigError` with a suggestion."""
+        opt = self._options.get(key)
+        if opt is not None:
+            return opt
+        for prefix, prefix_opt in self._prefixes.items():
+            if key.startswith(prefix) and len(key) > len(prefix):
+                return prefix_opt
+        raise ConfigError(self._unknown_key_message(key))
+
+    def _unknown_key_message(self, key: str) -> str:
+        candidates = list(self._options) + [p + "*" for p in self._prefixes]
+        close = difflib.get_close_matches(key, candidates, n=1, cutoff=0.6)
+        message = f"unknown config key {key!r}."
+        if close:
+            message = f"unknown config key {key!r}; did you mean {close[0]!r}?"
+        namespace = ".".join(key.split(".")[:2]) + "."
+        if key.startswith("dstl.") and not any(c.startswith(namespace) for c in candidates):
+            message += (
+                f" No installed plugin declares options under {namespace!r}: is the storage plugin installed?"
+            )
+        return message + " Run 'dstl config' to list every option."
+
+    def get(self, key: str, default: Any = None) -> Any:  # noqa: ANN401
+        """The parsed value of ``key``: set value, else the option's default.
+
+        :raises ConfigError: when ``key`` is not a declared option.
+        """
+        if key in self._values:
+            return self._values[key]
+        opt = self.option(key)
+        return opt.default if opt.default is not None else default
+
+    def __getitem__(self, key: str) -> Any:  # noqa: ANN401
+        """The parsed value of ``key`` (set or default)."""
+        return self.get(key)
+
+    def __iter__(self) -> Iterator[str]:
+        """Iterate over the keys that were set explicitly."""
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        """Number of keys set explicitly."""
+        return len(self._values)
+
+    def __contains__(self, key: object) -> bool:
+        """Whether ``key`` was set explicitly."""
+        return key in self._values
+
+    def with_prefix(self, prefix: str) -> dict[str, str]:
+        """Keys set under a pass-through ``prefix``, with the prefix removed."""
+        return {k[len(prefix) :]: v for k, v in self._values.items() if k.startswith(prefix)}
+
+    def raw(self) -> dict[str, Any]:
+        """The raw values as given (for passing the config to another process)."""
+        return dict(self._raw)
+
+    def declared_options(self) -> list[ConfigOption]:
+        """Every option this config validates against."""
+        return list(self._options.values()) + list(self._prefixes.values())
+
+    def __repr__(self) -> str:
+        """Show the explicitly set keys, secrets masked."""
+        shown = {k: "***" if _SECRET.search(k) else v for k, v in self._raw.items()}
+        return f"Config({shown!r})"

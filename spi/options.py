@@ -1,0 +1,225 @@
+"""Declared configuration options and the parsers for their value forms."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import enum
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import ConfigError
+
+__all__ = ["ConfigOption", "OptionType", "format_duration", "format_size", "parse_duration", "parse_size"]
+
+_DURATION_UNITS = {
+    "ns": 1e-9,
+    "us": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "sec": 1.0,
+    "m": 60.0,
+    "min": 60.0,
+    "h": 3600.0,
+    "d": 86400.0,
+}
+_SIZE_UNITS = {
+    "b": 1,
+    "k": 1024,
+    "kb": 1024,
+    "kib": 1024,
+    "m": 1024**2,
+    "mb": 1024**2,
+    "mib": 1024**2,
+    "g": 1024**3,
+    "gb": 1024**3,
+    "gib": 1024**3,
+    "t": 1024**4,
+    "tb": 1024**4,
+    "tib": 1024**4,
+}
+_NUMBER_UNIT = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*")
+_TRUE = {"true", "yes", "on", "1"}
+_FALSE = {"false", "no", "off", "0"}
+
+
+def parse_duration(value: object) -> float:
+    """Parse ``10ms``, ``1s``, ``2min``, ``1h`` (or a plain number of ms) into seconds."""
+    if isinstance(value, _dt.timedelta):
+        return value.total_seconds()
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if value < 0 or not math.isfinite(value):
+            msg = f"a duration must be finite and non-negative, got {value!r}"
+            raise ValueError(msg)
+        return value / 1000.0
+    if isinstance(value, str):
+        match = _NUMBER_UNIT.fullmatch(value)
+        if match:
+            unit = match.group(2).lower() or "ms"
+            if unit in _DURATION_UNITS:
+                return float(match.group(1)) * _DURATION_UNITS[unit]
+    msg = f"{value!r} is not a duration"
+    raise ValueError(msg)
+
+
+def parse_size(value: object) -> int:
+    """Parse ``512``, ``64kb``, ``5mb``, ``1gb`` (binary units) into bytes."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 0:
+            msg = f"a size must be non-negative, got {value}"
+            raise ValueError(msg)
+        return value
+    if isinstance(value, str):
+        match = _NUMBER_UNIT.fullmatch(value)
+        if match:
+            unit = match.group(2).lower() or "b"
+            if unit in _SIZE_UNITS:
+                return int(float(match.group(1)) * _SIZE_UNITS[unit])
+    msg = f"{value!r} is not a size"
+    raise ValueError(msg)
+
+
+def format_duration(seconds: float) -> str:
+    """Render seconds in the largest unit that keeps an integer (``10ms``, ``10min``)."""
+    for unit, factor in (("d", 86400.0), ("h", 3600.0), ("min", 60.0), ("s", 1.0)):
+        if seconds >= factor and (seconds / factor).is_integer():
+            return f"{int(seconds / factor)}{unit}"
+    return f"{seconds * 1000:g}ms"
+
+
+def format_size(size: int) -> str:
+    """Render bytes in the largest binary unit that keeps an integer (``5mb``)."""
+    for unit in ("gb", "mb", "kb"):
+        factor = _SIZE_UNITS[unit]
+        if size >= factor and size % factor == 0:
+            return f"{size // factor}{unit}"
+    return f"{size}b"
+
+
+def _parse_bool(value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+        return value.strip().lower() in _TRUE
+    msg = f"{value!r} is not a boolean"
+    raise ValueError(msg)
+
+
+def _parse_int(value: object) -> int:
+    if isinstance(value, bool):
+        msg = f"{value!r} is not an integer"
+        raise ValueError(msg)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value):
+        return int(value)
+    msg = f"{value!r} is not an integer"
+    raise ValueError(msg)
+
+
+def _parse_float(value: object) -> float:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str):
+        return float(value)
+    msg = f"{value!r} is not a number"
+    raise ValueError(msg)
+
+
+def _parse_string(value: object) -> str:
+    if isinstance(value, str):
+        return value
+    msg = f"{value!r} is not a string"
+    raise ValueError(msg)
+
+
+class OptionType(enum.Enum):
+    """The value forms an option accepts; ``expected`` describes each for error messages."""
+
+    STRING = ("string", _parse_string)
+    INT = ("integer, e.g. 3", _parse_int)
+    FLOAT = ("number, e.g. 0.5", _parse_float)
+    BOOL = ("boolean: true or false", _parse_bool)
+    DURATION = ("duration with a unit: ms, s, min, h, d, e.g. 10ms, 1s, 2min", parse_duration)
+    SIZE = ("size with a unit: b, kb, mb, gb, e.g. 5mb", parse_size)
+    ENUM = ("one of", _parse_string)
+
+    @property
+    def expected(self) -> str:
+        """Human description of the accepted form."""
+        return self.value[0]
+
+
+@dataclass(frozen=True)
+class ConfigOption:
+    """One declared configuration option.
+
+    A name ending in ``.*`` declares a pass-through prefix (e.g.
+    ``dstl.kafka.producer.*``): any key below it is accepted as a string.
+
+    :ivar minimum: lowest accepted value for INT, FLOAT, DURATION and SIZE options.
+    """
+
+    name: str
+    type: OptionType
+    default: Any
+    doc: str
+    choices: Sequence[str] = ()
+    minimum: float | None = None
+
+    @property
+    def is_prefix(self) -> bool:
+        """Whether the option declares a pass-through key prefix."""
+        return self.name.endswith(".*")
+
+    @property
+    def type_name(self) -> str:
+        """Short type name for tables: ``duration``, ``size``, ``fixed|none``."""
+        if self.is_prefix:
+            return "pass-through"
+        if self.type is OptionType.ENUM:
+            return "|".join(self.choices)
+        return self.type.name.lower()
+
+    @property
+    def expected(self) -> str:
+        """Human description of the accepted form, naming the choices of an enum."""
+        if self.type is OptionType.ENUM:
+            return "one of " + "|".join(self.choices)
+        if self.is_prefix:
+            return "any string (passed through)"
+        return self.type.expected
+
+    def parse(self, key: str, value: object) -> Any:  # noqa: ANN401 - typed by OptionType
+        """Parse ``value`` for ``key`` or raise :class:`ConfigError` naming both and the form."""
+        if self.is_prefix:
+            if isinstance(value, str | int | float | bool):
+                return value if isinstance(value, str) else str(value).lower()
+            msg = f"config key {key!r}: {value!r} must be a string (passed through as is)"
+            raise ConfigError(msg)
+        try:
+            parsed = self.type.value[1](value)
+        except (TypeError, ValueError) as exc:
+            msg = f"config key {key!r}: {exc}; expected a {self.expected}"
+            raise ConfigError(msg) from exc
+        if self.type is OptionType.ENUM and parsed not in self.choices:
+            msg = f"config key {key!r}: {value!r} is not valid; expected {self.expected}"
+            raise ConfigError(msg)
+        if self.minimum is not None and parsed < self.minimum:
+            msg = f"config key {key!r}: {value!r} is below the minimum {self.minimum:g}"
+            raise ConfigError(msg)
+        return parsed
+
+    def default_text(self) -> str:
+        """The default rendered in the form a user would type it."""
+        if self.default is None:
+            return "(none)"
+        if self.type is OptionType.DURATION:
+            return format_duration(self.default)
+        if self.type is OptionType.SIZE:
+            return format_size(self.default)
+        if self.type is OptionType.BOOL:
+            return str(self.default).lower()
+        return str(self.default)

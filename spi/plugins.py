@@ -1,0 +1,133 @@
+"""Plugin discovery and storage loading.
+
+Load order: hookspecs, then entry points (``dstl.storage``, ``dstl.plugins``; the
+built-in storages register the same way as third-party ones), then the core
+options, then ``check_pending()``. A plugin that fails to import is reported,
+not fatal to the others.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Mapping
+from importlib import metadata
+from typing import Any
+
+import pluggy
+
+from . import hookspecs
+from ._private import core_plugin
+from .config import Config
+from .errors import PluginError
+from .handle import ChangelogHandle
+from .names import validate_name
+from .registry import StorageRegistry
+from .storage import StateChangelogStorage
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "PLUGIN_ENTRY_POINT_GROUP",
+    "get_plugin_manager",
+    "get_registry",
+    "load_storage",
+    "refresh_plugins",
+    "storage_for_handle",
+]
+
+log = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP = "dstl.storage"
+PLUGIN_ENTRY_POINT_GROUP = "dstl.plugins"
+
+
+def _load_entry_points(
+    pm: pluggy.PluginManager, group: str, origins: dict[str, tuple[str, str]], broken: dict[str, str]
+) -> None:
+    for ep in metadata.entry_points(group=group):
+        if pm.has_plugin(ep.name) or pm.is_blocked(ep.name):
+            continue
+        dist = (ep.dist.name, ep.dist.version) if ep.dist is not None else ("?", "?")
+        try:
+            plugin = ep.load()
+        except Exception as exc:  # noqa: BLE001 - one broken plugin must not hide the others
+            broken[ep.name] = f"{dist[0]} {dist[1]}: {type(exc).__name__}: {exc}"
+            log.warning("dstl plugin %r from %s failed to load: %s", ep.name, dist[0], exc)
+            continue
+        pm.register(plugin, name=ep.name)
+        origins[ep.name] = dist
+
+
+@functools.cache
+def _discover() -> tuple[pluggy.PluginManager, StorageRegistry]:
+    pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
+    pm.add_hookspecs(hookspecs)
+    origins: dict[str, tuple[str, str]] = {}
+    registry = StorageRegistry()
+    _load_entry_points(pm, ENTRY_POINT_GROUP, origins, registry.broken)
+    _load_entry_points(pm, PLUGIN_ENTRY_POINT_GROUP, origins, registry.broken)
+    pm.register(core_plugin, name="dstl.core")
+    origins["dstl.core"] = _own_distribution()
+    pm.check_pending()
+    # Call each implementation on its own so the registry knows which
+    # distribution declared which storage (shown by `dstl storages`).
+    for impl in pm.hook.dstl_register_storages.get_hookimpls():
+        registry._set_origin(*origins.get(pm.get_name(impl.plugin) or "", ("?", "?")))
+        impl.function(registry=registry)
+    for options in pm.hook.dstl_config_options():
+        registry.add_options(options)
+    registry.options()  # fail early on conflicting declarations
+    return pm, registry
+
+
+def _own_distribution() -> tuple[str, str]:
+    try:
+        return "dstl", metadata.version("dstl")
+    except metadata.PackageNotFoundError:
+        return "dstl", "unknown"
+
+
+def get_plugin_manager() -> pluggy.PluginManager:
+    """The process-wide plugin manager, discovered once."""
+    return _discover()[0]
+
+
+def get_registry() -> StorageRegistry:
+    """The process-wide storage registry, discovered once."""
+    return _discover()[1]
+
+
+def refresh_plugins() -> None:
+    """Forget discovered plugins; the next lookup scans entry points again."""
+    _discover.cache_clear()
+
+
+def load_storage(config: Config | Mapping[str, Any] | None = None, *, job_id: str) -> StateChangelogStorage:
+    """Create the storage named by ``dstl.storage`` for ``job_id``.
+
+    :raises UnknownStorageError: listing the installed identifiers.
+    :raises ConfigError: on unknown keys or bad values.
+    :raises PluginError: when the storage's dependencies are not installed.
+    """
+    cfg = Config.of(config)
+    validate_name(job_id, "job id")
+    return get_registry().get(cfg["dstl.storage"]).create(cfg, job_id)
+
+
+def storage_for_handle(
+    handle: ChangelogHandle,
+    config: Config | Mapping[str, Any] | None = None,
+    *,
+    job_id: str = "restore",
+) -> StateChangelogStorage:
+    """Create the storage that can read ``handle``: chosen by ``handle.storage_id``.
+
+    The current ``dstl.storage`` does not matter, so a job can switch storage
+    between runs and still restore what the previous run wrote.
+    """
+    if not isinstance(handle, ChangelogHandle):
+        msg = f"expected a ChangelogHandle, got {type(handle).__name__}"
+        raise PluginError(msg)
+    cfg = Config.of(config)
+    validate_name(job_id, "job id")
+    return get_registry().get(handle.storage_id).create(cfg, job_id)

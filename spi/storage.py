@@ -1,0 +1,83 @@
+"""The storage half of the SPI: one instance per job per worker process."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from types import TracebackType
+
+from .handle import ChangelogHandle
+from .metrics import StorageMetrics
+from .reader import StateChangelogReader
+from .types import KeyGroupRange
+from .writer import StateChangelogWriter
+
+__all__ = ["StateChangelogStorage"]
+
+
+class StateChangelogStorage(ABC):
+    """Creates writers and readers over one backing store; thread-safe.
+
+    One instance is shared by all writers of a job in a worker process so that
+    their persists can be batched (one fsync, one object, one transaction for many
+    writers). Use it as a context manager or call :meth:`close`.
+    """
+
+    @property
+    @abstractmethod
+    def identifier(self) -> str:
+        """The storage identifier (``dstl.storage`` value) written into handles."""
+
+    @property
+    @abstractmethod
+    def metrics(self) -> StorageMetrics:
+        """Counters and histograms; :data:`~dstl.spi.REQUIRED_COUNTERS` always exist."""
+
+    @abstractmethod
+    def create_writer(
+        self, operator_id: str, key_groups: KeyGroupRange, *, epoch: int = 0
+    ) -> StateChangelogWriter:
+        """Create the writer of the log of ``operator_id`` over ``key_groups``.
+
+        Creating a writer with a higher ``epoch`` than an existing writer of the
+        same log fences the older one (see :class:`StateChangelogWriter`).
+
+        :raises FencedError: when a writer with a higher epoch already exists.
+        :raises InvalidIdentifierError: when ``operator_id`` is not a safe name.
+        """
+
+    @abstractmethod
+    def create_reader(self) -> StateChangelogReader:
+        """Create a reader for handles of this storage."""
+
+    @abstractmethod
+    def discard(self, handles: Iterable[ChangelogHandle]) -> None:
+        """Delete the stored objects the handles refer to.
+
+        Objects are shared between handles (a persist reuses earlier uploads, and
+        one object may hold many logs), so the caller — a checkpoint's shared-state
+        registry — passes only handles none of whose objects is still referenced by
+        a live checkpoint. Storages that pack several logs into one object delete it
+        once every change set in it was discarded.
+        """
+
+    def available(self) -> bool:
+        """Whether a persist can start without blocking (back-pressure signal)."""
+        return True
+
+    @abstractmethod
+    def close(self) -> None:
+        """Close writers and readers and release resources; idempotent."""
+
+    def __enter__(self) -> StateChangelogStorage:
+        """Return the storage itself."""
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Close the storage."""
+        self.close()

@@ -1,0 +1,138 @@
+"""The writer half of the SPI: one writer per log (operator instance)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from concurrent.futures import Future
+
+from .handle import ChangelogHandle
+from .types import KeyGroupRange
+
+__all__ = ["StateChangelogWriter"]
+
+
+class StateChangelogWriter(ABC):
+    """Appends state changes of one log and makes them durable on request.
+
+    Invariants every storage keeps:
+
+    - **Change sets.** Changes appended between two boundaries form a change set.
+      A boundary is :meth:`next_sqn` (or :meth:`persist`, which closes the open
+      change set first). The change set's SQN is the value :meth:`next_sqn`
+      returned at the boundary before it; the first change set has
+      :meth:`initial_sqn`. A boundary with nothing appended since the last one does
+      not advance the SQN.
+    - **Ranges are half-open.** ``[start, end)`` everywhere.
+    - **persist(start_sqn)** makes every change with SQN >= ``start_sqn`` appended
+      so far durable and returns a handle that yields exactly those changes, even
+      when they share an object, a segment or a partition with older or foreign
+      changes. Change sets persisted earlier are reused, not uploaded again
+      (``incremental_size`` counts only what this call uploaded).
+    - **Truncation.** After :meth:`truncate` ``(before)``, persisting from a lower SQN
+      raises :class:`~dstl.spi.TruncatedError`; handles already returned stay
+      readable until they are discarded through the storage.
+    - **Fencing.** A writer is created with an ``epoch``. Once a writer for the same
+      log is created with a higher epoch, this writer's persists fail with
+      :class:`~dstl.spi.FencedError`, and nothing it writes afterwards is ever
+      returned by reading the newer writer's handles.
+    - **Ownership.** A writer never deletes persisted data by itself; objects are
+      deleted by :meth:`StateChangelogStorage.discard` once no checkpoint needs them.
+    - A writer is used by one thread at a time (its operator); the storage it came
+      from is thread-safe and may batch the persists of many writers.
+    """
+
+    @property
+    @abstractmethod
+    def log_id(self) -> str:
+        """Identifier of the log this writer appends to (unique within the job)."""
+
+    @property
+    @abstractmethod
+    def key_groups(self) -> KeyGroupRange:
+        """The key groups this writer accepts."""
+
+    @property
+    @abstractmethod
+    def epoch(self) -> int:
+        """The fencing epoch the writer was created with."""
+
+    @abstractmethod
+    def append(self, key_group: int, data: bytes) -> None:
+        """Append a change under ``key_group`` to the open change set; not durable yet.
+
+        :raises ValueError: when ``key_group`` is outside :attr:`key_groups`.
+        :raises TypeError: when ``data`` is not bytes-like.
+        :raises ClosedError: after :meth:`close` or :meth:`truncate_and_close`.
+        """
+
+    @abstractmethod
+    def append_meta(self, data: bytes) -> None:
+        """Append a metadata record (key group :data:`~dstl.spi.META_KEY_GROUP`)."""
+
+    @abstractmethod
+    def initial_sqn(self) -> int:
+        """SQN of the first change set this writer produces."""
+
+    @abstractmethod
+    def next_sqn(self) -> int:
+        """Close the open change set if it has changes; return the SQN of the next one.
+
+        Calling it twice without an append in between returns the same SQN.
+        """
+
+    @abstractmethod
+    def last_appended_sqn(self) -> int | None:
+        """SQN of the change set that received the latest append, or ``None``."""
+
+    @abstractmethod
+    def persist(self, start_sqn: int, checkpoint_id: int) -> Future[ChangelogHandle]:
+        """Make every change with SQN >= ``start_sqn`` appended so far durable.
+
+        Closes the open change set first (like :meth:`next_sqn`). The future
+        completes with a handle whose ``sqn_range`` is ``[start_sqn, next_sqn())``,
+        or fails with :class:`~dstl.spi.StorageError` (including
+        :class:`~dstl.spi.FencedError`).
+
+        :raises TruncatedError: when ``start_sqn`` is below the truncation point.
+        :raises ValueError: when ``start_sqn`` is negative or beyond :meth:`next_sqn`.
+        """
+
+    @abstractmethod
+    def truncate(self, before_sqn: int) -> None:
+        """Drop changes with SQN < ``before_sqn`` from the writer (they are materialized).
+
+        Memory they held is released; later persists below ``before_sqn`` raise
+        :class:`~dstl.spi.TruncatedError`. Handles already returned stay readable.
+        """
+
+    @abstractmethod
+    def confirm(self, start_sqn: int, end_sqn: int, checkpoint_id: int) -> None:
+        """Checkpoint ``checkpoint_id`` completed with the change sets in ``[start, end)``.
+
+        Their persisted copies now belong to that checkpoint and are reused by later
+        persists.
+        """
+
+    @abstractmethod
+    def reset(self, start_sqn: int, end_sqn: int, checkpoint_id: int) -> None:
+        """Checkpoint ``checkpoint_id`` was aborted.
+
+        Change sets in ``[start, end)`` that were persisted but never confirmed are
+        uploaded again by the next persist that covers them (the aborted checkpoint's
+        handle may be discarded by the caller).
+        """
+
+    @abstractmethod
+    def truncate_and_close(self, from_sqn: int) -> None:
+        """Drop change sets with SQN >= ``from_sqn`` that were not persisted, then close.
+
+        Used when the operator fails over: nothing after ``from_sqn`` will be needed.
+        """
+
+    @abstractmethod
+    def buffered_bytes(self) -> int:
+        """Bytes of change data the writer holds in memory (falls after truncation)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release resources; idempotent. Appended but unpersisted changes are lost."""
