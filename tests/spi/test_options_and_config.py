@@ -1,0 +1,159 @@
+import datetime
+
+import pytest
+from dstl.spi import Config, ConfigError, ConfigOption, OptionType, parse_duration, parse_size
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("10ms", 0.01),
+        ("1s", 1.0),
+        ("2min", 120.0),
+        ("1 h", 3600.0),
+        ("1.5s", 1.5),
+        ("250", 0.25),
+        ("1d", 86400.0),
+    ],
+)
+def test_parse_duration(text, seconds):
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+def test_parse_duration_typed_values():
+    assert parse_duration(datetime.timedelta(seconds=3)) == 3.0
+    assert parse_duration(500) == 0.5
+
+
+@pytest.mark.parametrize("bad", ["", "ten ms", "10 lightyears", "-1s", True])
+def test_parse_duration_rejects(bad):
+    with pytest.raises(ValueError):
+        parse_duration(bad)
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [
+        ("5mb", 5 * 1024**2),
+        ("64kb", 65536),
+        ("1gb", 1024**3),
+        ("512", 512),
+        ("10 MB", 10 * 1024**2),
+        ("2MiB", 2 * 1024**2),
+    ],
+)
+def test_parse_size(text, size):
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize("bad", ["5 parsecs", "-3", "mb", 1.5])
+def test_parse_size_rejects(bad):
+    with pytest.raises(ValueError):
+        parse_size(bad)
+
+
+def test_typo_suggests_closest_key():
+    with pytest.raises(ConfigError) as info:
+        Config({"dstl.dfs.upload.timout": "1s"})
+    message = str(info.value)
+    assert "'dstl.dfs.upload.timout'" in message
+    assert "did you mean 'dstl.dfs.upload.timeout'" in message
+
+
+def test_bad_value_names_key_and_form():
+    with pytest.raises(ConfigError) as info:
+        Config({"dstl.dfs.upload.timeout": "soon"})
+    message = str(info.value)
+    assert "dstl.dfs.upload.timeout" in message and "duration" in message and "10ms" in message
+
+
+def test_enum_and_minimum():
+    with pytest.raises(ConfigError, match="fixed\\|none"):
+        Config({"dstl.dfs.upload.retry-policy": "exponential"})
+    with pytest.raises(ConfigError, match="minimum"):
+        Config({"dstl.dfs.upload.max-attempts": "0"})
+
+
+def test_values_parse_and_defaults_apply():
+    config = Config(
+        {
+            "dstl.dfs.batch.persist-delay": "10ms",
+            "dstl.dfs.upload.timeout": "2min",
+            "dstl.dfs.batch.persist-size-threshold": "5mb",
+            "dstl.dfs.compression.enabled": "true",
+        }
+    )
+    assert config["dstl.dfs.batch.persist-delay"] == pytest.approx(0.01)
+    assert config["dstl.dfs.upload.timeout"] == 120.0
+    assert config["dstl.dfs.batch.persist-size-threshold"] == 5 * 1024**2
+    assert config["dstl.dfs.compression.enabled"] is True
+    assert config["dstl.dfs.upload.max-attempts"] == 3  # default
+    assert config["dstl.storage"] == "local"
+    assert "dstl.dfs.upload.max-attempts" not in config
+
+
+def test_get_of_unknown_key_is_an_error():
+    with pytest.raises(ConfigError, match="unknown config key"):
+        Config({})["dstl.nope"]
+
+
+def test_unknown_namespace_hints_at_missing_plugin():
+    with pytest.raises(ConfigError, match="is the storage plugin installed"):
+        Config({"dstl.cassandra.hosts": "x"})
+
+
+class FakeSparkConf:
+    def __init__(self, pairs):
+        self._pairs = pairs
+
+    def getAll(self):  # noqa: N802 - Spark's name
+        return list(self._pairs.items())
+
+
+def test_spark_conf_reads_prefixed_keys_only():
+    conf = FakeSparkConf(
+        {
+            "spark.dstl.storage": "memory",
+            "spark.dstl.dfs.upload.timeout": "3s",
+            "spark.sql.shuffle.partitions": "2",
+            "spark.app.name": "x",
+        }
+    )
+    config = Config.from_spark_conf(conf)
+    assert config["dstl.storage"] == "memory"
+    assert config["dstl.dfs.upload.timeout"] == 3.0
+    assert set(config) == {"dstl.storage", "dstl.dfs.upload.timeout"}
+
+
+def test_spark_conf_typo_is_reported_without_prefix_confusion():
+    with pytest.raises(ConfigError, match="did you mean 'dstl.storage'"):
+        Config.from_spark_conf({"spark.dstl.storag": "memory"})
+
+
+def test_spark_conf_extra_overrides():
+    config = Config.from_spark_conf({"spark.dstl.storage": "memory"}, extra={"dstl.storage": "local"})
+    assert config["dstl.storage"] == "local"
+
+
+def test_prefix_options_pass_through():
+    options = [
+        ConfigOption("dstl.x.producer.*", OptionType.STRING, None, "pass-through"),
+        ConfigOption("dstl.x.topic", OptionType.STRING, "t", "topic"),
+    ]
+    config = Config({"dstl.x.producer.acks": "all", "dstl.x.producer.linger.ms": 5}, options=options)
+    assert config.with_prefix("dstl.x.producer.") == {"acks": "all", "linger.ms": "5"}
+    with pytest.raises(ConfigError, match="did you mean 'dstl.x.topic'"):
+        Config({"dstl.x.topik": "a"}, options=options)
+
+
+def test_repr_masks_secrets():
+    options = [ConfigOption("dstl.x.producer.*", OptionType.STRING, None, "pass-through")]
+    config = Config({"dstl.x.producer.sasl.password": "hunter2"}, options=options)
+    assert "hunter2" not in repr(config)
+
+
+def test_with_values_revalidates():
+    config = Config({"dstl.storage": "memory"})
+    assert config.with_values({"dstl.dfs.upload.timeout": "5s"})["dstl.dfs.upload.timeout"] == 5.0
+    with pytest.raises(ConfigError):
+        config.with_values({"dstl.dfs.upload.timeout": "x"})

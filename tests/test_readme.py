@@ -1,0 +1,23 @@
+"""The README's config table matches the declared options, and its commands exist."""
+
+import re
+from pathlib import Path
+
+from dstl.spi.cli import config_markdown
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+
+
+def test_config_table_in_sync():
+    match = re.search(r"<!-- config-table:start -->\n(.*?)<!-- config-table:end -->", README, re.S)
+    assert match, "README lacks the config-table markers"
+    assert match.group(1) == config_markdown(), "README config table is stale: run `make readme`"
+
+
+def test_front_door_commands_exist():
+    assert "make demo" in README and "make test" in README
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^demo:", makefile, re.M) and re.search(r"^test:", makefile, re.M)
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "make test" in ci
