@@ -14,6 +14,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from .config import parse_key_values
 from .errors import DstlError
 from .plugins import get_registry
 
@@ -102,17 +103,6 @@ def _cmd_demo(args: argparse.Namespace, console: Console) -> int:
     return run_demo(args, console)
 
 
-def _parse_kv(pairs: Sequence[str]) -> dict[str, str]:
-    values: dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep:
-            msg = f"--config expects KEY=VALUE, got {pair!r}"
-            raise argparse.ArgumentTypeError(msg)
-        values[key.strip()] = value.strip()
-    return values
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``dstl``."""
     parser = argparse.ArgumentParser(
@@ -150,11 +140,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     try:
-        args.config_values = _parse_kv(getattr(args, "config", []) or [])
+        args.config_values = parse_key_values(getattr(args, "config", []) or [])
         return int(args.run(args, console))
-    except argparse.ArgumentTypeError as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        return EXIT_USAGE
     except DstlError as exc:
         console.print(f"[red]error:[/red] {type(exc).__name__}: {exc}")
         return EXIT_USAGE if isinstance(exc, ValueError) else EXIT_FAILED

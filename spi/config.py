@@ -17,12 +17,27 @@ from typing import Any
 from .errors import ConfigError
 from .options import ConfigOption
 
-__all__ = ["SPARK_PREFIX", "Config"]
+__all__ = ["SPARK_PREFIX", "Config", "parse_key_values"]
 
 SPARK_PREFIX = "spark."
 #: Key namespaces dstl owns; a Spark conf's other keys are not dstl's business.
 _OWN_NAMESPACES = ("dstl.", "state.")
 _SECRET = re.compile(r"password|secret|token|credential|sasl\.|access[-_.]?key", re.IGNORECASE)
+
+
+def parse_key_values(pairs: Iterable[str], *, flag: str = "--config") -> dict[str, str]:
+    """Parse command-line ``KEY=VALUE`` pairs.
+
+    :raises ConfigError: naming ``flag`` when a pair has no ``=``.
+    """
+    values: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            msg = f"{flag} expects KEY=VALUE, got {pair!r}"
+            raise ConfigError(msg)
+        values[key.strip()] = value.strip()
+    return values
 
 
 class Config(Mapping[str, Any]):

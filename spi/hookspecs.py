@@ -9,11 +9,16 @@ are only ever added.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pluggy
 
 if TYPE_CHECKING:
+    from dstl.conformance import ConformanceBackdoor
+
     from .options import ConfigOption
     from .registry import StorageRegistry
 
@@ -42,4 +47,34 @@ def dstl_config_options() -> list[ConfigOption]:
     """Declare configuration options that do not belong to one storage.
 
     :returns: the options (name, type, default, doc) this plugin reads.
+    """
+
+
+@hookspec(firstresult=True)
+def dstl_conformance_environment(
+    identifier: str, workdir: Path
+) -> AbstractContextManager[Mapping[str, str]] | None:
+    """Start what storage ``identifier`` needs for a conformance run.
+
+    Return a context manager that starts the backing service (a server, a bucket,
+    a topic, a directory under ``workdir``), yields the config that points the
+    storage at it, and stops it on exit. Return ``None`` for storages this plugin
+    does not provide. Stops at first non-None result.
+
+    :param identifier: the storage under test.
+    :param workdir: a private directory for the run.
+    :returns: a context manager yielding config keys, or ``None``.
+    """
+
+
+@hookspec(firstresult=True)
+def dstl_conformance_backdoor(identifier: str) -> ConformanceBackdoor | None:
+    """Give the conformance suite raw access to storage ``identifier``'s backing store.
+
+    The backdoor bypasses the storage under test: it lists objects (capability
+    ``leak_check``), damages stored bytes (``corruption_injection``) and names a
+    config under which the backing service is unreachable (``failure_injection``).
+    Stops at first non-None result.
+
+    :returns: a :class:`dstl.conformance.ConformanceBackdoor`, or ``None``.
     """

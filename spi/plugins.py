@@ -9,7 +9,9 @@ not fatal to the others.
 from __future__ import annotations
 
 import functools
+import importlib
 import logging
+import os
 from collections.abc import Mapping
 from importlib import metadata
 from typing import Any
@@ -27,6 +29,7 @@ from .storage import StateChangelogStorage
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "PLUGINS_ENV",
     "PLUGIN_ENTRY_POINT_GROUP",
     "get_plugin_manager",
     "get_registry",
@@ -39,6 +42,25 @@ log = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "dstl.storage"
 PLUGIN_ENTRY_POINT_GROUP = "dstl.plugins"
+#: Comma-separated modules to load as plugins in addition to entry points (like
+#: PYTEST_PLUGINS); inherited by subprocesses, e.g. the conformance suite's.
+PLUGINS_ENV = "DSTL_PLUGINS"
+
+
+def _load_env_plugins(
+    pm: pluggy.PluginManager, origins: dict[str, tuple[str, str]], broken: dict[str, str]
+) -> None:
+    for name in filter(None, (m.strip() for m in os.environ.get(PLUGINS_ENV, "").split(","))):
+        if pm.has_plugin(name):
+            continue
+        try:
+            module = importlib.import_module(name)
+        except Exception as exc:  # noqa: BLE001 - reported like a broken entry point
+            broken[name] = f"{PLUGINS_ENV}: {type(exc).__name__}: {exc}"
+            log.warning("dstl plugin module %r from %s failed to load: %s", name, PLUGINS_ENV, exc)
+            continue
+        pm.register(module, name=name)
+        origins[name] = (f"{PLUGINS_ENV}:{name}", "-")
 
 
 def _load_entry_points(
@@ -66,6 +88,7 @@ def _discover() -> tuple[pluggy.PluginManager, StorageRegistry]:
     registry = StorageRegistry()
     _load_entry_points(pm, ENTRY_POINT_GROUP, origins, registry.broken)
     _load_entry_points(pm, PLUGIN_ENTRY_POINT_GROUP, origins, registry.broken)
+    _load_env_plugins(pm, origins, registry.broken)
     pm.register(core_plugin, name="dstl.core")
     origins["dstl.core"] = _own_distribution()
     pm.check_pending()

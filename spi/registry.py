@@ -23,7 +23,15 @@ StorageFactory = Callable[["Config", str], "StateChangelogStorage"]
 
 #: Capabilities the conformance suite knows; plugins may declare others.
 KNOWN_CAPABILITIES = frozenset(
-    {"fencing", "physical_truncation", "leak_check", "survives_process_kill", "corruption_injection"}
+    {
+        "fencing",  # a newer epoch fences older writers
+        "physical_truncation",  # discard frees the stored bytes
+        "leak_check",  # the backdoor lists stored objects
+        "survives_process_kill",  # persisted data outlives a SIGKILLed writer process
+        "multi_process",  # several processes share one log (fencing across processes)
+        "corruption_injection",  # the backdoor can damage stored bytes
+        "failure_injection",  # the backdoor can make the backing service unreachable
+    }
 )
 
 
@@ -38,8 +46,6 @@ class StorageSpec:
     :ivar capabilities: e.g. ``fencing``, ``physical_truncation``, ``leak_check``,
         ``survives_process_kill``; the conformance suite runs the tests they enable.
     :ivar install_hint: the command that installs missing dependencies.
-    :ivar conformance: ``"module:attribute"`` of the storage's conformance support
-        (environment and backdoor), or ``None``.
     """
 
     identifier: str
@@ -48,7 +54,6 @@ class StorageSpec:
     options: tuple[ConfigOption, ...] = ()
     capabilities: frozenset[str] = frozenset()
     install_hint: str | None = None
-    conformance: str | None = None
     distribution: str = field(default="?", compare=False)
     version: str = field(default="?", compare=False)
 

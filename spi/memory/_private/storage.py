@@ -54,7 +54,7 @@ class MemoryWriter(ChangeSetWriter):
         self, storage: MemoryStorage, log_id: str, key_groups: KeyGroupRange, epoch: int, token: int
     ) -> None:
         super().__init__(
-            storage_id=IDENTIFIER,
+            storage_id=storage.identifier,
             log_id=log_id,
             key_groups=key_groups,
             epoch=epoch,
@@ -102,8 +102,11 @@ class MemoryStorageReader(StateChangelogReader):
 
     def read(self, handle: ChangelogHandle, key_groups: KeyGroupRange | None = None) -> Iterator[StateChange]:
         """Yield the handle's changes; see :class:`StateChangelogReader`."""
-        if handle.storage_id != IDENTIFIER:
-            msg = f"handle of storage {handle.storage_id!r} cannot be read by the memory storage"
+        if handle.storage_id != self._storage.identifier:
+            msg = (
+                f"handle of storage {handle.storage_id!r} cannot be read by "
+                f"storage {self._storage.identifier!r}"
+            )
             raise StorageError(msg)
         ns = self._storage._ns
         locations = sorted(handle.location_dicts, key=lambda loc: loc["sqn"])  # type: ignore[arg-type,return-value]
@@ -134,6 +137,10 @@ class MemoryStorageReader(StateChangelogReader):
 class MemoryStorage(StateChangelogStorage):
     """The in-memory reference storage; thread-safe."""
 
+    writer_class: type[MemoryWriter] = MemoryWriter
+    reader_class: type[MemoryStorageReader] = MemoryStorageReader
+    storage_id = IDENTIFIER
+
     def __init__(self, config: Config, job_id: str) -> None:
         self._config = config
         self.job_id = validate_name(job_id, "job id")
@@ -147,7 +154,7 @@ class MemoryStorage(StateChangelogStorage):
     @property
     def identifier(self) -> str:
         """``memory``."""
-        return IDENTIFIER
+        return self.storage_id
 
     @property
     def metrics(self) -> StorageMetrics:
@@ -170,7 +177,7 @@ class MemoryStorage(StateChangelogStorage):
                 raise FencedError(msg)
             token = next(self._ns.tokens)
             self._ns.owners[(self.job_id, log_id)] = (epoch, token)
-        writer = MemoryWriter(self, log_id, key_groups, epoch, token)
+        writer = self.writer_class(self, log_id, key_groups, epoch, token)
         with self._lock:
             self._writers.add(writer)
         return writer
@@ -181,7 +188,7 @@ class MemoryStorage(StateChangelogStorage):
 
     def create_reader(self) -> MemoryStorageReader:
         """Create a reader."""
-        return MemoryStorageReader(self)
+        return self.reader_class(self)
 
     def discard(self, handles: Iterable[ChangelogHandle]) -> None:
         """Delete the objects the handles refer to."""

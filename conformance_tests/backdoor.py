@@ -1,0 +1,47 @@
+"""Raw access to a storage's backing store for the conformance suite."""
+
+from __future__ import annotations
+
+from abc import ABC
+from collections.abc import Mapping
+
+from dstl.spi import ChangelogHandle, StateChangelogStorage
+
+__all__ = ["ConformanceBackdoor"]
+
+
+class ConformanceBackdoor(ABC):  # noqa: B024 - every method is optional, by capability
+    """What a storage offers the suite beyond the SPI, bypassing the storage under test.
+
+    Each method belongs to a capability; a storage that declares the capability
+    must implement it. Defaults raise :class:`NotImplementedError`, which fails the
+    test (a declared capability that is not backed by its method is a bug).
+    """
+
+    def list_objects(self, storage: StateChangelogStorage) -> list[str]:
+        """Every stored object (file, key, row, record batch) of ``storage``'s job.
+
+        Capability ``leak_check``.
+        """
+        msg = "leak_check declared but list_objects() not implemented"
+        raise NotImplementedError(msg)
+
+    def corrupt(self, storage: StateChangelogStorage, handle: ChangelogHandle) -> None:
+        """Damage one stored byte of the first change set ``handle`` refers to.
+
+        Capability ``corruption_injection``. The damage must be in the bytes a
+        reader verifies (not in a file name or an index the storage rebuilds).
+        """
+        msg = "corruption_injection declared but corrupt() not implemented"
+        raise NotImplementedError(msg)
+
+    def unreachable_config(self, config: Mapping[str, str]) -> tuple[dict[str, str], float]:
+        """Config overrides under which the backing service cannot be reached.
+
+        Capability ``failure_injection``.
+
+        :returns: the overrides and the time within which ``persist`` (or creating
+            the storage) must fail with :class:`~dstl.spi.StorageError`.
+        """
+        msg = "failure_injection declared but unreachable_config() not implemented"
+        raise NotImplementedError(msg)

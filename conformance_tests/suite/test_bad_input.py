@@ -1,0 +1,82 @@
+"""Bad input: clear errors, nothing lost."""
+
+from __future__ import annotations
+
+import pytest
+from dstl.conformance.testing import persist, read_data
+from dstl.spi import ClosedError, InvalidIdentifierError, KeyGroupRange
+
+KG = KeyGroupRange(4, 8)
+
+
+@pytest.mark.parametrize("key_group", [3, 8, 100, -2])
+def test_key_group_outside_range(storage, key_group):
+    writer = storage.create_writer("op", KG)
+    with pytest.raises(ValueError, match="outside"):
+        writer.append(key_group, b"x")
+
+
+@pytest.mark.parametrize("data", ["text", 5, None, [1, 2]])
+def test_non_bytes_data(storage, data):
+    writer = storage.create_writer("op", KG)
+    with pytest.raises(TypeError):
+        writer.append(4, data)
+
+
+def test_bytes_like_data_is_accepted(storage, sut):
+    writer = storage.create_writer("op", KG)
+    writer.append(4, bytearray(b"ba"))
+    writer.append(5, memoryview(b"mv"))
+    assert read_data(storage, persist(writer, 0, 1, sut.timeout)) == [b"ba", b"mv"]
+
+
+@pytest.mark.parametrize("start", [-1, -100])
+def test_negative_sqn(storage, start):
+    writer = storage.create_writer("op", KG)
+    with pytest.raises(ValueError):
+        writer.persist(start, 1)
+
+
+@pytest.mark.parametrize("epoch", [-1, "1", 1.5])
+def test_bad_epoch(storage, epoch):
+    with pytest.raises((ValueError, TypeError)):
+        storage.create_writer("op", KG, epoch=epoch)
+
+
+@pytest.mark.parametrize(
+    "operator_id", ["../escape", "a/b", "/abs", "", ".hidden", "x" * 500, "a\x00b", "a..b"]
+)
+def test_operator_ids_that_would_escape_are_rejected(storage, operator_id):
+    with pytest.raises(InvalidIdentifierError):
+        storage.create_writer(operator_id, KG)
+
+
+def test_use_after_close(storage):
+    writer = storage.create_writer("op", KG)
+    writer.append(4, b"x")
+    writer.close()
+    for call in (
+        lambda: writer.append(4, b"y"),
+        lambda: writer.append_meta(b"m"),
+        lambda: writer.persist(0, 1),
+    ):
+        with pytest.raises(ClosedError):
+            call()
+
+
+def test_create_writer_after_storage_close(sut):
+    storage = sut.open()
+    storage.close()
+    with pytest.raises(ClosedError):
+        storage.create_writer("op", KG)
+
+
+def test_failed_call_loses_nothing(storage, sut):
+    writer = storage.create_writer("op", KG)
+    writer.append(4, b"kept")
+    with pytest.raises(ValueError):
+        writer.append(99, b"rejected")
+    with pytest.raises(TypeError):
+        writer.append(5, "rejected")
+    writer.append(5, b"also kept")
+    assert read_data(storage, persist(writer, 0, 1, sut.timeout)) == [b"kept", b"also kept"]

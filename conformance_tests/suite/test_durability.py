@@ -1,0 +1,149 @@
+"""Durability: what a completed persist returns is read back intact, in order."""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+import pytest
+from dstl.conformance import requires
+from dstl.conformance._private.subprocesses import child_request, run_child
+from dstl.conformance.testing import change_bytes, persist, read_changes, read_data
+from dstl.spi import ChangelogHandle, KeyGroupRange, storage_for_handle
+
+KG = KeyGroupRange(0, 16)
+
+
+def test_round_trip_in_append_order(storage, sut):
+    writer = storage.create_writer("op", KG)
+    expected = []
+    for index in range(200):
+        data = change_bytes("rt", index)
+        writer.append(index % 16, data)
+        expected.append((index % 16, data))
+        if index % 10 == 9:
+            writer.next_sqn()
+    handle = persist(writer, writer.initial_sqn(), 1, sut.timeout)
+    assert [(kg, data) for _, kg, data in read_changes(storage, handle)] == expected
+
+
+def test_last_change_of_every_change_set_is_kept(storage, sut):
+    writer = storage.create_writer("op", KG)
+    for sqn in range(5):
+        for index in range(3):
+            writer.append(0, change_bytes(f"s{sqn}", index))
+        writer.next_sqn()
+    changes = read_changes(storage, persist(writer, 0, 1, sut.timeout))
+    assert [data for _, _, data in changes] == [change_bytes(f"s{s}", i) for s in range(5) for i in range(3)]
+    assert [sqn for sqn, _, _ in changes] == [s for s in range(5) for _ in range(3)]
+
+
+def test_round_trip_per_key_group(storage, sut):
+    writer = storage.create_writer("op", KG)
+    for index in range(160):
+        writer.append(index % 16, change_bytes("kg", index))
+    handle = persist(writer, 0, 1, sut.timeout)
+    for key_group in KG:
+        got = read_data(storage, handle, KeyGroupRange(key_group, key_group + 1))
+        assert got == [change_bytes("kg", i) for i in range(key_group, 160, 16)]
+
+
+def test_many_key_groups(storage, sut):
+    wide = KeyGroupRange(0, 4096)
+    writer = storage.create_writer("wide", wide)
+    for key_group in wide:
+        writer.append(key_group, key_group.to_bytes(4, "big"))
+    handle = persist(writer, 0, 1, sut.timeout)
+    assert [(kg, int.from_bytes(d, "big")) for _, kg, d in read_changes(storage, handle)] == [
+        (k, k) for k in wide
+    ]
+
+
+def test_empty_persist(storage, sut):
+    writer = storage.create_writer("op", KG)
+    handle = persist(writer, writer.initial_sqn(), 1, sut.timeout)
+    assert handle.sqn_range.is_empty
+    assert read_changes(storage, handle) == []
+    writer.append(3, b"after")
+    assert read_data(storage, persist(writer, 0, 2, sut.timeout)) == [b"after"]
+
+
+@pytest.mark.parametrize("size", [0, 1, 1000, 64 * 1024, 1024 * 1024, 8 * 1024 * 1024])
+def test_value_sizes(storage, sut, size):
+    writer = storage.create_writer("op", KG)
+    payload = bytes((i * 31 + size) % 251 for i in range(min(size, 4096))) * (size // 4096 + 1)
+    payload = payload[:size]
+    writer.append(5, payload)
+    writer.append(6, b"neighbour")
+    assert read_data(storage, persist(writer, 0, 1, sut.timeout)) == [payload, b"neighbour"]
+
+
+def test_meta_records_round_trip(storage, sut):
+    writer = storage.create_writer("op", KG)
+    writer.append_meta(b"register:value-state")
+    writer.append(1, b"v")
+    changes = read_changes(storage, persist(writer, 0, 1, sut.timeout))
+    assert [(kg, d) for _, kg, d in changes] == [(-1, b"register:value-state"), (1, b"v")]
+
+
+def test_many_writers_on_one_storage(storage, sut):
+    writers = [storage.create_writer(f"op-{n}", KeyGroupRange(n * 4, n * 4 + 4)) for n in range(12)]
+    for index in range(30):
+        for n, writer in enumerate(writers):
+            writer.append(n * 4 + index % 4, change_bytes(f"w{n}", index))
+    futures = [w.persist(0, 1) for w in writers]
+    for n, future in enumerate(futures):
+        handle = future.result(timeout=sut.timeout)
+        assert read_data(storage, handle) == [change_bytes(f"w{n}", i) for i in range(30)]
+
+
+def test_concurrent_persists_of_many_writers_share_nothing_they_should_not(storage, sut):
+    writers = [storage.create_writer(f"op-{n}", KG) for n in range(8)]
+    barrier = threading.Barrier(len(writers))
+    handles: dict[int, ChangelogHandle] = {}
+
+    def work(n):
+        writers[n].append(n, change_bytes(f"c{n}", 0))
+        barrier.wait(timeout=sut.timeout)
+        handles[n] = writers[n].persist(0, 1).result(timeout=sut.timeout)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(len(writers))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(sut.timeout)
+    for n in range(len(writers)):
+        assert read_data(storage, handles[n]) == [change_bytes(f"c{n}", 0)]
+
+
+def test_fresh_instance_reads_from_config_and_handle_json(storage, sut):
+    writer = storage.create_writer("op", KG)
+    for index in range(20):
+        writer.append(index % 16, change_bytes("fresh", index))
+    text = persist(writer, 0, 1, sut.timeout).to_json()
+    writer.close()
+    storage.close()
+    handle = ChangelogHandle.from_json(text)
+    with storage_for_handle(handle, sut.config, job_id="another-job") as fresh:
+        assert read_data(fresh, handle) == [change_bytes("fresh", i) for i in range(20)]
+
+
+@requires("survives_process_kill")
+def test_readable_after_writer_process_sigkill(sut):
+    request = child_request(
+        sut,
+        mode="persist-then-kill",
+        operator_id="killed-op",
+        key_groups=(0, 8),
+        epoch=0,
+        count=500,
+        size=64,
+        tag="k",
+    )
+    code, events, stderr = run_child(request, sut.subprocess_env(), timeout=sut.timeout * 2)
+    assert code == -signal.SIGKILL, f"child did not die by SIGKILL (exit {code}): {stderr[-2000:]}"
+    persisted = [e for e in events if e["event"] == "persisted"]
+    assert persisted, f"child was killed before its persist completed: {stderr[-2000:]}"
+    handle = ChangelogHandle.from_json(persisted[0]["handle"])
+    with storage_for_handle(handle, sut.config, job_id=sut.job_id) as fresh:
+        assert read_data(fresh, handle) == [change_bytes("k", i, 64) for i in range(500)]

@@ -1,0 +1,65 @@
+"""Failure behaviour: no hang when the service is gone, no corrupt bytes returned."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from dstl.conformance import requires
+from dstl.conformance.testing import change_bytes, persist, read_changes
+from dstl.spi import ChangelogHandle, CorruptedError, KeyGroupRange, SequenceNumberRange, StorageError
+
+KG = KeyGroupRange(0, 4)
+
+
+@requires("corruption_injection")
+def test_corrupted_bytes_are_reported_not_returned(storage, sut):
+    backdoor = sut.require_backdoor()
+    writer = storage.create_writer("op", KG)
+    for index in range(5):
+        writer.append(index % 4, change_bytes("c", index, 100))
+    handle = persist(writer, 0, 1, sut.timeout)
+    backdoor.corrupt(storage, handle)
+    fresh = sut.open()
+    returned = []
+    with pytest.raises(CorruptedError) as info:
+        for change in fresh.create_reader().read(handle):
+            returned.append(change.data)
+    assert not returned, "changes of a corrupted change set were returned before the error"
+    assert str(info.value), "CorruptedError must name the object and offset"
+
+
+@requires("failure_injection")
+def test_unreachable_service_fails_within_timeout(sut):
+    backdoor = sut.require_backdoor()
+    overrides, bound = backdoor.unreachable_config(sut.config)
+    started = time.monotonic()
+    with pytest.raises(StorageError):
+        storage = sut.open(overrides=overrides)
+        writer = storage.create_writer("op", KG)
+        writer.append(0, b"lost")
+        writer.persist(0, 1).result(timeout=bound + 30)
+    elapsed = time.monotonic() - started
+    assert elapsed <= bound, f"failing took {elapsed:.1f}s, more than the configured {bound:.1f}s"
+
+
+def test_handle_of_another_storage_is_rejected(storage):
+    foreign = ChangelogHandle.create(
+        storage_id="some-other-storage" if storage.identifier != "some-other-storage" else "x",
+        log_id="op.kg0-4",
+        key_groups=KG,
+        sqn_range=SequenceNumberRange(0, 1),
+        locations=[{"object": "a", "offset": 0, "sqn": 0}],
+    )
+    with pytest.raises((StorageError, ValueError)):
+        read_changes(storage, foreign)
+
+
+def test_handle_pointing_at_nothing_is_an_error_not_empty(storage, sut):
+    writer = storage.create_writer("op", KG)
+    writer.append(0, b"real")
+    real = persist(writer, 0, 1, sut.timeout)
+    doc = real.to_dict()
+    doc["log_id"] = "ghost.kg0-4"
+    with pytest.raises((StorageError, ValueError)):
+        read_changes(storage, ChangelogHandle.from_dict(doc))

@@ -1,0 +1,90 @@
+"""Fencing: a newer epoch owns the log; the older writer can no longer persist."""
+
+from __future__ import annotations
+
+import pytest
+from dstl.conformance import requires
+from dstl.conformance._private.subprocesses import child_request, run_child
+from dstl.conformance.testing import change_bytes, persist, read_data
+from dstl.spi import ChangelogHandle, FencedError, KeyGroupRange, StorageError
+
+KG = KeyGroupRange(0, 4)
+
+pytestmark = requires("fencing")
+
+
+def _persist_fails_fenced(writer, timeout):
+    try:
+        future = writer.persist(0, 99)
+    except FencedError:
+        return
+    with pytest.raises(FencedError):
+        future.result(timeout=timeout)
+
+
+def test_newer_epoch_fences_older_persist(sut):
+    old_storage, new_storage = sut.open(), sut.open()
+    old = old_storage.create_writer("op", KG, epoch=1)
+    old.append(0, b"old")
+    new_storage.create_writer("op", KG, epoch=2)
+    _persist_fails_fenced(old, sut.timeout)
+
+
+def test_fenced_error_is_a_non_retriable_storage_error():
+    assert issubclass(FencedError, StorageError)
+    assert FencedError("x").retriable is False
+
+
+def test_nothing_written_after_fencing_is_in_newer_handles(sut):
+    old_storage, new_storage = sut.open(), sut.open()
+    old = old_storage.create_writer("op", KG, epoch=1)
+    new = new_storage.create_writer("op", KG, epoch=2)
+    try:
+        old.append(1, b"zombie")
+    except FencedError:
+        pass
+    else:
+        _persist_fails_fenced(old, sut.timeout)
+    new.append(1, b"owner")
+    handle = persist(new, 0, 1, sut.timeout)
+    assert read_data(new_storage, handle) == [b"owner"]
+    assert read_data(old_storage, handle) == [b"owner"]
+
+
+def test_creating_an_older_epoch_is_refused(sut):
+    sut.open().create_writer("op", KG, epoch=5)
+    with pytest.raises(FencedError):
+        sut.open().create_writer("op", KG, epoch=4)
+
+
+def test_data_persisted_before_fencing_stays_readable(sut):
+    old_storage = sut.open()
+    old = old_storage.create_writer("op", KG, epoch=1)
+    old.append(0, b"before")
+    handle = persist(old, 0, 1, sut.timeout)
+    sut.open().create_writer("op", KG, epoch=2)
+    assert read_data(sut.open(), handle) == [b"before"]
+
+
+def test_other_logs_are_not_fenced(sut):
+    storage = sut.open()
+    other = storage.create_writer("other", KG, epoch=1)
+    storage.create_writer("op", KG, epoch=1)
+    sut.open().create_writer("op", KG, epoch=2)
+    other.append(0, b"unaffected")
+    assert read_data(storage, persist(other, 0, 1, sut.timeout)) == [b"unaffected"]
+
+
+@requires("multi_process")
+def test_fencing_across_processes(sut):
+    storage = sut.open()
+    old = storage.create_writer("shared-op", KG, epoch=1)
+    old.append(0, b"parent-before")
+    request = child_request(
+        sut, mode="take-over", operator_id="shared-op", key_groups=(0, 4), epoch=2, count=10, tag="child"
+    )
+    code, events, stderr = run_child(request, sut.subprocess_env(), timeout=sut.timeout * 2)
+    assert code == 0, stderr[-2000:]
+    handle = ChangelogHandle.from_json(next(e for e in events if e["event"] == "persisted")["handle"])
+    _persist_fails_fenced(old, sut.timeout)
+    assert read_data(storage, handle) == [change_bytes("child", i) for i in range(10)]

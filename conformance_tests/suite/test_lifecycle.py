@@ -1,0 +1,93 @@
+"""Confirm, reset, discard and leaks: the documented lifecycle of persisted changes."""
+
+from __future__ import annotations
+
+from dstl.conformance import requires
+from dstl.conformance.testing import change_bytes, persist, read_data
+from dstl.spi import KeyGroupRange
+
+KG = KeyGroupRange(0, 4)
+
+
+def test_confirmed_changes_are_reused_not_uploaded_again(storage, sut):
+    writer = storage.create_writer("op", KG)
+    writer.append(0, b"x" * 100)
+    first = persist(writer, 0, 1, sut.timeout)
+    writer.confirm(first.sqn_range.start, first.sqn_range.end, 1)
+    writer.append(1, b"y" * 10)
+    second = persist(writer, 0, 2, sut.timeout)
+    assert second.incremental_size == 10
+    assert second.size == 110
+    assert read_data(storage, second) == [b"x" * 100, b"y" * 10]
+
+
+def test_reset_uploads_unconfirmed_changes_again(storage, sut):
+    writer = storage.create_writer("op", KG)
+    writer.append(0, b"a" * 50)
+    first = persist(writer, 0, 1, sut.timeout)
+    writer.confirm(0, first.sqn_range.end, 1)
+    writer.append(0, b"b" * 20)
+    aborted = persist(writer, 0, 2, sut.timeout)
+    writer.reset(0, aborted.sqn_range.end, 2)
+    # The caller discards what only the aborted checkpoint referenced.
+    aborted_only = _only_new(aborted, first)
+    assert aborted_only is not None, "the aborted persist must have uploaded the new change set"
+    storage.discard([aborted_only])
+    retry = persist(writer, 0, 3, sut.timeout)
+    assert retry.incremental_size == 20, "reset change sets must be uploaded again"
+    assert read_data(storage, retry) == [b"a" * 50, b"b" * 20]
+
+
+def _only_new(handle, older):
+    """The part of ``handle`` that ``older`` does not share, as a handle (or None)."""
+    shared = set(older.locations)
+    own = [dict(loc) for loc in handle.locations if loc not in shared]
+    if not own:
+        return None
+    return type(handle).create(
+        storage_id=handle.storage_id,
+        log_id=handle.log_id,
+        key_groups=handle.key_groups,
+        sqn_range=handle.sqn_range,
+        epoch=handle.epoch,
+        locations=own,
+    )
+
+
+def test_discarding_one_log_keeps_other_logs_readable(storage, sut):
+    a = storage.create_writer("a", KG)
+    b = storage.create_writer("b", KG)
+    for index in range(10):
+        a.append(index % 4, change_bytes("a", index))
+        b.append(index % 4, change_bytes("b", index))
+    futures = [a.persist(0, 1), b.persist(0, 1)]
+    handle_a, handle_b = (f.result(timeout=sut.timeout) for f in futures)
+    storage.discard([handle_a])
+    assert read_data(storage, handle_b) == [change_bytes("b", i) for i in range(10)]
+
+
+def test_close_is_idempotent(sut):
+    storage = sut.open()
+    writer = storage.create_writer("op", KG)
+    writer.close()
+    writer.close()
+    storage.close()
+    storage.close()
+
+
+@requires("leak_check")
+def test_no_objects_remain_after_discard_and_close(sut):
+    backdoor = sut.require_backdoor()
+    storage = sut.open()
+    handles = []
+    for n in range(3):
+        writer = storage.create_writer(f"op-{n}", KG)
+        for round_ in range(4):
+            writer.append(round_ % 4, change_bytes(f"{n}", round_, 2000))
+            handles.append(persist(writer, 0, round_ + 1, sut.timeout))
+            writer.confirm(0, handles[-1].sqn_range.end, round_ + 1)
+        writer.close()
+    assert backdoor.list_objects(storage), "objects must exist before discarding (backdoor sees nothing?)"
+    storage.discard(handles)
+    storage.close()
+    assert backdoor.list_objects(sut.open()) == []

@@ -1,0 +1,90 @@
+"""Truncation: materialized changes leave the writer and never come back."""
+
+from __future__ import annotations
+
+import pytest
+from dstl.conformance import requires
+from dstl.conformance.testing import change_bytes, persist, read_data
+from dstl.spi import ClosedError, KeyGroupRange, StorageError, TruncatedError
+
+KG = KeyGroupRange(0, 4)
+
+
+def _three_change_sets(writer):
+    for sqn in range(3):
+        writer.append(sqn, change_bytes("t", sqn, 1000))
+        writer.next_sqn()
+
+
+def test_persist_below_truncation_raises(storage, sut):
+    writer = storage.create_writer("op", KG)
+    _three_change_sets(writer)
+    persist(writer, 0, 1, sut.timeout)
+    writer.truncate(2)
+    with pytest.raises(TruncatedError):
+        writer.persist(1, 2)
+    with pytest.raises(TruncatedError):
+        writer.persist(0, 2)
+
+
+def test_truncated_changes_never_returned_later(storage, sut):
+    writer = storage.create_writer("op", KG)
+    _three_change_sets(writer)
+    persist(writer, 0, 1, sut.timeout)
+    writer.truncate(2)
+    writer.append(3, change_bytes("t", 3, 1000))
+    handle = persist(writer, 2, 2, sut.timeout)
+    assert read_data(storage, handle) == [change_bytes("t", 2, 1000), change_bytes("t", 3, 1000)]
+
+
+def test_truncate_unpersisted_changes(storage, sut):
+    writer = storage.create_writer("op", KG)
+    _three_change_sets(writer)
+    writer.truncate(3)
+    writer.append(0, b"new")
+    assert read_data(storage, persist(writer, 3, 1, sut.timeout)) == [b"new"]
+
+
+def test_earlier_handles_stay_readable(storage, sut):
+    writer = storage.create_writer("op", KG)
+    _three_change_sets(writer)
+    early = persist(writer, 0, 1, sut.timeout)
+    writer.truncate(3)
+    writer.append(0, b"later")
+    persist(writer, 3, 2, sut.timeout)
+    assert read_data(storage, early) == [change_bytes("t", s, 1000) for s in range(3)]
+
+
+def test_writer_memory_falls(storage, sut):
+    writer = storage.create_writer("op", KG)
+    _three_change_sets(writer)
+    persist(writer, 0, 1, sut.timeout)
+    before = writer.buffered_bytes()
+    assert before >= 0
+    writer.truncate(3)
+    assert writer.buffered_bytes() < before or before == 0
+    assert writer.buffered_bytes() == 0
+
+
+def test_truncate_and_close(storage, sut):
+    writer = storage.create_writer("op", KG)
+    _three_change_sets(writer)
+    handle = persist(writer, 0, 1, sut.timeout)
+    writer.append(0, b"never persisted")
+    writer.truncate_and_close(3)
+    with pytest.raises(ClosedError):
+        writer.append(0, b"x")
+    with pytest.raises(ClosedError):
+        writer.persist(0, 2)
+    assert read_data(storage, handle) == [change_bytes("t", s, 1000) for s in range(3)]
+
+
+@requires("physical_truncation")
+def test_discard_frees_stored_changes(storage, sut):
+    writer = storage.create_writer("op", KG)
+    _three_change_sets(writer)
+    handle = persist(writer, 0, 1, sut.timeout)
+    writer.truncate(3)
+    storage.discard([handle])
+    with pytest.raises(StorageError):
+        read_data(storage, handle)

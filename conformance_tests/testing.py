@@ -1,0 +1,41 @@
+"""Helpers for conformance tests; storage providers may use them in their own tests."""
+
+from __future__ import annotations
+
+from dstl.spi import ChangelogHandle, KeyGroupRange, StateChangelogStorage, StateChangelogWriter
+
+__all__ = ["DEFAULT_TIMEOUT", "change_bytes", "persist", "read_changes", "read_data"]
+
+#: Seconds a persist may take in the suite before the test fails (no hang).
+DEFAULT_TIMEOUT = 60.0
+
+
+def persist(
+    writer: StateChangelogWriter, start_sqn: int, checkpoint_id: int, timeout: float = DEFAULT_TIMEOUT
+) -> ChangelogHandle:
+    """Persist and wait for the handle."""
+    return writer.persist(start_sqn, checkpoint_id).result(timeout=timeout)
+
+
+def read_changes(
+    storage: StateChangelogStorage, handle: ChangelogHandle, key_groups: KeyGroupRange | None = None
+) -> list[tuple[int | None, int, bytes]]:
+    """``(sqn, key_group, data)`` of every change the handle yields, in order."""
+    reader = storage.create_reader()
+    try:
+        return [(c.sqn, c.key_group, c.data) for c in reader.read(handle, key_groups)]
+    finally:
+        reader.close()
+
+
+def read_data(
+    storage: StateChangelogStorage, handle: ChangelogHandle, key_groups: KeyGroupRange | None = None
+) -> list[bytes]:
+    """Only the data of :func:`read_changes`."""
+    return [data for _, _, data in read_changes(storage, handle, key_groups)]
+
+
+def change_bytes(tag: str, index: int, size: int = 0) -> bytes:
+    """Recognisable change data: ``tag:index`` padded to ``size`` bytes."""
+    head = f"{tag}:{index}".encode()
+    return head + b"." * max(0, size - len(head))

@@ -1,0 +1,35 @@
+"""Conformance support of the memory storage: a private namespace and a backdoor."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Iterator
+
+from dstl.conformance import ConformanceBackdoor
+
+from ...handle import ChangelogHandle
+from ...storage import StateChangelogStorage
+from .storage import MemoryStorage, namespace_objects
+
+
+@contextlib.contextmanager
+def memory_environment() -> Iterator[dict[str, str]]:
+    """A namespace of its own for the run."""
+    yield {"dstl.memory.namespace": f"conformance-{uuid.uuid4().hex}"}
+
+
+class MemoryBackdoor(ConformanceBackdoor):
+    """Reads and damages the namespace's objects directly."""
+
+    def list_objects(self, storage: StateChangelogStorage) -> list[str]:
+        """Objects of the storage's job."""
+        assert isinstance(storage, MemoryStorage)
+        return storage.list_objects()
+
+    def corrupt(self, storage: StateChangelogStorage, handle: ChangelogHandle) -> None:
+        """Flip the last byte of the handle's first change set."""
+        assert isinstance(storage, MemoryStorage)
+        first = min(handle.location_dicts, key=lambda loc: loc["sqn"])  # type: ignore[arg-type,return-value]
+        blob = namespace_objects(storage.namespace)[str(first["object"])]
+        blob[int(first["offset"]) + int(first["length"]) - 1] ^= 0x5A  # type: ignore[arg-type]
