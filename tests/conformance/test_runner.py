@@ -1,0 +1,110 @@
+"""The conformance runner: passes on memory and the third-party example, catches broken storages."""
+
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures.thirdparty import run_dstl
+
+ROOT = Path(__file__).resolve().parents[2]
+BROKEN_PLUGIN = "tests.conformance.broken_storages"
+CATEGORIES = (
+    "durability",
+    "sqn_ranging",
+    "truncation",
+    "fencing",
+    "lifecycle",
+    "concurrency",
+    "failures",
+    "bad_input",
+    "metrics",
+    "model",
+)
+
+
+def repo_env():
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
+
+
+def test_memory_conforms(tmp_path):
+    report = tmp_path / "report.xml"
+    result = run_dstl(["conformance", "memory", "--junitxml", str(report)], timeout=600)
+    assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-3000:]
+    for category in CATEGORIES:
+        assert category in result.stdout
+    suite = ET.parse(report).getroot().find("testsuite")
+    assert int(suite.get("tests")) >= 80
+    assert int(suite.get("failures")) == 0 and int(suite.get("errors")) == 0
+    # Inapplicable tests are reported as not supported, naming the capability.
+    assert "survives_process_kill" in result.stdout and "not supported" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("identifier", "caught_by"),
+    [
+        ("broken-drops-last", "test_durability.py::test_last_change_of_every_change_set_is_kept"),
+        (
+            "broken-below-start",
+            "test_sqn_ranging.py::test_persist_from_start_is_exact_with_shared_and_foreign_changes",
+        ),
+        ("broken-ignores-truncation", "test_truncation.py::test_persist_below_truncation_raises"),
+        ("broken-no-fencing", "test_fencing.py::test_newer_epoch_fences_older_persist"),
+        ("broken-hides-corruption", "test_failures.py::test_corrupted_bytes_are_reported_not_returned"),
+        ("broken-loses-on-kill", "test_durability.py::test_readable_after_writer_process_sigkill"),
+    ],
+)
+def test_broken_storage_is_caught(identifier, caught_by):
+    result = run_dstl(["conformance", identifier, "--plugin", BROKEN_PLUGIN], env=repo_env(), timeout=600)
+    assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
+    failed = [line for line in result.stdout.splitlines() if line.startswith("FAILED test_")]
+    assert any(caught_by in line for line in failed), "\n".join(failed) or result.stdout[-3000:]
+    assert f"storage {identifier!r} does not conform" in result.stdout
+
+
+def test_third_party_example_conforms_end_to_end(thirdparty_env):
+    result = run_dstl(["conformance", "sqlite"], env=thirdparty_env, timeout=600)
+    assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-3000:]
+    assert "storage 'sqlite' conforms" in result.stdout
+    # The example declares process-level capabilities, so those tests really ran.
+    assert "survives_process_kill" not in result.stdout
+
+
+def test_unknown_storage_is_a_usage_error():
+    result = run_dstl(["conformance", "no-such-storage"])
+    assert result.returncode == 2
+    assert "installed storages" in result.stdout and "memory" in result.stdout
+
+
+def test_keyword_selecting_nothing_fails():
+    result = run_dstl(["conformance", "memory", "-k", "no_test_has_this_name"])
+    assert result.returncode == 1
+    assert "no conformance test ran" in result.stdout
+
+
+def test_pytest_plugin_mode(tmp_path):
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "dstl.conformance",
+            "--dstl-storage=memory",
+            "-q",
+            "-k",
+            "boundary_rules",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "10 passed" in result.stdout
