@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.dstl-installed
-DEMO_ARGS ?= --storage memory --seconds 20 --verify
+DEMO_ARGS ?= --seconds 20 --verify
 
 .PHONY: setup demo test lint readme clean
 

@@ -8,6 +8,8 @@ plugin discovery. Storages are found through the entry-point group
 from __future__ import annotations
 
 from .changeset_format import DecodedChangeSet, decode_change_set, encode_change_set, iter_change_sets
+from .changeset_reader import ChangeSetReader, FetchedChangeSet
+from .changeset_storage import ChangeSetStorage
 from .changeset_writer import ChangeSet, ChangeSetWriter, WriterState, log_id_for
 from .config import Config
 from .errors import (
@@ -41,6 +43,8 @@ __all__ = [
     "META_KEY_GROUP",
     "REQUIRED_COUNTERS",
     "ChangeSet",
+    "ChangeSetReader",
+    "ChangeSetStorage",
     "ChangeSetWriter",
     "ChangelogHandle",
     "ClosedError",
@@ -50,6 +54,7 @@ __all__ = [
     "CorruptedError",
     "DecodedChangeSet",
     "DstlError",
+    "FetchedChangeSet",
     "FencedError",
     "InvalidHandleError",
     "InvalidIdentifierError",

@@ -74,13 +74,26 @@ def encode_change_set(
     return b"".join((header, _CRC.pack(crc), log, body))
 
 
-def decode_change_set(buf: bytes | memoryview, offset: int, *, location: str) -> DecodedChangeSet:
+def decode_change_set(
+    buf: bytes | memoryview, offset: int, *, location: str, base_offset: int = 0
+) -> DecodedChangeSet:
     """Decode and verify the change set that starts at ``offset`` of ``buf``.
 
+    :param base_offset: position of ``buf`` in the stored object, added to the
+        offset that errors report.
     :raises CorruptedError: naming ``location`` and the offset on any damage,
         including a buffer that ends inside the change set.
     """
-    view = memoryview(buf)
+    try:
+        return _decode(memoryview(buf), offset, location)
+    except CorruptedError as exc:
+        if not base_offset:
+            raise
+        message = str(exc).rsplit(" (", 1)[0]
+        raise CorruptedError(message, location=location, offset=base_offset + offset) from exc
+
+
+def _decode(view: memoryview, offset: int, location: str) -> DecodedChangeSet:
     end_header = offset + _HEADER.size
     if offset < 0 or end_header + _CRC.size > len(view):
         msg = "change set header truncated"

@@ -15,13 +15,16 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .errors import ClosedError, FencedError, TruncatedError
 from .handle import ChangelogHandle, Location
-from .metrics import StorageMetrics
 from .names import validate_name
 from .types import META_KEY_GROUP, KeyGroupRange, SequenceNumberRange
 from .writer import StateChangelogWriter
+
+if TYPE_CHECKING:
+    from .changeset_storage import ChangeSetStorage
 
 __all__ = ["ChangeSet", "ChangeSetWriter", "WriterState", "log_id_for"]
 
@@ -67,33 +70,34 @@ def _as_bytes(data: object) -> bytes:
 class ChangeSetWriter(StateChangelogWriter):
     """Buffers appends into change sets and turns persists into uploads.
 
-    :param storage_id: identifier written into handles.
+    :param storage: the storage that created the writer; its identifier goes into
+        handles, its metrics count ``appends`` and ``persists``, and it forgets the
+        writer when it closes.
     :param log_id: the log (see :func:`log_id_for`).
-    :param metrics: the storage's metrics; ``appends`` and ``persists`` are counted here.
-    :param on_close: called once when the writer closes (the storage forgets it).
+    :param token: the owner token from the storage's fencing (``_token``).
     """
 
     def __init__(
         self,
-        *,
-        storage_id: str,
+        storage: ChangeSetStorage,
         log_id: str,
         key_groups: KeyGroupRange,
         epoch: int,
-        metrics: StorageMetrics,
+        token: str,
+        *,
         initial_sqn: int = 0,
-        on_close: Callable[[ChangeSetWriter], None] | None = None,
     ) -> None:
         if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
             msg = f"epoch must be a non-negative int, got {epoch!r}"
             raise ValueError(msg)
-        self._storage_id = storage_id
+        self._storage = storage
+        self._storage_id = storage.identifier
+        self._token = token
         self._log_id = log_id
         self._key_groups = key_groups
         self._epoch = epoch
-        self._metrics = metrics
+        self._metrics = storage.metrics
         self._initial_sqn = initial_sqn
-        self._on_close = on_close
         self._lock = threading.RLock()
         self._state = WriterState.OPEN
         self._active_sqn = initial_sqn
@@ -130,10 +134,18 @@ class ChangeSetWriter(StateChangelogWriter):
     def _upload(self, change_sets: Sequence[ChangeSet], checkpoint_id: int) -> Future[list[Location]]:
         """Make ``change_sets`` durable; the future yields one location per change set.
 
-        Called with the writer lock held, so it must hand the work off rather than
-        block on I/O (completing the future at once is fine). Must fail the future with
+        Called with the writer lock held. It may do the I/O itself (e.g. as the
+        leader of a group commit) or hand it off; the future may complete at once or
+        later, on any thread. Must fail the future with
         :class:`FencedError` when a newer epoch owns the log, and with
         :class:`~dstl.spi.StorageError` on other failures.
+        """
+
+    def _released(self, locations: list[Location]) -> None:  # noqa: B027 - optional hook
+        """Called when the writer no longer reuses ``locations`` (truncate, reset, close).
+
+        Storages that reference-count their stored data unpin them here. Called with
+        the writer lock held.
         """
 
     # -- guards -------------------------------------------------------------------------
@@ -308,9 +320,11 @@ class ChangeSetWriter(StateChangelogWriter):
                 raise ValueError(msg)
             if before_sqn > self._active_sqn:
                 self._rollover()
-            for sqn in [s for s in self._change_sets if s < before_sqn]:
-                self._held_bytes -= self._drop_data(self._change_sets.pop(sqn))
+            dropped = [self._change_sets.pop(s) for s in [s for s in self._change_sets if s < before_sqn]]
+            for cs in dropped:
+                self._held_bytes -= self._drop_data(cs)
             self._lowest = max(self._lowest, before_sqn)
+            self._released([cs.location for cs in dropped if cs.location is not None])
 
     def confirm(self, start_sqn: int, end_sqn: int, checkpoint_id: int) -> None:
         """Mark persisted change sets in ``[start, end)`` as owned by a completed checkpoint."""
@@ -324,9 +338,12 @@ class ChangeSetWriter(StateChangelogWriter):
     def reset(self, start_sqn: int, end_sqn: int, checkpoint_id: int) -> None:
         """Forget unconfirmed uploads in ``[start, end)`` so they are uploaded again."""
         with self._lock:
+            released = []
             for sqn, cs in self._change_sets.items():
-                if start_sqn <= sqn < end_sqn and not cs.confirmed:
+                if start_sqn <= sqn < end_sqn and not cs.confirmed and cs.location is not None:
+                    released.append(cs.location)
                     cs.location = None
+            self._released(released)
 
     @staticmethod
     def _drop_data(cs: ChangeSet) -> int:
@@ -354,12 +371,12 @@ class ChangeSetWriter(StateChangelogWriter):
             if self._state is WriterState.CLOSED:
                 return
             self._state = WriterState.CLOSED
+            self._released([cs.location for cs in self._change_sets.values() if cs.location is not None])
             self._change_sets.clear()
             self._active = []
             self._active_bytes = 0
             self._held_bytes = 0
-        if self._on_close is not None:
-            self._on_close(self)
+        self._storage._forget(self)
 
 
 def _when_all(futures: list[Future], callback: Callable[[], None]) -> None:  # type: ignore[type-arg]

@@ -8,13 +8,15 @@ from collections import deque
 __all__ = ["REQUIRED_COUNTERS", "StorageMetrics"]
 
 #: Counters every storage must expose; the conformance suite checks that they move.
+#: ``uploads`` counts durable writes (objects, fsync batches, transactions);
+#: ``discarded_change_sets`` counts change-set locations passed to ``discard``.
 REQUIRED_COUNTERS = (
     "appends",
     "persists",
     "persist_failures",
     "uploads",
     "uploaded_bytes",
-    "discarded_objects",
+    "discarded_change_sets",
 )
 
 _HISTOGRAM_WINDOW = 4096

@@ -24,4 +24,4 @@ def test_counters_move(storage, sut):
     assert after["uploads"] > before["uploads"]
     assert after["uploaded_bytes"] - before["uploaded_bytes"] >= 101
     storage.discard([handle])
-    assert storage.metrics.counter("discarded_objects") > before["discarded_objects"]
+    assert storage.metrics.counter("discarded_change_sets") > before["discarded_change_sets"]

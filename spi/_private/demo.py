@@ -79,7 +79,8 @@ def run_demo(args: argparse.Namespace, console: Console) -> int:
                 )
                 live.update(_progress_table(rows))
             writer.close()
-            restored = _restore(handle_json, config)
+        console.print()
+        restored = _restore(handle_json, config)
         ok = restored == totals
         console.print(
             f"{checkpoint} checkpoints, {len(totals)} users; restore from the last handle "

@@ -4,20 +4,18 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-from ...changeset_format import decode_change_set, encode_change_set
-from ...changeset_writer import ChangeSet, ChangeSetWriter, log_id_for
+from ...changeset_format import encode_change_set
+from ...changeset_reader import ChangeSetReader, FetchedChangeSet
+from ...changeset_storage import ChangeSetStorage
+from ...changeset_writer import ChangeSet, ChangeSetWriter
 from ...config import Config
-from ...errors import ClosedError, CorruptedError, FencedError, StorageError
-from ...handle import ChangelogHandle, Location
-from ...metrics import StorageMetrics
-from ...names import validate_name
-from ...reader import StateChangelogReader
-from ...storage import StateChangelogStorage
-from ...types import KeyGroupRange, StateChange
+from ...errors import FencedError, StorageError
+from ...handle import ChangelogHandle, Location, LocationValue
+from ...types import KeyGroupRange
 
 IDENTIFIER = "memory"
 
@@ -29,7 +27,7 @@ class _Namespace:
     lock: threading.Lock = field(default_factory=threading.Lock)
     objects: dict[str, bytearray] = field(default_factory=dict)
     # (job, log) -> (epoch, owner token) of the newest writer.
-    owners: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
+    owners: dict[tuple[str, str], tuple[int, str]] = field(default_factory=dict)
     tokens: itertools.count = field(default_factory=itertools.count)  # type: ignore[type-arg]
 
 
@@ -50,19 +48,7 @@ def namespace_objects(name: str) -> dict[str, bytearray]:
 class MemoryWriter(ChangeSetWriter):
     """Writer whose uploads become objects in the namespace."""
 
-    def __init__(
-        self, storage: MemoryStorage, log_id: str, key_groups: KeyGroupRange, epoch: int, token: int
-    ) -> None:
-        super().__init__(
-            storage_id=storage.identifier,
-            log_id=log_id,
-            key_groups=key_groups,
-            epoch=epoch,
-            metrics=storage.metrics,
-            on_close=storage._forget,
-        )
-        self._storage = storage
-        self._token = token
+    _storage: MemoryStorage
 
     def _upload(self, change_sets: Sequence[ChangeSet], checkpoint_id: int) -> Future[list[Location]]:
         future: Future[list[Location]] = Future()
@@ -94,47 +80,26 @@ class MemoryWriter(ChangeSetWriter):
         return future
 
 
-class MemoryStorageReader(StateChangelogReader):
-    """Reads handles of the memory storage, verifying every change set."""
+class MemoryStorageReader(ChangeSetReader):
+    """Reads change sets from the namespace's objects."""
 
     def __init__(self, storage: MemoryStorage) -> None:
+        super().__init__(storage.identifier)
         self._storage = storage
 
-    def read(self, handle: ChangelogHandle, key_groups: KeyGroupRange | None = None) -> Iterator[StateChange]:
-        """Yield the handle's changes; see :class:`StateChangelogReader`."""
-        if handle.storage_id != self._storage.identifier:
-            msg = (
-                f"handle of storage {handle.storage_id!r} cannot be read by "
-                f"storage {self._storage.identifier!r}"
-            )
-            raise StorageError(msg)
+    def _fetch(self, handle: ChangelogHandle, location: dict[str, LocationValue]) -> FetchedChangeSet:
+        name = str(location["object"])
         ns = self._storage._ns
-        locations = sorted(handle.location_dicts, key=lambda loc: loc["sqn"])  # type: ignore[arg-type,return-value]
-        for loc in locations:
-            sqn = loc.get("sqn")
-            if sqn not in handle.sqn_range:
-                continue
-            name, offset = str(loc["object"]), int(loc["offset"])  # type: ignore[arg-type]
-            with ns.lock:
-                blob = ns.objects.get(name)
-                data = bytes(blob) if blob is not None else None
-            if data is None:
-                msg = f"object {name!r} of log {handle.log_id!r} does not exist (was it discarded?)"
-                raise StorageError(msg)
-            decoded = decode_change_set(data, offset, location=f"memory://{name}")
-            if (decoded.log_id, decoded.epoch, decoded.sqn) != (handle.log_id, handle.epoch, sqn):
-                msg = (
-                    f"change set at this location belongs to log {decoded.log_id!r} epoch "
-                    f"{decoded.epoch} SQN {decoded.sqn}, not to the handle's log {handle.log_id!r} "
-                    f"epoch {handle.epoch} SQN {sqn}"
-                )
-                raise CorruptedError(msg, location=f"memory://{name}", offset=offset)
-            for key_group, change in decoded.changes:
-                if key_groups is None or key_group < 0 or key_group in key_groups:
-                    yield StateChange(key_group, change, decoded.sqn)
+        with ns.lock:
+            blob = ns.objects.get(name)
+            data = bytes(blob) if blob is not None else None
+        if data is None:
+            msg = f"object {name!r} of log {handle.log_id!r} does not exist (was it discarded?)"
+            raise StorageError(msg)
+        return FetchedChangeSet(data, int(location["offset"]), f"memory://{name}")  # type: ignore[arg-type]
 
 
-class MemoryStorage(StateChangelogStorage):
+class MemoryStorage(ChangeSetStorage):
     """The in-memory reference storage; thread-safe."""
 
     writer_class: type[MemoryWriter] = MemoryWriter
@@ -142,49 +107,28 @@ class MemoryStorage(StateChangelogStorage):
     storage_id = IDENTIFIER
 
     def __init__(self, config: Config, job_id: str) -> None:
+        super().__init__(job_id)
         self._config = config
-        self.job_id = validate_name(job_id, "job id")
         self.namespace = str(config["dstl.memory.namespace"])
         self._ns = _namespace(self.namespace)
-        self._metrics = StorageMetrics()
-        self._lock = threading.Lock()
-        self._writers: set[MemoryWriter] = set()
-        self._closed = False
 
     @property
     def identifier(self) -> str:
         """``memory``."""
         return self.storage_id
 
-    @property
-    def metrics(self) -> StorageMetrics:
-        """The storage's counters."""
-        return self._metrics
-
-    def create_writer(self, operator_id: str, key_groups: KeyGroupRange, *, epoch: int = 0) -> MemoryWriter:
-        """Create the writer of ``operator_id``'s log; fences older epochs."""
-        if self._closed:
-            msg = "memory storage is closed"
-            raise ClosedError(msg)
-        if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
-            msg = f"epoch must be a non-negative int, got {epoch!r}"
-            raise ValueError(msg)
-        log_id = log_id_for(operator_id, key_groups)
+    def _claim_log(self, log_id: str, epoch: int) -> str:
         with self._ns.lock:
             current = self._ns.owners.get((self.job_id, log_id))
             if current is not None and epoch < current[0]:
                 msg = f"log {log_id!r} already has a writer with epoch {current[0]} > {epoch}"
                 raise FencedError(msg)
-            token = next(self._ns.tokens)
+            token = f"t{next(self._ns.tokens)}"
             self._ns.owners[(self.job_id, log_id)] = (epoch, token)
-        writer = self.writer_class(self, log_id, key_groups, epoch, token)
-        with self._lock:
-            self._writers.add(writer)
-        return writer
+        return token
 
-    def _forget(self, writer: ChangeSetWriter) -> None:
-        with self._lock:
-            self._writers.discard(writer)  # type: ignore[arg-type]
+    def _make_writer(self, log_id: str, key_groups: KeyGroupRange, epoch: int, token: str) -> MemoryWriter:
+        return self.writer_class(self, log_id, key_groups, epoch, token)
 
     def create_reader(self) -> MemoryStorageReader:
         """Create a reader."""
@@ -192,23 +136,17 @@ class MemoryStorage(StateChangelogStorage):
 
     def discard(self, handles: Iterable[ChangelogHandle]) -> None:
         """Delete the objects the handles refer to."""
+        handles = list(handles)
         names = {str(loc["object"]) for h in handles for loc in h.location_dicts}
+        self._metrics.inc("discarded_change_sets", sum(len(h.locations) for h in handles))
         deleted = 0
         with self._ns.lock:
             for name in names:
                 if self._ns.objects.pop(name, None) is not None:
                     deleted += 1
-        self._metrics.inc("discarded_objects", deleted)
+        self._metrics.inc("deleted_objects", deleted)
 
     def list_objects(self) -> list[str]:
         """Names of the objects this job has in the namespace."""
         with self._ns.lock:
             return sorted(n for n in self._ns.objects if n.startswith(f"{self.job_id}/"))
-
-    def close(self) -> None:
-        """Close every writer; the namespace keeps its data."""
-        with self._lock:
-            self._closed = True
-            writers = list(self._writers)
-        for writer in writers:
-            writer.close()

@@ -1,0 +1,35 @@
+"""Conformance support of the local storage: a directory per run and a backdoor."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from dstl.conformance import ConformanceBackdoor
+from dstl.spi import ChangelogHandle, StateChangelogStorage
+
+from .storage import LocalStorage
+
+
+class LocalBackdoor(ConformanceBackdoor):
+    """Lists and damages segment files directly."""
+
+    def list_objects(self, storage: StateChangelogStorage) -> list[str]:
+        """Segment files of the storage's job."""
+        assert isinstance(storage, LocalStorage)
+        return storage.list_objects()
+
+    def corrupt(self, storage: StateChangelogStorage, handle: ChangelogHandle) -> None:
+        """Flip the last byte of the handle's first change set in its segment."""
+        assert isinstance(storage, LocalStorage)
+        first = min(handle.location_dicts, key=lambda loc: loc["sqn"])  # type: ignore[arg-type,return-value]
+        path = storage.base / str(first["segment"])
+        position = int(first["offset"]) + int(first["length"]) - 1  # type: ignore[arg-type]
+        with open(path, "r+b") as file:
+            file.seek(position)
+            byte = file.read(1)
+            file.seek(position)
+            file.write(bytes([byte[0] ^ 0x5A]))
+
+    def unreachable_config(self, config: Mapping[str, str]) -> tuple[dict[str, str], float]:
+        """A directory below a regular file cannot be created."""
+        return {"dstl.local.dir": "/dev/null/dstl-unreachable"}, 5.0

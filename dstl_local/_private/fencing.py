@@ -1,0 +1,55 @@
+"""Epoch files: which writer owns a log, decided under an advisory lock."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+from dstl.spi import FencedError
+
+
+class EpochFile:
+    """``epochs/<log>.epoch`` holding ``"<epoch> <token>"`` of the owning writer.
+
+    Taking over and checking both hold ``flock`` on the file, so a takeover and a
+    check never interleave, across processes too.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def take_over(self, epoch: int, token: str) -> None:
+        """Become the owner unless a higher epoch owns the log."""
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            current = self._parse(os.pread(fd, 256, 0))
+            if current is not None and current[0] > epoch:
+                msg = f"log {self.path.stem!r} already has a writer with epoch {current[0]} > {epoch}"
+                raise FencedError(msg)
+            data = f"{epoch} {token}\n".encode()
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, data, 0)
+            os.fsync(fd)
+        finally:
+            os.close(fd)  # closing releases the lock
+
+    def owner(self) -> tuple[int, str] | None:
+        """The current ``(epoch, token)``, read under a shared lock."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            return self._parse(os.pread(fd, 256, 0))
+        finally:
+            os.close(fd)
+
+    @staticmethod
+    def _parse(raw: bytes) -> tuple[int, str] | None:
+        parts = raw.decode(errors="replace").split()
+        if len(parts) != 2 or not parts[0].isdigit():
+            return None
+        return int(parts[0]), parts[1]

@@ -1,0 +1,278 @@
+"""The local-disk storage: segments, group commit, fencing, recovery, discard."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Iterable, Sequence
+from concurrent.futures import Future
+from pathlib import Path
+
+from dstl.spi import (
+    ChangelogHandle,
+    ChangeSet,
+    ChangeSetWriter,
+    ClosedError,
+    Config,
+    ConfigError,
+    FencedError,
+    KeyGroupRange,
+    StorageError,
+    check_relative_path,
+    encode_change_set,
+)
+from dstl.spi.changeset_reader import ChangeSetReader, FetchedChangeSet
+from dstl.spi.changeset_storage import ChangeSetStorage
+from dstl.spi.handle import Location, LocationValue
+
+from .discards import DiscardTracker
+from .fencing import EpochFile
+from .group_commit import CommitRequest, GroupCommitter
+from .segments import (
+    SEALED_SUFFIX,
+    SEGMENT_SUFFIX,
+    ActiveSegment,
+    InstanceLock,
+    instance_alive,
+    instance_of,
+    read_change_set_bytes,
+    recover_segment,
+)
+
+log = logging.getLogger(__name__)
+
+IDENTIFIER = "local"
+
+
+class LocalWriter(ChangeSetWriter):
+    """Writer whose persists go through the storage's group commit."""
+
+    _storage: LocalStorage
+
+    def _upload(self, change_sets: Sequence[ChangeSet], checkpoint_id: int) -> Future[list[Location]]:
+        blobs = [encode_change_set(self.log_id, self.epoch, cs.sqn, cs.changes) for cs in change_sets]
+        request = CommitRequest(self.log_id, self.epoch, self._token, blobs)
+        future = self._storage._committer.submit(request)
+        result: Future[list[Location]] = Future()
+
+        def to_locations(done: Future) -> None:  # type: ignore[type-arg]
+            if done.exception() is not None:
+                result.set_exception(done.exception())  # type: ignore[arg-type]
+                return
+            segment, offset = done.result()
+            locations: list[Location] = []
+            for cs, blob in zip(change_sets, blobs, strict=True):
+                locations.append(
+                    {
+                        "segment": self._storage._relative(segment),
+                        "offset": offset,
+                        "length": len(blob),
+                        "sqn": cs.sqn,
+                    }
+                )
+                self._storage._discards.pin(segment, offset)
+                offset += len(blob)
+            result.set_result(locations)
+
+        future.add_done_callback(to_locations)
+        return result
+
+    def _released(self, locations: list[Location]) -> None:
+        self._storage._unpin(locations)
+
+
+class LocalReader(ChangeSetReader):
+    """Reads change sets by segment and offset."""
+
+    def __init__(self, storage: LocalStorage) -> None:
+        super().__init__(IDENTIFIER)
+        self._storage = storage
+
+    def _fetch(self, handle: ChangelogHandle, location: dict[str, LocationValue]) -> FetchedChangeSet:
+        path = self._storage._absolute(str(location["segment"]))
+        offset, length = int(location["offset"]), int(location["length"])  # type: ignore[arg-type]
+        return FetchedChangeSet(read_change_set_bytes(path, offset, length), 0, str(path), base_offset=offset)
+
+
+class LocalStorage(ChangeSetStorage):
+    """Append-only segment files on a local disk, shared by the writers of a job.
+
+    Layout under ``dstl.local.dir``::
+
+        <job>/segments/seg-<instance>-<n>.log   change sets (+ .sealed, .discarded)
+        <job>/epochs/<log>.epoch                 owner of each log (fencing)
+        <job>/instance-<instance>.lock           held while the instance lives
+    """
+
+    def __init__(self, config: Config, job_id: str) -> None:
+        base = config["dstl.local.dir"]
+        if not base:
+            msg = (
+                "dstl.local.dir is not set: set it to a directory on a local disk, "
+                "e.g. dstl.local.dir=/var/lib/dstl"
+            )
+            raise ConfigError(msg)
+        super().__init__(job_id)
+        self.base = Path(base).expanduser().absolute()
+        self.job_dir = self.base / self.job_id
+        self.segments_dir = self.job_dir / "segments"
+        self.epochs_dir = self.job_dir / "epochs"
+        self._segment_size = int(config["dstl.local.segment-size"])
+        self._fsync = bool(config["dstl.local.fsync"])
+        self._segment_lock = threading.Lock()  # held across write + fsync: keep it apart
+        self.instance = uuid.uuid4().hex[:12]
+        try:
+            self.segments_dir.mkdir(parents=True, exist_ok=True)
+            self.epochs_dir.mkdir(parents=True, exist_ok=True)
+            self._instance_lock = InstanceLock(self.job_dir, self.instance)
+        except OSError as exc:
+            msg = f"cannot use dstl.local.dir {str(self.base)!r}: {exc}"
+            raise StorageError(msg) from exc
+        self._discards = DiscardTracker(self.segments_dir)
+        self._active: ActiveSegment | None = None
+        self._segment_number = 0
+        self._committer = GroupCommitter(self._commit)
+        self._recover()
+
+    # -- identity and paths ---------------------------------------------------------------
+    @property
+    def identifier(self) -> str:
+        """``local``."""
+        return IDENTIFIER
+
+    def _relative(self, segment: str) -> str:
+        return f"{self.job_id}/segments/{segment}"
+
+    def _absolute(self, relative: str) -> Path:
+        check_relative_path(relative, "segment location")
+        return self.base / relative
+
+    # -- recovery -----------------------------------------------------------------------
+    def _recover(self) -> None:
+        """Seal the segments of dead instances, cutting torn tails."""
+        for path in sorted(self.segments_dir.glob(f"*{SEGMENT_SUFFIX}")):
+            sealed = path.with_name(path.name + SEALED_SUFFIX)
+            if sealed.exists() or instance_alive(self.job_dir, instance_of(path.name)):
+                continue
+            cut = recover_segment(path)
+            if cut:
+                log.warning("cut a torn tail of %d bytes off %s (unacknowledged writes)", cut, path)
+                self._metrics.inc("recovered_torn_bytes", cut)
+            sealed.touch()
+            self._discards.collect(path.name)
+        for lock in self.job_dir.glob("instance-*.lock"):
+            instance = lock.stem.removeprefix("instance-")
+            if instance != self.instance and not instance_alive(self.job_dir, instance):
+                lock.unlink(missing_ok=True)
+
+    # -- writers ----------------------------------------------------------------------------
+    def _claim_log(self, log_id: str, epoch: int) -> str:
+        token = f"{self.instance}.{uuid.uuid4().hex[:8]}"
+        EpochFile(self.epochs_dir / f"{log_id}.epoch").take_over(epoch, token)
+        return token
+
+    def _make_writer(self, log_id: str, key_groups: KeyGroupRange, epoch: int, token: str) -> LocalWriter:
+        return LocalWriter(self, log_id, key_groups, epoch, token)
+
+    # -- group commit -------------------------------------------------------------------------
+    def _commit(self, batch: list[CommitRequest]) -> None:
+        accepted: list[CommitRequest] = []
+        owners: dict[str, tuple[int, str] | None] = {}
+        for request in batch:
+            if request.log_id not in owners:
+                owners[request.log_id] = EpochFile(self.epochs_dir / f"{request.log_id}.epoch").owner()
+            owner = owners[request.log_id]
+            if owner != (request.epoch, request.token):
+                newer = owner[0] if owner else "?"
+                self._metrics.inc("upload_failures")
+                request.future.set_exception(
+                    FencedError(
+                        f"writer of log {request.log_id!r} with epoch {request.epoch} was fenced by a newer "
+                        f"writer (epoch {newer})"
+                    )
+                )
+            else:
+                accepted.append(request)
+        if not accepted:
+            return
+        size = sum(len(b) for r in accepted for b in r.blobs)
+        try:
+            with self._segment_lock:
+                if self._closed:
+                    msg = "local storage is closed"
+                    raise ClosedError(msg)
+                segment = self._segment_for(size)
+                offset = segment.append([b for r in accepted for b in r.blobs])
+        except OSError as exc:
+            self._metrics.inc("upload_failures")
+            error = StorageError(f"writing segment failed: {exc}", retriable=True)
+            for request in accepted:
+                request.future.set_exception(error)
+            return
+        self._metrics.inc("uploads")
+        self._metrics.inc("fsyncs" if self._fsync else "writes")
+        self._metrics.inc("uploaded_bytes", size)
+        self._metrics.observe("batch_requests", len(accepted))
+        for request in accepted:
+            request.future.set_result((segment.name, offset))
+            offset += sum(len(b) for b in request.blobs)
+
+    def _segment_for(self, size: int) -> ActiveSegment:
+        active = self._active
+        if active is not None and active.size > 0 and active.size + size > self._segment_size:
+            active.seal()
+            self._active = None
+            self._discards.collect(active.name)
+        if self._active is None:
+            self._segment_number += 1
+            self._active = ActiveSegment(
+                self.segments_dir, self.instance, self._segment_number, fsync=self._fsync
+            )
+        return self._active
+
+    # -- reads, discard, close --------------------------------------------------------------
+    def create_reader(self) -> LocalReader:
+        """Create a reader."""
+        return LocalReader(self)
+
+    def _segment_of(self, relative: str) -> str:
+        path = self._absolute(relative)
+        if path.parent != self.segments_dir:
+            msg = f"location {relative!r} does not belong to job {self.job_id!r} of this storage"
+            raise StorageError(msg)
+        return path.name
+
+    def _unpin(self, locations: list[Location]) -> None:
+        pairs = [(self._segment_of(str(loc["segment"])), int(loc["offset"])) for loc in locations]  # type: ignore[arg-type]
+        for segment in self._discards.unpin(pairs):
+            self._discards.collect(segment)
+
+    def discard(self, handles: Iterable[ChangelogHandle]) -> None:
+        """Record the handles' change sets as discarded; delete segments nothing needs."""
+        by_job: dict[Path, dict[str, set[tuple[int, int]]]] = {}
+        handles = list(handles)
+        self._metrics.inc("discarded_change_sets", sum(len(h.locations) for h in handles))
+        for handle in handles:
+            for loc in handle.location_dicts:
+                path = self._absolute(str(loc["segment"]))
+                entry = (int(loc["offset"]), int(loc["length"]))  # type: ignore[arg-type]
+                by_job.setdefault(path.parent, {}).setdefault(path.name, set()).add(entry)
+        deleted = 0
+        for segments_dir, entries in by_job.items():
+            tracker = self._discards if segments_dir == self.segments_dir else DiscardTracker(segments_dir)
+            deleted += len(tracker.discard(entries))
+        self._metrics.inc("deleted_objects", deleted)
+
+    def list_objects(self) -> list[str]:
+        """Segment files of this job."""
+        return sorted(p.name for p in self.segments_dir.glob(f"*{SEGMENT_SUFFIX}"))
+
+    def _close_resources(self) -> None:
+        """Seal the active segment and release the instance lock."""
+        with self._segment_lock:
+            active, self._active = self._active, None
+        if active is not None:
+            active.seal()
+            self._discards.collect(active.name)
+        self._instance_lock.release()

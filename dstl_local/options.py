@@ -1,0 +1,29 @@
+"""Configuration options of the ``local`` storage."""
+
+from __future__ import annotations
+
+from dstl.spi import ConfigOption, OptionType, parse_size
+
+__all__ = ["LOCAL_OPTIONS"]
+
+LOCAL_OPTIONS = (
+    ConfigOption(
+        "dstl.local.dir",
+        OptionType.STRING,
+        None,
+        "Directory on a local disk holding the segment files (one sub-directory per job). Required.",
+    ),
+    ConfigOption(
+        "dstl.local.segment-size",
+        OptionType.SIZE,
+        parse_size("64mb"),
+        "Size at which a segment file is sealed and a new one started.",
+        minimum=4096,
+    ),
+    ConfigOption(
+        "dstl.local.fsync",
+        OptionType.BOOL,
+        True,
+        "fsync each persist batch (group commit); false trades durability on power loss for speed.",
+    ),
+)

@@ -1,0 +1,85 @@
+"""A storage base for storages built on :class:`~dstl.spi.ChangeSetWriter`.
+
+It keeps the parts every such storage shares: job id, metrics, the closed guard,
+epoch validation, log ids, and tracking of open writers. A storage implements
+:meth:`ChangeSetStorage._claim_log` (fencing) and :meth:`ChangeSetStorage._make_writer`.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import abstractmethod
+
+from .changeset_writer import ChangeSetWriter, log_id_for
+from .errors import ClosedError
+from .metrics import StorageMetrics
+from .names import validate_name
+from .storage import StateChangelogStorage
+from .types import KeyGroupRange
+
+__all__ = ["ChangeSetStorage"]
+
+
+class ChangeSetStorage(StateChangelogStorage):
+    """Writer bookkeeping shared by the built-in storages; thread-safe."""
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = validate_name(job_id, "job id")
+        self._metrics = StorageMetrics()
+        self._lock = threading.Lock()
+        self._writers: set[ChangeSetWriter] = set()
+        self._closed = False
+
+    @property
+    def metrics(self) -> StorageMetrics:
+        """The storage's counters and histograms."""
+        return self._metrics
+
+    @abstractmethod
+    def _claim_log(self, log_id: str, epoch: int) -> str:
+        """Make the caller the owner of ``log_id`` at ``epoch``; returns an owner token.
+
+        :raises FencedError: when a writer with a higher epoch owns the log.
+        """
+
+    @abstractmethod
+    def _make_writer(self, log_id: str, key_groups: KeyGroupRange, epoch: int, token: str) -> ChangeSetWriter:
+        """Build the writer (it passes ``self._forget`` as ``on_close``)."""
+
+    def _check_open(self) -> None:
+        if self._closed:
+            msg = f"{self.identifier} storage is closed"
+            raise ClosedError(msg)
+
+    def create_writer(
+        self, operator_id: str, key_groups: KeyGroupRange, *, epoch: int = 0
+    ) -> ChangeSetWriter:
+        """Create the writer of ``operator_id``'s log over ``key_groups``; fences lower epochs."""
+        self._check_open()
+        if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
+            msg = f"epoch must be a non-negative int, got {epoch!r}"
+            raise ValueError(msg)
+        log_id = log_id_for(operator_id, key_groups)
+        token = self._claim_log(log_id, epoch)
+        writer = self._make_writer(log_id, key_groups, epoch, token)
+        with self._lock:
+            self._writers.add(writer)
+        return writer
+
+    def _forget(self, writer: ChangeSetWriter) -> None:
+        with self._lock:
+            self._writers.discard(writer)
+
+    def close(self) -> None:
+        """Close every open writer, then :meth:`_close_resources`; idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            writers = list(self._writers)
+        for writer in writers:
+            writer.close()
+        self._close_resources()
+
+    def _close_resources(self) -> None:  # noqa: B027 - optional hook
+        """Release what the storage holds once its writers are closed."""
