@@ -136,7 +136,7 @@ def test_discard_removes_objects(storage, memory_config):
     assert storage.list_objects()
     storage.discard([handle])
     assert storage.list_objects() == []
-    assert storage.metrics.counter("discarded_objects") == 1
+    assert storage.metrics.counter("discarded_change_sets") == 1
     with pytest.raises(StorageError, match="discarded"):
         read_all(storage, handle)
 

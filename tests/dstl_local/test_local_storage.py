@@ -1,0 +1,199 @@
+"""Local-disk storage specifics: crash safety, recovery, group commit, segment GC."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from dstl.conformance.testing import persist, read_data
+from dstl.spi import ChangelogHandle, ConfigError, CorruptedError, KeyGroupRange, StorageError, load_storage
+
+from tests.dstl_local.crash_child import payload
+
+KG = KeyGroupRange(0, 8)
+
+
+@pytest.fixture
+def local_config(tmp_path):
+    return {"dstl.storage": "local", "dstl.local.dir": str(tmp_path / "dstl")}
+
+
+def test_missing_dir_is_a_clear_config_error():
+    with pytest.raises(ConfigError, match=r"dstl.local.dir is not set"):
+        load_storage({"dstl.storage": "local"}, job_id="j")
+
+
+def test_sigkill_at_random_points_loses_nothing_acknowledged(tmp_path):
+    directory = tmp_path / "crash"
+    rng = random.Random(1234)
+    acknowledged: list[tuple[str, dict]] = []
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")]
+        ),
+    }
+    for kill in range(20):
+        run = f"r{kill}"
+        child = subprocess.Popen(
+            [sys.executable, "-m", "tests.dstl_local.crash_child", str(directory), run],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+        )
+        # Let it get going (imports take ~0.3 s), then kill at a random point.
+        time.sleep(0.4 + rng.random() * 0.4)
+        child.send_signal(signal.SIGKILL)
+        out, err = child.communicate(timeout=30)
+        assert child.returncode == -signal.SIGKILL, err.decode()[-2000:]
+        lines = out.decode().splitlines()
+        # The last line may be cut mid-way by the kill: it was never fully reported.
+        events = []
+        for line in lines:
+            try:
+                events.append(json.loads(line))
+            except json.JSONDecodeError:
+                assert line is lines[-1], "only the last line can be torn"
+        assert events, f"run {run} completed no persist before the kill: {err.decode()[-2000:]}"
+        acknowledged.extend((run, event) for event in events[-2:])
+        # Recovery (a fresh instance) cuts torn tails; everything acknowledged is intact.
+        with load_storage(
+            {"dstl.storage": "local", "dstl.local.dir": str(directory)}, job_id="crash"
+        ) as fresh:
+            for ack_run, event in acknowledged:
+                handle = ChangelogHandle.from_json(event["handle"])
+                data = read_data(fresh, handle)
+                n = event["writer"]
+                assert data == [
+                    payload(f"{ack_run}-{n}", i, len(d) - len(f"{ack_run}-{n}:{i}:"))
+                    for i, d in enumerate(data)
+                ]
+                assert len(data) == event["count"]
+
+
+def _write_and_kill_instance(config):
+    storage = load_storage(config, job_id="job")
+    writer = storage.create_writer("op", KG)
+    writer.append(1, b"acknowledged")
+    handle = persist(writer, 0, 1)
+    segment = storage.segments_dir / handle.location_dicts[0]["segment"].split("/")[-1]
+    # Simulate a crash: release the liveness lock without sealing the segment.
+    storage._instance_lock.release()
+    return handle, segment
+
+
+def test_torn_tail_is_cut_on_recovery(local_config):
+    handle, segment = _write_and_kill_instance(local_config)
+    good_size = segment.stat().st_size
+    with open(segment, "ab") as file:
+        file.write(b"DSTC\x01\x00garbage-of-an-unacknowledged-write")
+    with load_storage(local_config, job_id="job") as fresh:
+        assert segment.stat().st_size == good_size
+        assert fresh.metrics.counter("recovered_torn_bytes") > 0
+        assert read_data(fresh, handle) == [b"acknowledged"]
+
+
+def test_corruption_in_the_middle_is_reported_with_file_and_offset(local_config):
+    storage = load_storage(local_config, job_id="job")
+    writer = storage.create_writer("op", KG)
+    writer.append(1, b"first")
+    persist(writer, 0, 1)
+    writer.append(1, b"second")
+    handle = persist(writer, 0, 2)
+    storage._instance_lock.release()
+    segment = storage.segments_dir / handle.location_dicts[0]["segment"].split("/")[-1]
+    raw = bytearray(segment.read_bytes())
+    raw[handle.location_dicts[0]["length"] - 2] ^= 0xFF  # inside the first change set
+    segment.write_bytes(bytes(raw))
+    with pytest.raises(CorruptedError) as info:
+        load_storage(local_config, job_id="job")
+    assert info.value.location == str(segment) and info.value.offset == 0
+
+
+def test_concurrent_persists_share_fsyncs(local_config):
+    with load_storage(local_config, job_id="job") as storage:
+        writers = [storage.create_writer(f"op{n}", KG) for n in range(8)]
+        barrier = threading.Barrier(8)
+
+        def work(writer):
+            for round_ in range(30):
+                writer.append(0, b"x" * 100)
+                barrier.wait(timeout=30)
+                writer.persist(0, round_ + 1).result(timeout=30)
+
+        threads = [threading.Thread(target=work, args=(w,)) for w in writers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        counters = storage.metrics.counters()
+        assert counters["persists"] == 240
+        assert counters["fsyncs"] < counters["persists"], counters
+
+
+def test_segments_roll_and_are_deleted_only_when_fully_discarded(tmp_path):
+    config = {"dstl.storage": "local", "dstl.local.dir": str(tmp_path), "dstl.local.segment-size": "4kb"}
+    storage = load_storage(config, job_id="job")
+    keep_writer = storage.create_writer("keep", KG)
+    drop_writer = storage.create_writer("drop", KG)
+    dropped = []
+    for round_ in range(20):
+        drop_writer.append(0, b"d" * 1000)
+        dropped.append(persist(drop_writer, drop_writer.next_sqn() - 1, round_))
+    keep_writer.append(0, b"keep me")
+    kept = persist(keep_writer, 0, 1)
+    assert len(storage.list_objects()) > 3, "segments did not roll"
+    drop_writer.close()
+    storage.discard(dropped)
+    remaining = storage.list_objects()
+    kept_segment = kept.location_dicts[0]["segment"].split("/")[-1]
+    assert kept_segment in remaining
+    assert len(remaining) < 4, "fully discarded sealed segments must be deleted"
+    assert read_data(storage, kept) == [b"keep me"]
+    storage.close()
+    assert kept_segment in load_storage(config, job_id="job").list_objects(), "a needed segment was deleted"
+
+
+def test_discard_waits_for_writers_that_still_reuse_a_change_set(local_config):
+    with load_storage({**local_config, "dstl.local.segment-size": "4kb"}, job_id="job") as storage:
+        writer = storage.create_writer("op", KG)
+        writer.append(0, b"a" * 5000)
+        first = persist(writer, 0, 1)
+        writer.append(0, b"b" * 5000)  # rolls the segment: the first one is sealed
+        persist(writer, 0, 2)
+        storage.discard([first])
+        first_segment = first.location_dicts[0]["segment"].split("/")[-1]
+        assert first_segment in storage.list_objects(), "deleted while the writer still reuses it"
+        writer.truncate(1)
+        assert first_segment not in storage.list_objects()
+
+
+def test_fsync_can_be_disabled(local_config):
+    with load_storage({**local_config, "dstl.local.fsync": "false"}, job_id="job") as storage:
+        writer = storage.create_writer("op", KG)
+        writer.append(0, b"x")
+        assert read_data(storage, persist(writer, 0, 1)) == [b"x"]
+        assert storage.metrics.counter("fsyncs") == 0
+
+
+def test_locations_cannot_escape_the_base_directory(local_config, tmp_path):
+    with load_storage(local_config, job_id="job") as storage:
+        writer = storage.create_writer("op", KG)
+        writer.append(0, b"x")
+        doc = persist(writer, 0, 1).to_dict()
+    doc["locations"][0]["segment"] = "../../etc/passwd"
+    with pytest.raises(ValueError, match="safe relative path"):
+        ChangelogHandle.from_dict(doc)
+
+
+def test_unwritable_directory_is_a_storage_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(StorageError, match="cannot use dstl.local.dir"):
+        load_storage({"dstl.storage": "local", "dstl.local.dir": str(blocker / "sub")}, job_id="job")
