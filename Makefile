@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.dstl-installed
 DEMO_ARGS ?= --seconds 20 --verify
 
-.PHONY: setup demo test lint readme clean
+.PHONY: setup demo test lint bench readme clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "dstl needs Python 3.11 or newer")'
@@ -26,6 +26,9 @@ test: setup
 
 lint: setup
 	$(PY) -m ruff check .
+
+bench: setup
+	$(PY) -m bench.dstl_bench $(BENCH_ARGS)
 
 readme: setup
 	$(PY) -m dstl.spi.cli config --update-readme README.md

@@ -23,10 +23,13 @@ import google_crc32c
 from .errors import CorruptedError
 
 __all__ = [
+    "CHANGE_ITEM",
     "CHANGE_SET_HEADER_SIZE",
     "DecodedChangeSet",
+    "decode_body",
     "decode_change_set",
     "encode_change_set",
+    "frame_change_set",
     "iter_change_sets",
 ]
 
@@ -36,6 +39,8 @@ _FLAG_ZLIB = 1
 _HEADER = struct.Struct("<4sBBHQQII")
 _CRC = struct.Struct("<I")
 _ITEM = struct.Struct("<iI")
+#: Framing of one change inside a body: key group (i32) and data length (u32).
+CHANGE_ITEM = _ITEM
 CHANGE_SET_HEADER_SIZE = _HEADER.size + _CRC.size
 
 
@@ -63,13 +68,19 @@ def encode_change_set(
     for key_group, data in changes:
         parts.append(_ITEM.pack(key_group, len(data)))
         parts.append(data)
-    body = b"".join(parts)
+    return frame_change_set(log_id, epoch, sqn, len(changes), b"".join(parts), compress=compress)
+
+
+def frame_change_set(
+    log_id: str, epoch: int, sqn: int, count: int, body: bytes | bytearray, *, compress: bool = False
+) -> bytes:
+    """Frame an already encoded body (``count`` items of :data:`CHANGE_ITEM` + data)."""
     flags = 0
     if compress:
         body = zlib.compress(body, 1)
         flags |= _FLAG_ZLIB
     log = log_id.encode()
-    header = _HEADER.pack(_MAGIC, _VERSION, flags, len(log), epoch, sqn, len(changes), len(body))
+    header = _HEADER.pack(_MAGIC, _VERSION, flags, len(log), epoch, sqn, count, len(body))
     crc = google_crc32c.extend(google_crc32c.extend(google_crc32c.value(header), log), body)
     return b"".join((header, _CRC.pack(crc), log, body))
 
@@ -126,6 +137,15 @@ def _decode(view: memoryview, offset: int, location: str) -> DecodedChangeSet:
     except (UnicodeDecodeError, zlib.error) as exc:
         msg = f"change set undecodable after checksum: {exc}"
         raise CorruptedError(msg, location=location, offset=offset) from exc
+    return DecodedChangeSet(log_id, epoch, sqn, _items(body, count, location, offset), body_end - offset)
+
+
+def decode_body(body: bytes, count: int) -> list[tuple[int, bytes]]:
+    """The ``(key_group, data)`` pairs of an unframed body (trusted, in-memory)."""
+    return _items(body, count, "in-memory body", 0)
+
+
+def _items(body: bytes, count: int, location: str, offset: int) -> list[tuple[int, bytes]]:
     changes: list[tuple[int, bytes]] = []
     pos = 0
     for _ in range(count):
@@ -142,7 +162,7 @@ def _decode(view: memoryview, offset: int, location: str) -> DecodedChangeSet:
     if pos != len(body):
         msg = "trailing bytes in change-set body"
         raise CorruptedError(msg, location=location, offset=offset)
-    return DecodedChangeSet(log_id, epoch, sqn, changes, body_end - offset)
+    return changes
 
 
 def iter_change_sets(buf: bytes | memoryview, *, location: str) -> Iterator[DecodedChangeSet]:

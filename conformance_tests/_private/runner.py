@@ -9,10 +9,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from dstl.spi import get_registry, refresh_plugins
-from dstl.spi.plugins import PLUGINS_ENV
 from rich.console import Console
 from rich.table import Table
+
+from dstl.spi import get_registry, refresh_plugins
+from dstl.spi.plugins import PLUGINS_ENV
 
 from .pytest_plugin import NOT_SUPPORTED, SUITE_DIR
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from dstl.conformance.testing import persist, read_data
 from dstl.spi import ClosedError, InvalidIdentifierError, KeyGroupRange
 

@@ -6,6 +6,7 @@ import signal
 import threading
 
 import pytest
+
 from dstl.conformance import requires
 from dstl.conformance._private.subprocesses import child_request, run_child
 from dstl.conformance.testing import change_bytes, persist, read_changes, read_data

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
+
 from dstl.conformance import requires
 from dstl.conformance.testing import change_bytes, persist, read_changes
 from dstl.spi import ChangelogHandle, CorruptedError, KeyGroupRange, SequenceNumberRange, StorageError

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from dstl.conformance import requires
 from dstl.conformance._private.subprocesses import child_request, run_child
 from dstl.conformance.testing import change_bytes, persist, read_data

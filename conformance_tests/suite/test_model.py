@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import itertools
 
-from dstl.conformance.testing import read_changes
-from dstl.spi import KeyGroupRange, TruncatedError
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -16,6 +14,9 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
+
+from dstl.conformance.testing import read_changes
+from dstl.spi import KeyGroupRange, TruncatedError
 
 KG = KeyGroupRange(0, 6)
 _operators = itertools.count()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from dstl.conformance.testing import change_bytes, persist, read_changes, read_data
 from dstl.spi import KeyGroupRange
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from dstl.conformance import requires
 from dstl.conformance.testing import change_bytes, persist, read_data
 from dstl.spi import ClosedError, KeyGroupRange, StorageError, TruncatedError

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import threading
 from pathlib import Path
 
 from dstl.spi import FencedError
@@ -24,7 +25,7 @@ class EpochFile:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            current = self._parse(os.pread(fd, 256, 0))
+            current = _parse(os.pread(fd, 256, 0))
             if current is not None and current[0] > epoch:
                 msg = f"log {self.path.stem!r} already has a writer with epoch {current[0]} > {epoch}"
                 raise FencedError(msg)
@@ -42,14 +43,47 @@ class EpochFile:
         except FileNotFoundError:
             return None
         try:
-            fcntl.flock(fd, fcntl.LOCK_SH)
-            return self._parse(os.pread(fd, 256, 0))
+            return _read_locked(fd)
         finally:
             os.close(fd)
 
-    @staticmethod
-    def _parse(raw: bytes) -> tuple[int, str] | None:
-        parts = raw.decode(errors="replace").split()
-        if len(parts) != 2 or not parts[0].isdigit():
-            return None
-        return int(parts[0]), parts[1]
+
+class OwnerCheck:
+    """Re-reads one epoch file through a descriptor kept open (a check costs one pread).
+
+    A takeover rewrites the file in place, so the open descriptor sees it.
+    """
+
+    def __init__(self, epoch_file: EpochFile) -> None:
+        self._fd = os.open(epoch_file.path, os.O_RDONLY)
+        self._lock = threading.Lock()
+
+    def owner(self) -> tuple[int, str] | None:
+        """The current ``(epoch, token)``."""
+        with self._lock:
+            if self._fd < 0:
+                msg = "owner check used after close"
+                raise ValueError(msg)
+            return _read_locked(self._fd)
+
+    def close(self) -> None:
+        """Close the descriptor; idempotent."""
+        with self._lock:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+
+
+def _read_locked(fd: int) -> tuple[int, str] | None:
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    try:
+        return _parse(os.pread(fd, 256, 0))
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+def _parse(raw: bytes) -> tuple[int, str] | None:
+    parts = raw.decode(errors="replace").split()
+    if len(parts) != 2 or not parts[0].isdigit():
+        return None
+    return int(parts[0]), parts[1]

@@ -22,6 +22,7 @@ class CommitRequest:
     log_id: str
     epoch: int
     token: str
+    owner: Callable[[], tuple[int, str] | None]
     blobs: list[bytes]
     future: Future[Any] = field(default_factory=Future)
 

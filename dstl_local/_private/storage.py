@@ -20,14 +20,13 @@ from dstl.spi import (
     KeyGroupRange,
     StorageError,
     check_relative_path,
-    encode_change_set,
 )
 from dstl.spi.changeset_reader import ChangeSetReader, FetchedChangeSet
 from dstl.spi.changeset_storage import ChangeSetStorage
 from dstl.spi.handle import Location, LocationValue
 
 from .discards import DiscardTracker
-from .fencing import EpochFile
+from .fencing import EpochFile, OwnerCheck
 from .group_commit import CommitRequest, GroupCommitter
 from .segments import (
     SEALED_SUFFIX,
@@ -49,10 +48,11 @@ class LocalWriter(ChangeSetWriter):
     """Writer whose persists go through the storage's group commit."""
 
     _storage: LocalStorage
+    _owner_check: OwnerCheck
 
     def _upload(self, change_sets: Sequence[ChangeSet], checkpoint_id: int) -> Future[list[Location]]:
-        blobs = [encode_change_set(self.log_id, self.epoch, cs.sqn, cs.changes) for cs in change_sets]
-        request = CommitRequest(self.log_id, self.epoch, self._token, blobs)
+        blobs = [cs.encode(self.log_id, self.epoch) for cs in change_sets]
+        request = CommitRequest(self.log_id, self.epoch, self._token, self._owner_check.owner, blobs)
         future = self._storage._committer.submit(request)
         result: Future[list[Location]] = Future()
 
@@ -80,6 +80,11 @@ class LocalWriter(ChangeSetWriter):
 
     def _released(self, locations: list[Location]) -> None:
         self._storage._unpin(locations)
+
+    def close(self) -> None:
+        """Close the writer and its epoch-file descriptor."""
+        super().close()
+        self._owner_check.close()
 
 
 class LocalReader(ChangeSetReader):
@@ -173,16 +178,15 @@ class LocalStorage(ChangeSetStorage):
         return token
 
     def _make_writer(self, log_id: str, key_groups: KeyGroupRange, epoch: int, token: str) -> LocalWriter:
-        return LocalWriter(self, log_id, key_groups, epoch, token)
+        writer = LocalWriter(self, log_id, key_groups, epoch, token)
+        writer._owner_check = OwnerCheck(EpochFile(self.epochs_dir / f"{log_id}.epoch"))
+        return writer
 
     # -- group commit -------------------------------------------------------------------------
     def _commit(self, batch: list[CommitRequest]) -> None:
         accepted: list[CommitRequest] = []
-        owners: dict[str, tuple[int, str] | None] = {}
         for request in batch:
-            if request.log_id not in owners:
-                owners[request.log_id] = EpochFile(self.epochs_dir / f"{request.log_id}.epoch").owner()
-            owner = owners[request.log_id]
+            owner = request.owner()
             if owner != (request.epoch, request.token):
                 newer = owner[0] if owner else "?"
                 self._metrics.inc("upload_failures")

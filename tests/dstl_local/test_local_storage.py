@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
+
 from dstl.conformance.testing import persist, read_data
 from dstl.spi import ChangelogHandle, ConfigError, CorruptedError, KeyGroupRange, StorageError, load_storage
-
 from tests.dstl_local.crash_child import payload
 
 KG = KeyGroupRange(0, 8)

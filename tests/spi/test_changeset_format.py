@@ -1,4 +1,5 @@
 import pytest
+
 from dstl.spi import CorruptedError, decode_change_set, encode_change_set, iter_change_sets
 
 CHANGES = [(0, b"alpha"), (5, b""), (-1, b"meta"), (127, bytes(range(256)))]

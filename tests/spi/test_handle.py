@@ -1,10 +1,11 @@
 import json
 
 import pytest
-from dstl.spi import ChangelogHandle, InvalidHandleError, KeyGroupRange, SequenceNumberRange
-from dstl.spi.handle import MAX_HANDLE_JSON_BYTES
 from hypothesis import given
 from hypothesis import strategies as st
+
+from dstl.spi import ChangelogHandle, InvalidHandleError, KeyGroupRange, SequenceNumberRange
+from dstl.spi.handle import MAX_HANDLE_JSON_BYTES
 
 
 def make_handle(**overrides):

@@ -1,6 +1,7 @@
 import datetime
 
 import pytest
+
 from dstl.spi import Config, ConfigError, ConfigOption, OptionType, parse_duration, parse_size
 
 

@@ -1,4 +1,5 @@
 import pytest
+
 from dstl.spi import (
     ChangelogHandle,
     ConfigError,

@@ -1,4 +1,5 @@
 import pytest
+
 from dstl.spi import META_KEY_GROUP, KeyGroupRange, SequenceNumberRange, StateChange
 
 

@@ -8,7 +8,6 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-from ...changeset_format import encode_change_set
 from ...changeset_reader import ChangeSetReader, FetchedChangeSet
 from ...changeset_storage import ChangeSetStorage
 from ...changeset_writer import ChangeSet, ChangeSetWriter
@@ -54,7 +53,7 @@ class MemoryWriter(ChangeSetWriter):
         future: Future[list[Location]] = Future()
         storage = self._storage
         ns = storage._ns
-        blobs = [encode_change_set(self.log_id, self.epoch, cs.sqn, cs.changes) for cs in change_sets]
+        blobs = [cs.encode(self.log_id, self.epoch) for cs in change_sets]
         with ns.lock:
             owner = ns.owners.get((storage.job_id, self.log_id))
             if owner != (self.epoch, self._token):

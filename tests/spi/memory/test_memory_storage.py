@@ -1,6 +1,7 @@
 """The memory storage's exact contract (the conformance suite covers it again, generically)."""
 
 import pytest
+
 from dstl.spi import (
     ChangelogHandle,
     ClosedError,
