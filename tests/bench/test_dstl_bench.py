@@ -1,0 +1,19 @@
+"""The benchmark harness runs and writes its report (no timing is asserted here)."""
+
+from bench.dstl_bench import main, percentile
+
+
+def test_percentile_nearest_rank():
+    samples = [float(i) for i in range(1, 101)]
+    assert percentile(samples, 50) == 50.0
+    assert percentile(samples, 99) == 99.0
+    assert percentile(samples, 99.9) == 100.0
+    assert percentile([3.0], 90) == 3.0
+
+
+def test_quick_run_writes_report_and_plot(tmp_path):
+    assert main(["--quick", "--storage", "local", "--results", str(tmp_path)]) == 0
+    report = (tmp_path / "dstl-bench-local.md").read_text()
+    assert "## Append throughput" in report and "## Persist latency (ms)" in report
+    assert "100 B x 1 writer(s)" in report and "p99/floor p99" in report
+    assert (tmp_path / "dstl-bench-local.png").stat().st_size > 1000
