@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import statistics
 import tempfile
@@ -40,7 +41,7 @@ THROUGHPUT_PLAN = ((100, 1, 2_000_000), (100, 8, 250_000), (4096, 1, 200_000), (
 def percentile(samples: list[float], q: float) -> float:
     """Nearest-rank percentile."""
     ordered = sorted(samples)
-    rank = round(q / 100 * len(ordered) + 0.5) - 1
+    rank = math.ceil(q / 100 * len(ordered)) - 1
     return ordered[min(len(ordered) - 1, max(0, rank))]
 
 
