@@ -77,4 +77,43 @@ DFS_OPTIONS = (
         False,
         "Compress change sets (zlib) before upload.",
     ),
+    ConfigOption(
+        "dstl.dfs.download.cache-idle-timeout",
+        OptionType.DURATION,
+        parse_duration("10min"),
+        "Downloaded objects are kept this long after their last read.",
+    ),
+    ConfigOption(
+        "dstl.dfs.download.cache-max-size",
+        OptionType.SIZE,
+        parse_size("256mb"),
+        "Bytes the download cache may hold; idle objects are evicted beyond it.",
+    ),
+    ConfigOption(
+        "dstl.dfs.s3.fast-path",
+        OptionType.BOOL,
+        True,
+        "For s3:// use boto3 directly (PutObject/GetObject/DeleteObject) instead of s3fs.",
+    ),
+    ConfigOption(
+        "dstl.dfs.s3.endpoint-url",
+        OptionType.STRING,
+        None,
+        "S3 endpoint (MinIO, moto, another region's endpoint); default: AWS.",
+    ),
+    ConfigOption(
+        "dstl.dfs.s3.region", OptionType.STRING, None, "S3 region; default: the standard AWS chain."
+    ),
+    ConfigOption(
+        "dstl.dfs.s3.access-key-id",
+        OptionType.STRING,
+        None,
+        "S3 access key; default: the standard AWS credential chain (env, profile, instance role).",
+    ),
+    ConfigOption(
+        "dstl.dfs.s3.secret-access-key",
+        OptionType.STRING,
+        None,
+        "S3 secret key (never logged); default: the standard AWS credential chain.",
+    ),
 )

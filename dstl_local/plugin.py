@@ -7,7 +7,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dstl.spi import StorageRegistry, StorageSpec, hookimpl
+from dstl.spi import KNOWN_CAPABILITIES, StorageRegistry, StorageSpec, hookimpl
 
 from .options import LOCAL_OPTIONS
 
@@ -26,17 +26,7 @@ def dstl_register_storages(registry: StorageRegistry) -> None:
             factory="dstl.local._private.storage:LocalStorage",
             description="Append-only segment files on local disk, group-commit fsync (embedded default).",
             options=LOCAL_OPTIONS,
-            capabilities=frozenset(
-                {
-                    "fencing",
-                    "physical_truncation",
-                    "leak_check",
-                    "survives_process_kill",
-                    "multi_process",
-                    "corruption_injection",
-                    "failure_injection",
-                }
-            ),
+            capabilities=KNOWN_CAPABILITIES,  # every capability the suite knows
         )
     )
 

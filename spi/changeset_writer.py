@@ -255,6 +255,22 @@ class ChangeSetWriter(StateChangelogWriter):
         self._active_count = 0
         self._active_bytes = 0
 
+    def upload_ahead(self) -> None:
+        """Upload the closed (and open) change sets now, ahead of the next persist.
+
+        The pre-emptive persist of storages with slow uploads: a later persist
+        reuses what this uploaded; if it fails, that persist uploads again.
+        """
+        with self._lock:
+            if self._state is not WriterState.OPEN:
+                return
+            self._rollover()
+            pending = [cs for cs in self._change_sets.values() if cs.location is None and cs.pending is None]
+            if not pending:
+                return
+            self._metrics.inc("preemptive_uploads")
+            self._start_upload(pending, -1)
+
     # -- persist ----------------------------------------------------------------------------
     def persist(self, start_sqn: int, checkpoint_id: int) -> Future[ChangelogHandle]:
         """Make every change with SQN >= ``start_sqn`` durable; see the SPI contract."""

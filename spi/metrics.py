@@ -23,7 +23,7 @@ _HISTOGRAM_WINDOW = 4096
 
 
 class StorageMetrics:
-    """Named counters and sliding-window histograms, safe to update from any thread.
+    """Named counters, gauges and sliding-window histograms, safe to update from any thread.
 
     Storages may add their own names; :data:`REQUIRED_COUNTERS` always exist.
     """
@@ -32,11 +32,22 @@ class StorageMetrics:
         self._lock = threading.Lock()
         self._counters: dict[str, int] = dict.fromkeys(REQUIRED_COUNTERS, 0)
         self._histograms: dict[str, deque[float]] = {}
+        self._gauges: dict[str, float] = {}
 
     def inc(self, name: str, amount: int = 1) -> None:
         """Add ``amount`` to counter ``name`` (created at zero when new)."""
         with self._lock:
             self._counters[name] = self._counters.get(name, 0) + amount
+
+    def set_gauge(self, name: str, value: float) -> None:
+        """Set gauge ``name`` (a level such as queued bytes) to ``value``."""
+        with self._lock:
+            self._gauges[name] = value
+
+    def gauges(self) -> dict[str, float]:
+        """A copy of every gauge."""
+        with self._lock:
+            return dict(self._gauges)
 
     def observe(self, name: str, value: float) -> None:
         """Record ``value`` in histogram ``name`` (keeps the latest samples)."""

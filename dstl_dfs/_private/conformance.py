@@ -1,0 +1,67 @@
+"""Conformance support of the ``filesystem`` storage: environment and backdoor."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+from dstl.conformance import ConformanceBackdoor
+from dstl.spi import ChangelogHandle, StateChangelogStorage
+
+from .object_store import FsspecStore, S3Store
+from .storage import DfsStorage
+
+#: ``file`` (default) or ``s3`` (moto's server on loopback). memory:// is not offered:
+#: fsspec's memory filesystem lives in one process, so the process-level
+#: capabilities (SIGKILL durability, cross-process fencing) cannot hold there.
+BACKEND_ENV = "DSTL_DFS_CONFORMANCE_BACKEND"
+
+
+@contextlib.contextmanager
+def dfs_environment(workdir: Path) -> Iterator[dict[str, str]]:
+    """A base path for the run, on the backend ``DSTL_DFS_CONFORMANCE_BACKEND`` names."""
+    backend = os.environ.get(BACKEND_ENV, "file")
+    if backend == "s3":
+        from dstl.dfs.testing import moto_s3_server
+
+        with moto_s3_server() as endpoint:
+            yield endpoint.config(prefix=workdir.name)
+    elif backend == "file":
+        yield {"dstl.dfs.base-path": (workdir / "dfs").as_uri()}
+    else:
+        msg = f"{BACKEND_ENV}={backend!r}: use file or s3"
+        raise ValueError(msg)
+
+
+class DfsBackdoor(ConformanceBackdoor):
+    """Raw object access that bypasses the storage (no conditional puts, no cache)."""
+
+    def list_objects(self, storage: StateChangelogStorage) -> list[str]:
+        """Data objects of the job."""
+        assert isinstance(storage, DfsStorage)
+        return storage.list_objects()
+
+    def corrupt(self, storage: StateChangelogStorage, handle: ChangelogHandle) -> None:
+        """Overwrite the object with the last byte of the first change set flipped."""
+        assert isinstance(storage, DfsStorage)
+        first = min(handle.location_dicts, key=lambda loc: loc["sqn"])  # type: ignore[arg-type,return-value]
+        key = str(first["object"])
+        data = bytearray(storage.store.get(key))
+        data[int(first["offset"]) + int(first["length"]) - 1] ^= 0x5A  # type: ignore[arg-type]
+        store = storage.store
+        if isinstance(store, S3Store):
+            store.client.put_object(Bucket=store.bucket, Key=store._key(key), Body=bytes(data))
+        elif isinstance(store, FsspecStore):
+            store.fs.pipe_file(store._path(key), bytes(data))
+        storage._cache.invalidate(key)
+
+    def unreachable_config(self, config: Mapping[str, str]) -> tuple[dict[str, str], float]:
+        """A base path that cannot be written (file) or an endpoint nobody listens on (s3)."""
+        fast = {"dstl.dfs.upload.timeout": "500ms", "dstl.dfs.upload.next-attempt-delay": "50ms"}
+        if str(config.get("dstl.dfs.base-path", "")).startswith("s3://"):
+            from dstl.dfs.testing import free_port
+
+            return {**fast, "dstl.dfs.s3.endpoint-url": f"http://127.0.0.1:{free_port()}"}, 0.5 * 3 + 3.0
+        return {**fast, "dstl.dfs.base-path": "file:///dev/null/dstl-unreachable"}, 0.5 * 3 + 3.0

@@ -1,0 +1,234 @@
+"""Object stores the DFS storage writes to: any fsspec URL, and boto3 for S3.
+
+Every store offers the same five operations on keys relative to the base path;
+``put_new`` never overwrites (unique names, conditional puts for markers).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from urllib.parse import urlparse
+
+from dstl.spi import Config, ConfigError, StorageError
+
+
+class ObjectExistsError(StorageError):
+    """``put_new`` found the key already taken (conditional put failed)."""
+
+
+class ObjectStore(ABC):
+    """Keys relative to the base path; values are whole objects."""
+
+    url: str
+
+    @abstractmethod
+    def put_new(self, key: str, data: bytes) -> None:
+        """Create ``key``; :class:`ObjectExistsError` if it exists (never overwrites)."""
+
+    @abstractmethod
+    def get(self, key: str) -> bytes:
+        """The whole object; :class:`StorageError` when missing."""
+
+    @abstractmethod
+    def get_range(self, key: str, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of the object (fewer at its end)."""
+
+    @abstractmethod
+    def delete(self, key: str) -> None:
+        """Delete ``key``; missing keys are fine."""
+
+    @abstractmethod
+    def list(self, prefix: str) -> list[str]:
+        """Keys below ``prefix`` (recursive)."""
+
+    def close(self) -> None:  # noqa: B027 - optional
+        """Release clients."""
+
+    def describe(self, key: str) -> str:
+        """Full URL of ``key`` for messages."""
+        return f"{self.url.rstrip('/')}/{key}"
+
+
+class FsspecStore(ObjectStore):
+    """Any fsspec filesystem (file://, memory://, gs://, s3:// through s3fs, ...)."""
+
+    def __init__(self, url: str, storage_options: dict[str, object] | None = None) -> None:
+        import fsspec
+
+        self.url = url
+        self.fs, root = fsspec.core.url_to_fs(url, **(storage_options or {}))
+        self.root = root.rstrip("/")
+        self._local = self.fs.protocol in ("file", "local") or "file" in (self.fs.protocol or ())
+        self._lock = threading.Lock()
+
+    def _path(self, key: str) -> str:
+        return f"{self.root}/{key}"
+
+    @contextlib.contextmanager
+    def _translate(self, action: str, key: str) -> Iterator[None]:
+        """Turn OS errors into dstl's: missing key, taken key, anything else."""
+        try:
+            yield
+        except FileExistsError as exc:
+            msg = f"object {self.describe(key)} already exists"
+            raise ObjectExistsError(msg) from exc
+        except FileNotFoundError as exc:
+            msg = f"object {self.describe(key)} does not exist (was it discarded?)"
+            raise StorageError(msg) from exc
+        except OSError as exc:
+            msg = f"{action} {self.describe(key)} failed: {exc}"
+            raise StorageError(msg, retriable=True) from exc
+
+    def put_new(self, key: str, data: bytes) -> None:
+        path = self._path(key)
+        with self._translate("writing", key):
+            if self._local:
+                # O_EXCL: the local equivalent of a conditional put.
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                try:
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(fd, view) :]
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                return
+            with self._lock:  # best effort on stores without conditional puts
+                if self.fs.exists(path):
+                    raise FileExistsError(path)
+                self.fs.pipe_file(path, data)
+
+    def get(self, key: str) -> bytes:
+        with self._translate("reading", key):
+            return self.fs.cat_file(self._path(key))
+
+    def get_range(self, key: str, start: int, end: int) -> bytes:
+        with self._translate("reading", key):
+            return self.fs.cat_file(self._path(key), start=start, end=end)
+
+    def delete(self, key: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.rm_file(self._path(key))
+
+    def list(self, prefix: str) -> list[str]:
+        base = self._path(prefix).rstrip("/")
+        try:
+            found = self.fs.find(base)
+        except FileNotFoundError:
+            return []
+        root = self.root + "/"
+        return sorted(p[len(root) :] if p.startswith(root) else p for p in found)
+
+
+class S3Store(ObjectStore):
+    """Direct boto3 calls: PutObject with ``If-None-Match: *``, GetObject, DeleteObject."""
+
+    def __init__(self, url: str, config: Config) -> None:
+        import boto3
+        from botocore.config import Config as BotoConfig
+
+        parsed = urlparse(url)
+        if not parsed.netloc:
+            msg = f"dstl.dfs.base-path {url!r} names no bucket: use s3://BUCKET/prefix"
+            raise ConfigError(msg)
+        self.url = url
+        self.bucket = parsed.netloc
+        self.prefix = parsed.path.strip("/")
+        timeout = float(config["dstl.dfs.upload.timeout"])
+        session = boto3.session.Session(
+            aws_access_key_id=config.get("dstl.dfs.s3.access-key-id"),
+            aws_secret_access_key=config.get("dstl.dfs.s3.secret-access-key"),
+            region_name=config.get("dstl.dfs.s3.region"),
+        )
+        # dstl retries and hedges itself; botocore's own retries would hide slow attempts.
+        boto_config = BotoConfig(
+            connect_timeout=max(1.0, timeout),
+            read_timeout=max(5.0, timeout * 5),
+            retries={"max_attempts": 1, "mode": "standard"},
+            max_pool_connections=max(10, int(config["dstl.dfs.upload.num-threads"]) * 4),
+        )
+        self.client = session.client(
+            "s3", endpoint_url=config.get("dstl.dfs.s3.endpoint-url"), config=boto_config
+        )
+
+    def _key(self, key: str) -> str:
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    @contextlib.contextmanager
+    def _translate(self, action: str, key: str) -> Iterator[None]:
+        """Turn botocore errors into dstl's: missing key, taken key, anything else."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            yield
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code", "")
+            if code in ("PreconditionFailed", "ConditionalRequestConflict", "412"):
+                msg = f"object {self.describe(key)} already exists"
+                raise ObjectExistsError(msg) from exc
+            if code in ("NoSuchKey", "404"):
+                msg = f"object {self.describe(key)} does not exist (was it discarded?)"
+                raise StorageError(msg) from exc
+            msg = f"{action} {self.describe(key)} failed: {code or type(exc).__name__}: {exc}"
+            raise StorageError(msg, retriable=True) from exc
+        except BotoCoreError as exc:
+            msg = f"{action} {self.describe(key)} failed: {type(exc).__name__}: {exc}"
+            raise StorageError(msg, retriable=True) from exc
+
+    def put_new(self, key: str, data: bytes) -> None:
+        with self._translate("writing", key):
+            self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data, IfNoneMatch="*")
+
+    def get(self, key: str) -> bytes:
+        with self._translate("reading", key):
+            return self.client.get_object(Bucket=self.bucket, Key=self._key(key))["Body"].read()
+
+    def get_range(self, key: str, start: int, end: int) -> bytes:
+        byte_range = f"bytes={start}-{max(start, end - 1)}"
+        with self._translate("reading", key):
+            return self.client.get_object(Bucket=self.bucket, Key=self._key(key), Range=byte_range)[
+                "Body"
+            ].read()
+
+    def delete(self, key: str) -> None:
+        with self._translate("deleting", key):
+            self.client.delete_object(Bucket=self.bucket, Key=self._key(key))
+
+    def list(self, prefix: str) -> list[str]:
+        keys: list[str] = []
+        with self._translate("listing", prefix):
+            pages = self.client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=self._key(prefix)
+            )
+            for page in pages:
+                keys.extend(item["Key"] for item in page.get("Contents", ()))
+        strip = len(self.prefix) + 1 if self.prefix else 0
+        return sorted(k[strip:] for k in keys)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def open_store(config: Config, *, for_markers: bool = False) -> ObjectStore:
+    """The store for ``dstl.dfs.base-path``: boto3 for s3:// (fast path), else fsspec."""
+    url = config["dstl.dfs.base-path"]
+    if not url:
+        msg = "dstl.dfs.base-path is not set: set it to an fsspec URL, e.g. s3://bucket/dstl or file:///data/dstl"
+        raise ConfigError(msg)
+    scheme = urlparse(url).scheme or "file"
+    if scheme in ("s3", "s3a"):
+        if for_markers or config["dstl.dfs.s3.fast-path"]:
+            return S3Store(url, config)
+        options: dict[str, object] = {}
+        if config.get("dstl.dfs.s3.endpoint-url"):
+            options["client_kwargs"] = {"endpoint_url": config["dstl.dfs.s3.endpoint-url"]}
+        if config.get("dstl.dfs.s3.access-key-id"):
+            options["key"] = config["dstl.dfs.s3.access-key-id"]
+            options["secret"] = config.get("dstl.dfs.s3.secret-access-key")
+        return FsspecStore(url, options)
+    return FsspecStore(url)

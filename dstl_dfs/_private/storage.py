@@ -1,0 +1,364 @@
+"""The DFS / object-store storage: batched, hedged uploads of change-set objects."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+from urllib.parse import urlparse
+
+from dstl.spi import (
+    ChangelogHandle,
+    ChangeSet,
+    ChangeSetReader,
+    ChangeSetStorage,
+    ChangeSetWriter,
+    Config,
+    CorruptedError,
+    FencedError,
+    FetchedChangeSet,
+    KeyGroupRange,
+    StorageError,
+    check_relative_path,
+)
+from dstl.spi.handle import Location, LocationValue
+
+from .batch_format import HEADER_SIZE, build_object, index_size, read_index
+from .cache import DownloadCache
+from .hedging import HedgedUpload, RetryPolicy
+from .object_store import ObjectStore, S3Store, open_store
+from .scheduler import BatchingScheduler, UploadRequest
+from .timers import TimerThread
+
+log = logging.getLogger(__name__)
+
+IDENTIFIER = "filesystem"
+_INDEX_PROBE = 64 * 1024
+
+
+class DfsWriter(ChangeSetWriter):
+    """Writer whose persists join the storage's next upload batch."""
+
+    _storage: DfsStorage
+
+    def _upload(self, change_sets: Sequence[ChangeSet], checkpoint_id: int) -> Future[list[Location]]:
+        storage = self._storage
+        blobs = [
+            (cs.sqn, cs.encode(self.log_id, self.epoch, compress=storage.compress)) for cs in change_sets
+        ]
+        request = UploadRequest(self.log_id, self.epoch, self._token, blobs)
+        result: Future[list[Location]] = Future()
+
+        def to_locations(done: Future[Any]) -> None:
+            if done.exception() is not None:
+                result.set_exception(done.exception())  # type: ignore[arg-type]
+                return
+            locations: list[Location] = []
+            for (sqn, _), (key, offset, length) in zip(blobs, done.result(), strict=True):
+                locations.append({"object": key, "offset": offset, "length": length, "sqn": sqn})
+                storage._pin(key, offset)
+            result.set_result(locations)
+
+        storage._scheduler.submit(request).add_done_callback(to_locations)
+        return result
+
+    def _released(self, locations: list[Location]) -> None:
+        self._storage._unpin(locations)
+
+    def append(self, key_group: int, data: bytes) -> None:
+        """Append; past ``preemptive-persist-threshold`` buffered bytes, upload ahead."""
+        super().append(key_group, data)
+        if self._active_bytes >= self._storage.preemptive_threshold:
+            self.upload_ahead()
+
+
+class DfsReader(ChangeSetReader):
+    """Reads change sets through the storage's download cache."""
+
+    def __init__(self, storage: DfsStorage) -> None:
+        super().__init__(IDENTIFIER)
+        self._storage = storage
+
+    def _fetch(self, handle: ChangelogHandle, location: dict[str, LocationValue]) -> FetchedChangeSet:
+        key = check_relative_path(str(location["object"]), "object location")
+        cache = self._storage._cache
+        data = cache.acquire(key)
+        cache.release(key)
+        offset, length = int(location["offset"]), int(location["length"])  # type: ignore[arg-type]
+        if offset + length > len(data):
+            msg = f"object is {len(data)} bytes, the change set ends at {offset + length}"
+            raise CorruptedError(msg, location=self._storage.store.describe(key), offset=offset)
+        return FetchedChangeSet(data, offset, self._storage.store.describe(key))
+
+
+class DfsStorage(ChangeSetStorage):
+    """Change sets of many writers uploaded as one object per batch.
+
+    Keys under ``dstl.dfs.base-path``::
+
+        <job>/data/<instance>-<batch>-a<attempt>.dstl    objects (unique per attempt)
+        <job>/epochs/<log>/<epoch>-<time>-<id>             epoch markers (conditional puts)
+    """
+
+    def __init__(self, config: Config, job_id: str) -> None:
+        super().__init__(job_id)
+        self.store: ObjectStore = open_store(config)
+        # Epoch markers need conditional puts: on S3 through boto3 even when data goes through s3fs.
+        on_s3 = urlparse(str(config["dstl.dfs.base-path"])).scheme in ("s3", "s3a")
+        self.markers = (
+            open_store(config, for_markers=True)
+            if on_s3 and not isinstance(self.store, S3Store)
+            else self.store
+        )
+        self.compress = bool(config["dstl.dfs.compression.enabled"])
+        self.preemptive_threshold = int(config["dstl.dfs.preemptive-persist-threshold"])
+        self.instance = uuid.uuid4().hex[:12]
+        self._batches = itertools.count()
+        self._policy = RetryPolicy(
+            kind=str(config["dstl.dfs.upload.retry-policy"]),
+            timeout=float(config["dstl.dfs.upload.timeout"]),
+            max_attempts=int(config["dstl.dfs.upload.max-attempts"]),
+            next_attempt_delay=float(config["dstl.dfs.upload.next-attempt-delay"]),
+        )
+        threads = int(config["dstl.dfs.upload.num-threads"])
+        self._pool = ThreadPoolExecutor(
+            threads * self._policy.attempts + 1, thread_name_prefix="dstl-dfs-upload"
+        )
+        self._timers = TimerThread("dstl-dfs-timers")
+        self._scheduler = BatchingScheduler(
+            delay=float(config["dstl.dfs.batch.persist-delay"]),
+            size_threshold=int(config["dstl.dfs.batch.persist-size-threshold"]),
+            max_in_flight=int(config["dstl.dfs.upload.max-in-flight"]),
+            timers=self._timers,
+            metrics=self._metrics,
+            upload_batch=self._upload_batch,
+        )
+        self._cache = DownloadCache(
+            self.store.get,
+            idle_timeout=float(config["dstl.dfs.download.cache-idle-timeout"]),
+            max_bytes=int(config["dstl.dfs.download.cache-max-size"]),
+            metrics=self._metrics,
+        )
+        self._gc_lock = threading.Lock()
+        self._live: dict[str, set[int]] = {}
+        self._pins: Counter[tuple[str, int]] = Counter()
+
+    @property
+    def identifier(self) -> str:
+        """``filesystem``."""
+        return IDENTIFIER
+
+    # -- fencing ------------------------------------------------------------------------------
+    def _marker_prefix(self, log_id: str = "") -> str:
+        return f"{self.job_id}/epochs/{log_id}/" if log_id else f"{self.job_id}/epochs/"
+
+    def _claim_log(self, log_id: str, epoch: int) -> str:
+        existing = [key.rsplit("/", 1)[-1] for key in self.markers.list(self._marker_prefix(log_id))]
+        highest = max((int(name.split("-", 1)[0]) for name in existing if name[:20].isdigit()), default=None)
+        if highest is not None and highest > epoch:
+            msg = f"log {log_id!r} already has a writer with epoch {highest} > {epoch}"
+            raise FencedError(msg)
+        # Markers sort by (epoch, creation time): the greatest one owns the log.
+        token = f"{epoch:020d}-{time.time_ns():020d}-{uuid.uuid4().hex[:8]}"
+        self.markers.put_new(self._marker_prefix(log_id) + token, b"")
+        return token
+
+    def _owners(self) -> dict[str, str]:
+        owners: dict[str, str] = {}
+        prefix = self._marker_prefix()
+        for key in self.markers.list(prefix):
+            log_id, _, token = key[len(prefix) :].rpartition("/")
+            if token > owners.get(log_id, ""):
+                owners[log_id] = token
+        return owners
+
+    def _make_writer(self, log_id: str, key_groups: KeyGroupRange, epoch: int, token: str) -> DfsWriter:
+        return DfsWriter(self, log_id, key_groups, epoch, token)
+
+    # -- uploads --------------------------------------------------------------------------------
+    def available(self) -> bool:
+        """False while uploads in flight exceed ``upload.max-in-flight`` (persists would block)."""
+        return self._scheduler.available()
+
+    def wait_available(self, timeout: float | None = None) -> bool:
+        """Block until persists can start without blocking; interruptible."""
+        return self._scheduler.wait_available(timeout)
+
+    def _upload_batch(self, batch: list[UploadRequest], done: Callable[[], None]) -> None:
+        entries = sorted(
+            (
+                (request.log_id, sqn, index, blob)
+                for index, request in enumerate(batch)
+                for sqn, blob in request.blobs
+            ),
+            key=lambda entry: (entry[0], entry[1], entry[2]),
+        )
+        data, offsets = build_object([entry[3] for entry in entries], compressed=self.compress)
+        placed: dict[tuple[int, int], tuple[int, int]] = {}
+        for (_, sqn, index, blob), offset in zip(entries, offsets, strict=True):
+            placed[(index, sqn)] = (offset, len(blob))
+        number = next(self._batches)
+        upload = HedgedUpload(
+            policy=self._policy,
+            pool=self._pool,
+            timers=self._timers,
+            metrics=self._metrics,
+            key_for_attempt=lambda attempt: (
+                f"{self.job_id}/data/{self.instance}-{number:010d}-a{attempt}.dstl"
+            ),
+            put=lambda key: self.store.put_new(key, data),
+            delete=self.store.delete,
+        )
+        uploaded = upload.start()
+        # The fencing check runs in parallel with the upload.
+        owners = self._pool.submit(self._owners)
+        pending = [2]
+        lock = threading.Lock()
+
+        def settle(_: Future[Any]) -> None:
+            with lock:
+                pending[0] -= 1
+                if pending[0]:
+                    return
+            done()
+            self._settle(batch, placed, len(data), uploaded, owners)
+
+        uploaded.add_done_callback(settle)
+        owners.add_done_callback(settle)
+
+    def _settle(
+        self,
+        batch: list[UploadRequest],
+        placed: dict[tuple[int, int], tuple[int, int]],
+        size: int,
+        uploaded: Future[str],
+        owners: Future[dict[str, str]],
+    ) -> None:
+        error = uploaded.exception() or owners.exception()
+        if error is not None:
+            failure = error if isinstance(error, StorageError) else StorageError(str(error), retriable=True)
+            for request in batch:
+                request.future.set_exception(failure)
+            if uploaded.exception() is None:
+                self._delete_object(uploaded.result())
+            return
+        key, current = uploaded.result(), owners.result()
+        self._metrics.inc("uploads")
+        self._metrics.inc("uploaded_bytes", size)
+        self._metrics.observe("upload_bytes", size)
+        live: set[int] = set()
+        outcomes: list[tuple[UploadRequest, Any]] = []
+        for index, request in enumerate(batch):
+            spots = [placed[(index, sqn)] for sqn, _ in request.blobs]
+            if current.get(request.log_id) != request.token:
+                outcomes.append(
+                    (
+                        request,
+                        FencedError(
+                            f"writer of log {request.log_id!r} with epoch {request.epoch} was fenced"
+                        ),
+                    )
+                )
+                continue
+            live.update(offset for offset, _ in spots)
+            outcomes.append((request, [(key, offset, length) for offset, length in spots]))
+        with self._gc_lock:
+            self._live[key] = live
+        if not live:
+            self._delete_object(key)
+        for request, outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                request.future.set_exception(outcome)
+            else:
+                request.future.set_result(outcome)
+
+    # -- reads, discard, GC ------------------------------------------------------------------------
+    def create_reader(self) -> DfsReader:
+        """Create a reader (sharing the storage's download cache)."""
+        return DfsReader(self)
+
+    def _pin(self, key: str, offset: int) -> None:
+        with self._gc_lock:
+            self._pins[(key, offset)] += 1
+
+    def _unpin(self, locations: list[Location]) -> None:
+        to_check = set()
+        with self._gc_lock:
+            for loc in locations:
+                spot = (str(loc["object"]), int(loc["offset"]))  # type: ignore[arg-type]
+                if self._pins[spot] > 0:
+                    self._pins[spot] -= 1
+                    if self._pins[spot] == 0:
+                        del self._pins[spot]
+                        to_check.add(spot[0])
+        for key in to_check:
+            self._collect(key)
+
+    def _index_of(self, key: str) -> set[int] | None:
+        try:
+            head = self.store.get_range(key, 0, _INDEX_PROBE)
+        except StorageError:
+            return None  # already gone
+        where = self.store.describe(key)
+        needed = index_size(head[:HEADER_SIZE], location=where)
+        if needed > len(head):
+            head = self.store.get_range(key, 0, needed)
+        return {offset for offset, _ in read_index(head, location=where)}
+
+    def discard(self, handles: Iterable[ChangelogHandle]) -> None:
+        """Forget the handles' change sets; delete objects none of whose change sets is needed."""
+        handles = list(handles)
+        self._metrics.inc("discarded_change_sets", sum(len(h.locations) for h in handles))
+        by_object: dict[str, set[int]] = {}
+        for handle in handles:
+            for loc in handle.location_dicts:
+                key = check_relative_path(str(loc["object"]), "object location")
+                by_object.setdefault(key, set()).add(int(loc["offset"]))  # type: ignore[arg-type]
+        for key, offsets in by_object.items():
+            with self._gc_lock:
+                known = key in self._live
+            if not known:
+                index = self._index_of(key)
+                if index is None:
+                    continue
+                with self._gc_lock:
+                    self._live.setdefault(key, index)
+            with self._gc_lock:
+                self._live[key] -= offsets
+            self._collect(key)
+
+    def _collect(self, key: str) -> None:
+        with self._gc_lock:
+            live = self._live.get(key)
+            if live is None or live or any(spot[0] == key for spot in self._pins):
+                return
+            del self._live[key]
+        self._delete_object(key)
+
+    def _delete_object(self, key: str) -> None:
+        try:
+            self.store.delete(key)
+        except StorageError as exc:
+            log.warning("could not delete %s: %s", self.store.describe(key), exc)
+            return
+        self._cache.invalidate(key)
+        self._metrics.inc("deleted_objects")
+
+    def list_objects(self) -> list[str]:
+        """Data objects of this job."""
+        return self.store.list(f"{self.job_id}/data/")
+
+    def _close_resources(self) -> None:
+        self._scheduler.close()
+        self._pool.shutdown(wait=True)
+        self._timers.close()
+        self._cache.clear()
+        self.store.close()
+        if self.markers is not self.store:
+            self.markers.close()

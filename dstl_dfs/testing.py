@@ -1,0 +1,211 @@
+"""Test infrastructure for the ``filesystem`` storage, shipped for providers and users.
+
+- :func:`moto_s3_server`: a real S3 endpoint (moto's server) on a free loopback
+  port, with a bucket, for as long as the context lasts.
+- :class:`FaultInjectingProxy`: an HTTP proxy on loopback in front of an S3
+  endpoint that stalls or fails a chosen fraction of PUT requests.
+
+Both need the test extras (``pip install 'dstl[test]'``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import random
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+__all__ = ["FaultInjectingProxy", "S3Endpoint", "free_port", "moto_s3_server"]
+
+_CREDENTIALS = {"dstl.dfs.s3.access-key-id": "testing", "dstl.dfs.s3.secret-access-key": "testing"}
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass(frozen=True)
+class S3Endpoint:
+    """A running S3 endpoint with a bucket."""
+
+    url: str
+    bucket: str
+
+    def config(self, prefix: str = "dstl") -> dict[str, str]:
+        """Dstl config that points the ``filesystem`` storage at the bucket."""
+        return {
+            "dstl.dfs.base-path": f"s3://{self.bucket}/{prefix}",
+            "dstl.dfs.s3.endpoint-url": self.url,
+            "dstl.dfs.s3.region": "us-east-1",
+            **_CREDENTIALS,
+        }
+
+    def client(self):  # noqa: ANN201 - boto3 client
+        """A boto3 S3 client for the endpoint (the backdoor of tests and benchmarks)."""
+        import boto3
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.url,
+            region_name="us-east-1",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
+
+
+@contextlib.contextmanager
+def moto_s3_server(bucket: str = "dstl-test") -> Iterator[S3Endpoint]:
+    """Run moto's S3 server on loopback with ``bucket`` created; stop it on exit."""
+    from moto.server import ThreadedMotoServer
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        endpoint = S3Endpoint(f"http://127.0.0.1:{port}", bucket)
+        _wait_for_port(port)
+        endpoint.client().create_bucket(Bucket=bucket)
+        yield endpoint
+    finally:
+        server.stop()
+
+
+def _wait_for_port(port: int, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return
+        time.sleep(0.05)
+    msg = f"nothing listens on 127.0.0.1:{port} after {timeout}s"
+    raise TimeoutError(msg)
+
+
+class FaultInjectingProxy:
+    """Forwards HTTP to ``target`` and stalls or fails a fraction of PUTs.
+
+    :param stall_fraction: share of PUTs delayed by ``stall_seconds`` before forwarding.
+    :param fail_fraction: share of PUTs answered with 503 without forwarding.
+    :param seed: makes the choice of requests repeatable.
+    """
+
+    def __init__(
+        self,
+        target: str,
+        *,
+        stall_fraction: float = 0.0,
+        stall_seconds: float = 2.0,
+        fail_fraction: float = 0.0,
+        seed: int = 7,
+    ) -> None:
+        host, _, port = target.removeprefix("http://").partition(":")
+        self.target = (host, int(port or 80))
+        self.stall_fraction = stall_fraction
+        self.stall_seconds = stall_seconds
+        self.fail_fraction = fail_fraction
+        self._random = random.Random(seed)
+        self._lock = threading.Lock()
+        self.stall_next = 0  # the next N PUTs stall whatever the fractions say
+        self.stalled = 0
+        self.failed = 0
+        self.forwarded = 0
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, name="s3-fault-proxy", daemon=True)
+
+    def __enter__(self) -> FaultInjectingProxy:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)
+
+    def _decide(self, method: str) -> str:
+        if method != "PUT":
+            return "forward"
+        with self._lock:
+            if self.stall_next > 0:
+                self.stall_next -= 1
+                self.stalled += 1
+                return "stall"
+            roll = self._random.random()
+            if roll < self.fail_fraction:
+                self.failed += 1
+                return "fail"
+            if roll < self.fail_fraction + self.stall_fraction:
+                self.stalled += 1
+                return "stall"
+            return "forward"
+
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib name
+                return
+
+            def _body(self) -> bytes:
+                if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+                    raw = bytearray()
+                    while True:
+                        line = self.rfile.readline()
+                        raw += line
+                        size = int(line.split(b";")[0].strip() or b"0", 16)
+                        chunk = self.rfile.read(size + 2)
+                        raw += chunk
+                        if size == 0:
+                            # Trailers end with an empty line.
+                            while chunk not in (b"\r\n", b""):
+                                chunk = self.rfile.readline()
+                                raw += chunk
+                            return bytes(raw)
+                return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+            def _handle(self) -> None:
+                body = self._body()
+                decision = proxy._decide(self.command)
+                if decision == "fail":
+                    payload = b"<Error><Code>SlowDown</Code><Message>injected</Message></Error>"
+                    self.send_response(503)
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                    return
+                if decision == "stall":
+                    time.sleep(proxy.stall_seconds)
+                conn = http.client.HTTPConnection(*proxy.target, timeout=60)
+                try:
+                    conn.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)
+                    for name, value in self.headers.items():
+                        conn.putheader(name, value)
+                    conn.endheaders(body or None)
+                    response = conn.getresponse()
+                    data = response.read()
+                finally:
+                    conn.close()
+                with proxy._lock:
+                    proxy.forwarded += 1
+                self.send_response(response.status, response.reason)
+                for name, value in response.getheaders():
+                    if name.lower() not in ("transfer-encoding", "content-length", "connection"):
+                        self.send_header(name, value)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle  # noqa: N815
+
+        return Handler
