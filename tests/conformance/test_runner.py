@@ -33,10 +33,15 @@ def repo_env():
     }
 
 
-@pytest.mark.parametrize("identifier", ["memory", "local"])
-def test_built_in_storage_conforms(tmp_path, identifier):
+@pytest.mark.parametrize(
+    ("identifier", "backend"),
+    [("memory", None), ("local", None), ("filesystem", "file"), ("filesystem", "s3")],
+    ids=["memory", "local", "filesystem-file", "filesystem-s3"],
+)
+def test_built_in_storage_conforms(tmp_path, identifier, backend):
     report = tmp_path / "report.xml"
-    result = run_dstl(["conformance", identifier, "--junitxml", str(report)], timeout=600)
+    env = {**os.environ, "DSTL_DFS_CONFORMANCE_BACKEND": backend} if backend else None
+    result = run_dstl(["conformance", identifier, "--junitxml", str(report)], env=env, timeout=600)
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-3000:]
     for category in CATEGORIES:
         assert category in result.stdout
@@ -47,7 +52,9 @@ def test_built_in_storage_conforms(tmp_path, identifier):
         # Inapplicable tests are reported as not supported, naming the capability.
         assert "survives_process_kill" in result.stdout and "not supported" in result.stdout
     else:
-        assert int(suite.get("skipped")) == 0, "local declares every capability: nothing may be skipped"
+        assert int(suite.get("skipped")) == 0, (
+            f"{identifier} declares every capability: nothing may be skipped"
+        )
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,245 @@
+"""filesystem storage specifics: batching, hedging, retries, back-pressure, cache, S3."""
+
+import logging
+import threading
+import time
+
+import pytest
+
+from dstl.conformance.testing import persist, read_data
+from dstl.dfs.testing import free_port
+from dstl.spi import ChangelogHandle, Config, CorruptedError, KeyGroupRange, StorageError, load_storage
+
+KG = KeyGroupRange(0, 8)
+
+
+@pytest.fixture
+def file_config(tmp_path):
+    return {"dstl.storage": "filesystem", "dstl.dfs.base-path": (tmp_path / "dfs").as_uri()}
+
+
+def test_writers_persisting_together_share_one_object(file_config):
+    with load_storage({**file_config, "dstl.dfs.batch.persist-delay": "50ms"}, job_id="job") as storage:
+        writers = [storage.create_writer(f"op{n}", KG) for n in range(10)]
+        for n, writer in enumerate(writers):
+            writer.append(n % 8, f"w{n}".encode())
+        futures = [w.persist(0, 1) for w in writers]  # all within a few ms
+        handles = [f.result(timeout=30) for f in futures]
+        assert len(storage.list_objects()) == 1
+        assert len({h.location_dicts[0]["object"] for h in handles}) == 1
+        for n, handle in enumerate(handles):
+            assert read_data(storage, handle) == [f"w{n}".encode()]
+
+
+def test_size_threshold_drains_without_waiting_for_the_delay(file_config):
+    config = {
+        **file_config,
+        "dstl.dfs.batch.persist-delay": "10s",
+        "dstl.dfs.batch.persist-size-threshold": "1kb",
+    }
+    with load_storage(config, job_id="job") as storage:
+        writer = storage.create_writer("op", KG)
+        writer.append(0, b"x" * 2048)
+        started = time.monotonic()
+        persist(writer, 0, 1, timeout=5)
+        assert time.monotonic() - started < 2
+
+
+def test_preemptive_upload_before_the_checkpoint(file_config):
+    config = {**file_config, "dstl.dfs.preemptive-persist-threshold": "10kb"}
+    with load_storage(config, job_id="job") as storage:
+        writer = storage.create_writer("op", KG)
+        for _ in range(30):
+            writer.append(0, b"p" * 1000)
+        deadline = time.monotonic() + 5
+        while storage.metrics.counter("uploads") == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert storage.metrics.counter("preemptive_uploads") >= 1
+        handle = persist(writer, 0, 1)
+        assert handle.size == 30_000
+        assert handle.incremental_size < handle.size, "the persist re-uploaded what was uploaded ahead"
+        assert read_data(storage, handle) == [b"p" * 1000] * 30
+
+
+def test_compression_round_trip_and_smaller_objects(tmp_path):
+    sizes = {}
+    for compressed in (False, True):
+        config = {
+            "dstl.storage": "filesystem",
+            "dstl.dfs.base-path": (tmp_path / str(compressed)).as_uri(),
+            "dstl.dfs.compression.enabled": str(compressed).lower(),
+        }
+        with load_storage(config, job_id="job") as storage:
+            writer = storage.create_writer("op", KG)
+            for i in range(100):
+                writer.append(i % 8, b"compressible " * 20)
+            handle = persist(writer, 0, 1)
+            assert read_data(storage, handle) == [b"compressible " * 20] * 100
+            sizes[compressed] = storage.metrics.counter("uploaded_bytes")
+    assert sizes[True] < sizes[False] / 5
+
+
+def test_truncated_object_is_corrupted_error(file_config, tmp_path):
+    with load_storage(file_config, job_id="job") as storage:
+        writer = storage.create_writer("op", KG)
+        writer.append(0, b"a" * 500)
+        handle = persist(writer, 0, 1)
+    path = tmp_path / "dfs" / handle.location_dicts[0]["object"]
+    path.write_bytes(path.read_bytes()[:-100])
+    with load_storage(file_config, job_id="job") as fresh, pytest.raises(CorruptedError):
+        read_data(fresh, handle)
+
+
+def test_concurrent_readers_download_an_object_once(file_config):
+    with load_storage(file_config, job_id="job") as storage:
+        writer = storage.create_writer("op", KG)
+        for i in range(50):
+            writer.append(i % 8, b"r" * 100)
+        handle = persist(writer, 0, 1)
+    with load_storage(file_config, job_id="job") as fresh:
+        results = []
+        threads = [
+            threading.Thread(target=lambda: results.append(read_data(fresh, handle))) for _ in range(8)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert len(results) == 8 and all(r == results[0] for r in results)
+        assert fresh.metrics.counter("downloads") == 1
+
+
+def test_discard_deletes_an_object_only_when_all_its_change_sets_are_discarded(file_config):
+    with load_storage({**file_config, "dstl.dfs.batch.persist-delay": "50ms"}, job_id="job") as storage:
+        a, b = storage.create_writer("a", KG), storage.create_writer("b", KG)
+        a.append(0, b"a")
+        b.append(0, b"b")
+        handle_a, handle_b = (f.result(timeout=30) for f in [a.persist(0, 1), b.persist(0, 1)])
+        a.close()
+        b.close()
+    with load_storage(
+        file_config, job_id="job"
+    ) as driver:  # another process's view: index read from the object
+        driver.discard([handle_a])
+        assert len(driver.list_objects()) == 1
+        assert read_data(driver, handle_b) == [b"b"]
+        driver.discard([handle_b])
+        assert driver.list_objects() == []
+
+
+# -- S3 (moto) -------------------------------------------------------------------------------------
+
+
+def test_s3_round_trip_and_conditional_epoch_markers(s3_config):
+    with load_storage(s3_config, job_id="job") as storage:
+        writer = storage.create_writer("op", KG, epoch=3)
+        writer.append(1, b"on s3")
+        handle = persist(writer, 0, 1)
+        markers = storage.markers.list(f"{storage.job_id}/epochs/")
+        assert len(markers) == 1 and markers[0].split("/")[-1].startswith(f"{3:020d}-")
+        from dstl.dfs._private.object_store import ObjectExistsError
+
+        with pytest.raises(ObjectExistsError):
+            storage.markers.put_new(markers[0], b"")  # If-None-Match: * refuses an overwrite
+    with load_storage(s3_config, job_id="other") as fresh:
+        assert read_data(fresh, ChangelogHandle.from_json(handle.to_json())) == [b"on s3"]
+
+
+def test_s3_through_s3fs_when_fast_path_is_off(s3_config):
+    with load_storage({**s3_config, "dstl.dfs.s3.fast-path": "false"}, job_id="job") as storage:
+        from dstl.dfs._private.object_store import FsspecStore, S3Store
+
+        assert isinstance(storage.store, FsspecStore) and isinstance(storage.markers, S3Store)
+        writer = storage.create_writer("op", KG)
+        writer.append(1, b"via s3fs")
+        assert read_data(storage, persist(writer, 0, 1)) == [b"via s3fs"]
+
+
+def test_unreachable_endpoint_fails_within_timeout_times_attempts(s3_config):
+    config = {
+        **s3_config,
+        "dstl.dfs.s3.endpoint-url": f"http://127.0.0.1:{free_port()}",
+        "dstl.dfs.upload.timeout": "300ms",
+        "dstl.dfs.upload.next-attempt-delay": "20ms",
+    }
+    started = time.monotonic()
+    with pytest.raises(StorageError), load_storage(config, job_id="job") as storage:
+        writer = storage.create_writer("op", KG)
+        writer.append(0, b"x")
+        writer.persist(0, 1).result(timeout=30)
+    assert time.monotonic() - started <= 0.3 * 3 + 1.0
+
+
+def test_hedging_races_a_stalled_put_and_deletes_the_loser(s3_endpoint, s3_config, s3_proxy_factory):
+    proxy = s3_proxy_factory(stall_seconds=1.5)
+    config = {**s3_config, "dstl.dfs.s3.endpoint-url": proxy.url, "dstl.dfs.upload.timeout": "200ms"}
+    with load_storage(config, job_id="job") as storage:
+        writer = storage.create_writer("op", KG)
+        writer.append(0, b"first")
+        persist(writer, 0, 1)
+        proxy.stall_next = 1  # the first attempt stalls; its hedge goes through
+        writer.append(0, b"hedged")
+        started = time.monotonic()
+        handle = persist(writer, 0, 2, timeout=30)
+        elapsed = time.monotonic() - started
+        assert storage.metrics.counter("upload_hedges") >= 1
+        assert elapsed < 1.5 + 0.5, elapsed
+        assert read_data(storage, handle) == [b"first", b"hedged"]
+        time.sleep(2.0)  # let the losing attempts land
+        assert storage.metrics.counter("hedge_losers_deleted") >= 1
+        keys = {loc["object"] for loc in handle.location_dicts}
+        assert set(storage.list_objects()) == keys, "a losing attempt's object was left behind"
+
+
+def test_failed_puts_are_retried(s3_config, s3_proxy_factory):
+    proxy = s3_proxy_factory(fail_fraction=0.5, seed=3)
+    config = {
+        **s3_config,
+        "dstl.dfs.s3.endpoint-url": proxy.url,
+        "dstl.dfs.upload.next-attempt-delay": "10ms",
+    }
+    proxy.fail_fraction = 0.0
+    with load_storage(config, job_id="job") as storage:
+        writer = storage.create_writer("op", KG)
+        proxy.fail_fraction = 0.5
+        for round_ in range(10):
+            writer.append(0, f"r{round_}".encode())
+            persist(writer, 0, round_ + 1)
+        assert proxy.failed >= 1 and storage.metrics.counter("upload_failures") >= 1
+        proxy.fail_fraction = 1.0
+        writer.append(0, b"doomed")
+        with pytest.raises(StorageError, match="3 attempt"):
+            persist(writer, 0, 99)
+
+
+def test_backpressure_blocks_and_recovers(s3_config, s3_proxy_factory):
+    proxy = s3_proxy_factory()
+    config = {
+        **s3_config,
+        "dstl.dfs.s3.endpoint-url": proxy.url,
+        "dstl.dfs.upload.max-in-flight": "4kb",
+        "dstl.dfs.upload.retry-policy": "none",
+    }
+    with load_storage(config, job_id="job") as storage:
+        writer = storage.create_writer("op", KG)
+        proxy.stall_fraction, proxy.stall_seconds = 1.0, 1.0
+        writer.append(0, b"x" * 8000)
+        slow = writer.persist(0, 1)
+        time.sleep(0.2)
+        assert not storage.available()
+        assert storage.wait_available(timeout=0.1) is False
+        proxy.stall_fraction = 0.0
+        slow.result(timeout=10)
+        assert storage.wait_available(timeout=5) is True and storage.available()
+
+
+def test_secrets_are_never_logged(s3_config, caplog):
+    caplog.set_level(logging.DEBUG)
+    config = {**s3_config, "dstl.dfs.s3.secret-access-key": "sUp3r-s3cret-value"}
+    with load_storage(config, job_id="job") as storage:
+        writer = storage.create_writer("op", KG)
+        writer.append(0, b"x")
+        persist(writer, 0, 1)
+    assert "sUp3r-s3cret-value" not in repr(Config(config))
+    assert "sUp3r-s3cret-value" not in caplog.text
+    assert "PUT /" in caplog.text or storage.metrics.counter("uploads") == 1  # the run did log and upload
