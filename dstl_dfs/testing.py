@@ -14,6 +14,8 @@ import contextlib
 import http.client
 import random
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -63,24 +65,38 @@ class S3Endpoint:
 
 @contextlib.contextmanager
 def moto_s3_server(bucket: str = "dstl-test") -> Iterator[S3Endpoint]:
-    """Run moto's S3 server on loopback with ``bucket`` created; stop it on exit."""
-    from moto.server import ThreadedMotoServer
+    """Run moto's S3 server on loopback with ``bucket`` created; stop it on exit.
 
+    The server runs in its own process, like a real S3 endpoint: in-process it
+    would share the GIL with the client and serialise requests a real service
+    handles in parallel.
+    """
     port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         endpoint = S3Endpoint(f"http://127.0.0.1:{port}", bucket)
-        _wait_for_port(port)
+        _wait_for_port(port, process=server)
         endpoint.client().create_bucket(Bucket=bucket)
         yield endpoint
     finally:
-        server.stop()
+        server.terminate()
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait(10)
 
 
-def _wait_for_port(port: int, timeout: float = 10.0) -> None:
+def _wait_for_port(port: int, timeout: float = 30.0, process: subprocess.Popen | None = None) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            msg = f"the server on port {port} exited with code {process.returncode}"
+            raise RuntimeError(msg)
         with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
             return
         time.sleep(0.05)
@@ -152,6 +168,12 @@ class FaultInjectingProxy:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+
+            def setup(self) -> None:
+                super().setup()
+                # Responses go out in several writes: without NODELAY, Nagle's
+                # algorithm and delayed ACKs add ~40 ms to each request.
+                self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
             def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib name
                 return

@@ -94,7 +94,7 @@ class BatchingScheduler:
             self._queue.append(request)
             self._queued_bytes += request.size
             self._metrics.set_gauge("queued_bytes", self._queued_bytes)
-            if self._queued_bytes >= self._size_threshold:
+            if self._queued_bytes >= self._size_threshold or self._delay <= 0:
                 drain_now = True
             elif not self._drain_scheduled:
                 self._drain_scheduled = True
