@@ -123,7 +123,7 @@ def hedging(endpoint: S3Endpoint, persists: int, changes: int, stall: float, sec
     stalls: dict[str, int] = {}
     for name, overrides in configs.items():
         task = progress.add_task(f"B: {name}", total=persists)
-        with FaultInjectingProxy(endpoint.url, stall_fraction=stall, stall_seconds=seconds, seed=11) as proxy:
+        with FaultInjectingProxy(endpoint.url, stall_fraction=stall, stall_seconds=seconds) as proxy:
             config = {
                 "dstl.dfs.s3.endpoint-url": proxy.url,
                 "dstl.dfs.batch.persist-delay": "0ms",

@@ -109,7 +109,8 @@ class FaultInjectingProxy:
 
     :param stall_fraction: share of PUTs delayed by ``stall_seconds`` before forwarding.
     :param fail_fraction: share of PUTs answered with 503 without forwarding.
-    :param seed: makes the choice of requests repeatable.
+    :param evenly: pick exactly that share of PUTs, evenly spaced (default); else
+        draw each PUT at random with ``seed``.
     """
 
     def __init__(
@@ -119,6 +120,7 @@ class FaultInjectingProxy:
         stall_fraction: float = 0.0,
         stall_seconds: float = 2.0,
         fail_fraction: float = 0.0,
+        evenly: bool = True,
         seed: int = 7,
     ) -> None:
         host, _, port = target.removeprefix("http://").partition(":")
@@ -127,6 +129,8 @@ class FaultInjectingProxy:
         self.stall_seconds = stall_seconds
         self.fail_fraction = fail_fraction
         self._random = random.Random(seed)
+        self.evenly = evenly
+        self.puts = 0
         self._lock = threading.Lock()
         self.stall_next = 0  # the next N PUTs stall whatever the fractions say
         self.stalled = 0
@@ -150,15 +154,24 @@ class FaultInjectingProxy:
         if method != "PUT":
             return "forward"
         with self._lock:
+            self.puts += 1
             if self.stall_next > 0:
                 self.stall_next -= 1
                 self.stalled += 1
                 return "stall"
-            roll = self._random.random()
-            if roll < self.fail_fraction:
+            if self.evenly:
+                # Exactly the chosen share, evenly spaced: PUT n is picked when the
+                # running count floor(n * fraction) steps up.
+                fail = int(self.puts * self.fail_fraction) > int((self.puts - 1) * self.fail_fraction)
+                stall = int(self.puts * self.stall_fraction) > int((self.puts - 1) * self.stall_fraction)
+            else:
+                roll = self._random.random()
+                fail = roll < self.fail_fraction
+                stall = not fail and roll < self.fail_fraction + self.stall_fraction
+            if fail:
                 self.failed += 1
                 return "fail"
-            if roll < self.fail_fraction + self.stall_fraction:
+            if stall:
                 self.stalled += 1
                 return "stall"
             return "forward"

@@ -149,7 +149,7 @@ class S3Store(ObjectStore):
         boto_config = BotoConfig(
             connect_timeout=max(1.0, timeout),
             read_timeout=max(5.0, timeout * 5),
-            retries={"max_attempts": 1, "mode": "standard"},
+            retries={"total_max_attempts": 1, "mode": "standard"},
             max_pool_connections=max(10, int(config["dstl.dfs.upload.num-threads"]) * 4),
         )
         self.client = session.client(

@@ -17,3 +17,11 @@ def test_quick_run_writes_report_and_plot(tmp_path):
     assert "## Append throughput" in report and "## Persist latency (ms)" in report
     assert "100 B x 1 writer(s)" in report and "p99/floor p99" in report
     assert (tmp_path / "dstl-bench-local.png").stat().st_size > 1000
+
+
+def test_dfs_bench_quick_run_writes_report(tmp_path):
+    from bench.dfs_bench import main as dfs_main
+
+    assert dfs_main(["--quick", "--results", str(tmp_path)]) == 0
+    report = (tmp_path / "dfs-bench-s3.md").read_text()
+    assert "raw put_object" in report and "retry-policy=none" in report and "p99.9" in report
