@@ -1,4 +1,14 @@
 """Kafka-log changelog storage (identifier ``kafka``) through confluent-kafka.
 
-Lands with its issue; until then ``dstl.storage=kafka`` reports an unknown storage.
+Change sets are records (chunked above ``dstl.kafka.max-message-size``) in topic
+``<prefix>.<job>``, partitioned by log, carrying log, epoch, writer and SQN in
+headers. Writers are fenced by claims: ``init_transactions`` with a
+transactional id per job and log, a committed claim record, and a claims check
+raced against every produce. Reads are ``read_committed`` and bounded.
 """
+
+from __future__ import annotations
+
+from .options import KAFKA_OPTIONS
+
+__all__ = ["KAFKA_OPTIONS"]

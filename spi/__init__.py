@@ -34,6 +34,7 @@ from .plugins import get_registry, load_storage, refresh_plugins, storage_for_ha
 from .reader import StateChangelogReader
 from .registry import KNOWN_CAPABILITIES, StorageRegistry, StorageSpec
 from .storage import StateChangelogStorage
+from .storage_plugin import StoragePlugin
 from .types import META_KEY_GROUP, KeyGroupRange, SequenceNumberRange, StateChange
 from .writer import StateChangelogWriter
 
@@ -70,6 +71,7 @@ __all__ = [
     "StorageMetrics",
     "StorageRegistry",
     "StorageSpec",
+    "StoragePlugin",
     "TruncatedError",
     "UnknownStorageError",
     "WriterState",

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Iterator, Mapping
+from pathlib import Path
 
 from dstl.conformance import ConformanceBackdoor
 from dstl.spi import ChangelogHandle, StateChangelogStorage
 
 from .storage import LocalStorage
+
+
+@contextlib.contextmanager
+def local_environment(workdir: Path) -> Iterator[dict[str, str]]:
+    """A directory of its own for the run."""
+    yield {"dstl.local.dir": str(workdir / "local")}
 
 
 class LocalBackdoor(ConformanceBackdoor):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 from dstl.conformance import ConformanceBackdoor
 
@@ -14,7 +15,7 @@ from .storage import MemoryStorage, namespace_objects
 
 
 @contextlib.contextmanager
-def memory_environment() -> Iterator[dict[str, str]]:
+def memory_environment(workdir: Path) -> Iterator[dict[str, str]]:
     """A namespace of its own for the run."""
     yield {"dstl.memory.namespace": f"conformance-{uuid.uuid4().hex}"}
 

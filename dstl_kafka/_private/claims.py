@@ -1,0 +1,127 @@
+"""Writer claims: who owns each log, in a claims topic partitioned like the data.
+
+A writer claims its log when it is created: ``init_transactions`` on a
+transactional producer whose id is derived from job and log (fencing older
+transactional claimers), then a committed claim record ``epoch token``. Each
+persist checks, in parallel with its produce, whether the claims partition grew
+since the writer last looked; only then are the new claims read. The greatest
+``(epoch, token)`` claimed for a log owns it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from dstl.spi import FencedError, StorageError
+
+from .clients import ClientFactory
+
+log = logging.getLogger(__name__)
+
+
+class ClaimsTracker:
+    """Reads claim partitions (one consumer, serialised) and remembers the owners."""
+
+    def __init__(self, factory: ClientFactory, topic: str, job_id: str) -> None:
+        from confluent_kafka import Consumer
+
+        self._factory = factory
+        self._topic = topic
+        self._job = job_id
+        self._consumer = Consumer(factory.consumer_config(), logger=log)
+        self._lock = threading.Lock()
+        self._read_to: dict[int, int] = {}
+        self.owners: dict[str, tuple[int, str]] = {}
+
+    def refresh(self, partition: int) -> None:
+        """Read claims appended to ``partition`` since the last refresh."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        with self._lock:
+            try:
+                low, high = self._consumer.get_watermark_offsets(
+                    TopicPartition(self._topic, partition), timeout=self._factory.timeout, cached=False
+                )
+            except KafkaException as exc:
+                msg = f"cannot read claims of {self._topic}[{partition}]: {exc}"
+                raise StorageError(msg, retriable=True) from exc
+            start = max(low, self._read_to.get(partition, 0))
+            if high <= start:
+                self._read_to[partition] = max(start, high)
+                return
+            self._consumer.assign([TopicPartition(self._topic, partition, start)])
+            deadline = time.monotonic() + self._factory.timeout
+            position = start
+            while position < high:
+                if time.monotonic() > deadline:
+                    msg = f"reading claims of {self._topic}[{partition}] timed out at {position} of {high}"
+                    raise StorageError(msg, retriable=True)
+                message = self._consumer.poll(0.1)
+                if message is None:
+                    continue
+                if message.error():
+                    if message.error().code() == -191:  # _PARTITION_EOF: transaction markers end the range
+                        break
+                    continue
+                position = message.offset() + 1
+                self._apply(message.key(), message.value())
+            self._consumer.unassign()  # no background fetch may delay the next check
+            self._read_to[partition] = high
+
+    def _apply(self, key: bytes | None, value: bytes | None) -> None:
+        if not key or not value:
+            return
+        job, _, log_id = key.decode(errors="replace").partition("/")
+        if job != self._job:
+            return
+        epoch_text, _, token = value.decode(errors="replace").partition(" ")
+        if epoch_text.isdigit() and (int(epoch_text), token) > self.owners.get(log_id, (-1, "")):
+            self.owners[log_id] = (int(epoch_text), token)
+
+    def check(self, partition: int, log_id: str, epoch: int, token: str) -> None:
+        """Raise :class:`FencedError` when a greater claim owns ``log_id``."""
+        self.refresh(partition)
+        owner = self.owners.get(log_id)
+        if owner is not None and owner != (epoch, token):
+            msg = (
+                f"writer of log {log_id!r} with epoch {epoch} was fenced by a newer writer (epoch {owner[0]})"
+            )
+            raise FencedError(msg)
+
+    def claim(self, partition: int, log_id: str, epoch: int) -> str:
+        """Claim ``log_id`` at ``epoch``; returns the writer token."""
+        from confluent_kafka import KafkaException, Producer
+
+        self.refresh(partition)
+        owner = self.owners.get(log_id)
+        if owner is not None and owner[0] > epoch:
+            msg = f"log {log_id!r} already has a writer with epoch {owner[0]} > {epoch}"
+            raise FencedError(msg)
+        token = f"{epoch:020d}-{time.time_ns():020d}"
+        producer = Producer(
+            self._factory.producer_config(**{"transactional.id": f"dstl.{self._job}.{log_id}"})
+        )
+        try:
+            producer.init_transactions(self._factory.timeout)
+            producer.begin_transaction()
+            producer.produce(
+                self._topic,
+                key=f"{self._job}/{log_id}".encode(),
+                value=f"{epoch} {token}".encode(),
+                partition=partition,
+            )
+            producer.commit_transaction(self._factory.timeout)
+        except KafkaException as exc:
+            msg = f"claiming log {log_id!r} failed: {exc}"
+            raise StorageError(msg, retriable=True) from exc
+        finally:
+            producer.flush(1)
+        self.refresh(partition)
+        return token
+
+    def close(self) -> None:
+        """Close the consumer."""
+        with self._lock:
+            self._consumer.close()

@@ -1,0 +1,58 @@
+"""Record layout: one change set = one or more chunk records with identifying headers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+HEADER_LOG = "dstl.log"
+HEADER_EPOCH = "dstl.epoch"
+HEADER_WRITER = "dstl.writer"
+HEADER_SQN = "dstl.sqn"
+HEADER_CHUNK = "dstl.chunk"  # "<index>/<count>"
+
+
+def chunks(blob: bytes, size: int) -> list[bytes]:
+    """``blob`` cut into pieces of at most ``size`` bytes (at least one piece)."""
+    return [blob[i : i + size] for i in range(0, len(blob), size)] or [b""]
+
+
+def headers(
+    log_id: str, epoch: int, writer: str, sqn: int, index: int, count: int
+) -> list[tuple[str, bytes]]:
+    """Headers of chunk ``index`` of ``count`` of change set ``sqn``."""
+    return [
+        (HEADER_LOG, log_id.encode()),
+        (HEADER_EPOCH, str(epoch).encode()),
+        (HEADER_WRITER, writer.encode()),
+        (HEADER_SQN, str(sqn).encode()),
+        (HEADER_CHUNK, f"{index}/{count}".encode()),
+    ]
+
+
+@dataclass(frozen=True)
+class ChunkId:
+    """What a record's headers say it is."""
+
+    log_id: str
+    epoch: int
+    writer: str
+    sqn: int
+    index: int
+    count: int
+
+    @classmethod
+    def parse(cls, raw: list[tuple[str, bytes]] | None) -> ChunkId | None:
+        """Parse record headers; ``None`` for records that are not dstl chunks."""
+        values = {k: v for k, v in (raw or [])}
+        try:
+            index, _, count = values[HEADER_CHUNK].decode().partition("/")
+            return cls(
+                values[HEADER_LOG].decode(),
+                int(values[HEADER_EPOCH]),
+                values[HEADER_WRITER].decode(),
+                int(values[HEADER_SQN]),
+                int(index),
+                int(count),
+            )
+        except (KeyError, ValueError, UnicodeDecodeError):
+            return None

@@ -1,0 +1,286 @@
+"""The Kafka-log storage: change sets as records, claims for fencing, bounded reads."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
+from typing import Any
+
+from dstl.spi import (
+    ChangelogHandle,
+    ChangeSet,
+    ChangeSetReader,
+    ChangeSetStorage,
+    ChangeSetWriter,
+    Config,
+    CorruptedError,
+    FetchedChangeSet,
+    KeyGroupRange,
+    StateChange,
+    StorageError,
+)
+from dstl.spi.handle import Location, LocationValue
+
+from .claims import ClaimsTracker
+from .clients import ClientFactory, ensure_topics, partition_for
+from .records import ChunkId, chunks, headers
+
+log = logging.getLogger(__name__)
+
+IDENTIFIER = "kafka"
+
+
+class KafkaWriter(ChangeSetWriter):
+    """Produces change sets through the storage's shared idempotent producer."""
+
+    _storage: KafkaStorage
+
+    def _upload(self, change_sets: Sequence[ChangeSet], checkpoint_id: int) -> Future[list[Location]]:
+        storage = self._storage
+        partition = storage.partition(self.log_id)
+        key = f"{storage.job_id}/{self.log_id}".encode()
+        pieces = [
+            (cs.sqn, chunks(cs.encode(self.log_id, self.epoch), storage.chunk_size)) for cs in change_sets
+        ]
+        offsets: list[list[int]] = [[-1] * len(parts) for _, parts in pieces]
+        result: Future[list[Location]] = Future()
+        remaining = [sum(len(parts) for _, parts in pieces) + 1]  # + the fencing check
+        failures: list[BaseException] = []
+        lock = threading.Lock()
+
+        def finish() -> None:
+            if failures:
+                storage.metrics.inc("upload_failures")
+                result.set_exception(failures[0])
+                return
+            storage.metrics.inc("uploads")
+            storage.metrics.inc("uploaded_bytes", sum(len(p) for _, parts in pieces for p in parts))
+            locations: list[Location] = []
+            for (sqn, _), chunk_offsets in zip(pieces, offsets, strict=True):
+                locations.append(
+                    {
+                        "topic": storage.topic,
+                        "partition": partition,
+                        "first": min(chunk_offsets),
+                        "last": max(chunk_offsets),
+                        "sqn": sqn,
+                        "writer": self._token,
+                    }
+                )
+            result.set_result(locations)
+
+        def one_done(error: BaseException | None) -> None:
+            with lock:
+                if error is not None:
+                    failures.append(error)
+                remaining[0] -= 1
+                last = remaining[0] == 0
+            if last:
+                finish()
+
+        def delivered(cs_index: int, chunk_index: int, err: Any, message: Any) -> None:  # noqa: ANN401
+            if err is not None:
+                one_done(
+                    StorageError(f"producing to {storage.topic}[{partition}] failed: {err}", retriable=True)
+                )
+                return
+            offsets[cs_index][chunk_index] = message.offset()
+            one_done(None)
+
+        def fencing_checked(done: Future[None]) -> None:
+            one_done(done.exception())
+
+        # The fencing check runs in parallel with the produce.
+        storage._checker.submit(
+            storage.claims.check, storage.claims_partition(self.log_id), self.log_id, self.epoch, self._token
+        ).add_done_callback(fencing_checked)
+        for cs_index, (sqn, parts) in enumerate(pieces):
+            for chunk_index, part in enumerate(parts):
+                storage._produce(
+                    value=part,
+                    key=key,
+                    partition=partition,
+                    headers=headers(self.log_id, self.epoch, self._token, sqn, chunk_index, len(parts)),
+                    on_delivery=partial(delivered, cs_index, chunk_index),
+                )
+        return result
+
+
+class KafkaReader(ChangeSetReader):
+    """Reads each partition range once per read (read_committed, bounded by a timeout)."""
+
+    def __init__(self, storage: KafkaStorage) -> None:
+        super().__init__(IDENTIFIER)
+        self._storage = storage
+        self._fetched: dict[tuple[str, int, int, str, int], bytes] = {}
+
+    def read(self, handle: ChangelogHandle, key_groups: KeyGroupRange | None = None) -> Iterator[StateChange]:
+        """Prefetch the handle's partition ranges, then yield its changes in SQN order."""
+        if handle.storage_id == IDENTIFIER:
+            self._fetched = self._prefetch(handle)
+        try:
+            yield from super().read(handle, key_groups)
+        finally:
+            self._fetched = {}
+
+    def _prefetch(self, handle: ChangelogHandle) -> dict[tuple[str, int, int, str, int], bytes]:
+        from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+        ranges: dict[tuple[str, int], tuple[int, int]] = {}
+        for loc in handle.location_dicts:
+            if loc.get("sqn") not in handle.sqn_range:
+                continue
+            spot = (str(loc["topic"]), int(loc["partition"]))  # type: ignore[arg-type]
+            first, last = int(loc["first"]), int(loc["last"])  # type: ignore[arg-type]
+            low, high = ranges.get(spot, (first, last))
+            ranges[spot] = (min(low, first), max(high, last))
+        parts: dict[tuple[str, int, int, str, int], dict[int, bytes]] = {}
+        counts: dict[tuple[str, int, int, str, int], int] = {}
+        consumer = Consumer(self._storage.factory.consumer_config(), logger=log)
+        timeout = self._storage.factory.timeout
+        try:
+            for (topic, partition), (first, last) in ranges.items():
+                low, _ = consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=timeout, cached=False
+                )
+                if low > first:
+                    msg = (
+                        f"records {first}..{last} of {topic}[{partition}] were deleted "
+                        f"(retention?); the low watermark is {low}"
+                    )
+                    raise StorageError(msg)
+                consumer.assign([TopicPartition(topic, partition, first)])
+                deadline = time.monotonic() + timeout
+                position = first
+                while position <= last:
+                    if time.monotonic() > deadline:
+                        msg = f"reading {topic}[{partition}] timed out at offset {position} (up to {last})"
+                        raise StorageError(msg, retriable=True)
+                    message = consumer.poll(0.1)
+                    if message is None:
+                        continue
+                    if message.error():
+                        if message.error().code() == -191:  # end of partition: nothing more to read
+                            break
+                        continue
+                    position = message.offset() + 1
+                    chunk = ChunkId.parse(message.headers())
+                    if chunk is None or chunk.log_id != handle.log_id or chunk.epoch != handle.epoch:
+                        continue
+                    ident = (topic, partition, chunk.sqn, chunk.writer, chunk.epoch)
+                    parts.setdefault(ident, {})[chunk.index] = message.value() or b""
+                    counts[ident] = chunk.count
+        except KafkaException as exc:
+            msg = f"reading from Kafka failed: {exc}"
+            raise StorageError(msg, retriable=True) from exc
+        finally:
+            consumer.close()
+        whole = {}
+        for ident, pieces in parts.items():
+            if len(pieces) == counts[ident]:
+                whole[ident] = b"".join(pieces[i] for i in range(counts[ident]))
+        return whole
+
+    def _fetch(self, handle: ChangelogHandle, location: dict[str, LocationValue]) -> FetchedChangeSet:
+        topic, partition, sqn = str(location["topic"]), int(location["partition"]), int(location["sqn"])  # type: ignore[arg-type]
+        where = f"kafka://{topic}/{partition}@{location['first']}-{location['last']}"
+        blob = self._fetched.get((topic, partition, sqn, str(location.get("writer")), handle.epoch))
+        if blob is None:
+            msg = (
+                f"change set {sqn} of log {handle.log_id!r} (epoch {handle.epoch}) is incomplete in the range"
+            )
+            raise CorruptedError(msg, location=where, offset=int(location["first"]))  # type: ignore[arg-type]
+        return FetchedChangeSet(blob, 0, where)
+
+
+class KafkaStorage(ChangeSetStorage):
+    """Change sets of a job in topic ``<prefix>.<job>``, partitioned by log."""
+
+    def __init__(self, config: Config, job_id: str) -> None:
+        super().__init__(job_id)
+        from confluent_kafka import Producer
+
+        self.factory = ClientFactory(config)
+        self.topic = f"{config['dstl.kafka.topic']}.{self.job_id}"
+        self.claims_topic = f"{self.topic}.claims"
+        self.partitions = ensure_topics(self.factory, config, [self.topic, self.claims_topic])
+        self.chunk_size = self.factory.max_message
+        self.claims = ClaimsTracker(self.factory, self.claims_topic, self.job_id)
+        self._producer = Producer(self.factory.producer_config(), logger=log)
+        # Fetch the topic's metadata now rather than on the first persist.
+        self._producer.list_topics(self.topic, timeout=self.factory.timeout)
+        self._checker = ThreadPoolExecutor(2, thread_name_prefix="dstl-kafka-fencing")
+        self._stop = threading.Event()
+        self._poller = threading.Thread(target=self._poll, name="dstl-kafka-delivery", daemon=True)
+        self._poller.start()
+        self._delete_records_checked = False
+
+    @property
+    def identifier(self) -> str:
+        """``kafka``."""
+        return IDENTIFIER
+
+    def partition(self, log_id: str) -> int:
+        """Data partition of ``log_id``."""
+        return partition_for(f"{self.job_id}/{log_id}", self.partitions)
+
+    def claims_partition(self, log_id: str) -> int:
+        """Claims partition of ``log_id`` (same function, claims topic)."""
+        return self.partition(log_id)
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            self._producer.poll(0.05)
+
+    def _produce(self, **kwargs: Any) -> None:  # noqa: ANN401
+        deadline = time.monotonic() + self.factory.timeout
+        while True:
+            try:
+                self._producer.produce(self.topic, **kwargs)
+                return
+            except BufferError:
+                if time.monotonic() > deadline:
+                    msg = "the producer queue stayed full: Kafka is not keeping up"
+                    raise StorageError(msg, retriable=True) from None
+                self._producer.poll(0.05)
+
+    def _claim_log(self, log_id: str, epoch: int) -> str:
+        return self.claims.claim(self.claims_partition(log_id), log_id, epoch)
+
+    def _make_writer(self, log_id: str, key_groups: KeyGroupRange, epoch: int, token: str) -> KafkaWriter:
+        return KafkaWriter(self, log_id, key_groups, epoch, token)
+
+    def create_reader(self) -> KafkaReader:
+        """Create a reader (one per thread)."""
+        return KafkaReader(self)
+
+    def discard(self, handles: Iterable[ChangelogHandle]) -> None:
+        """Count the discarded change sets; the records go with topic retention.
+
+        Records of many logs and processes share a partition, so deleting below an
+        offset (DeleteRecords) is only safe with the checkpoint coordinator's view of
+        every live handle; until then retention (``dstl.kafka.topic.config.retention.ms``)
+        frees them.
+        """
+        handles = list(handles)
+        self._metrics.inc("discarded_change_sets", sum(len(h.locations) for h in handles))
+        if not self._delete_records_checked:
+            self._delete_records_checked = True
+            log.info(
+                "kafka storage: discarded change sets are freed by topic retention of %s "
+                "(set dstl.kafka.topic.config.retention.ms), not by DeleteRecords",
+                self.topic,
+            )
+
+    def _close_resources(self) -> None:
+        remaining = self._producer.flush(self.factory.timeout)
+        if remaining:
+            log.warning("kafka storage closed with %d undelivered records", remaining)
+        self._stop.set()
+        self._poller.join(5)
+        self._checker.shutdown(wait=True)
+        self.claims.close()

@@ -1,0 +1,61 @@
+"""Configuration options of the ``kafka`` storage."""
+
+from __future__ import annotations
+
+from dstl.spi import ConfigOption, OptionType, parse_duration, parse_size
+
+__all__ = ["KAFKA_OPTIONS"]
+
+KAFKA_OPTIONS = (
+    ConfigOption(
+        "dstl.kafka.bootstrap.servers", OptionType.STRING, None, "Kafka bootstrap servers. Required."
+    ),
+    ConfigOption(
+        "dstl.kafka.topic",
+        OptionType.STRING,
+        "dstl-changelog",
+        "Topic prefix: a job writes to <prefix>.<job> and claims writers in <prefix>.<job>.claims.",
+    ),
+    ConfigOption(
+        "dstl.kafka.topic.partitions", OptionType.INT, 8, "Partitions of topics created on demand.", minimum=1
+    ),
+    ConfigOption(
+        "dstl.kafka.topic.replication-factor",
+        OptionType.INT,
+        1,
+        "Replication factor of topics created on demand.",
+        minimum=1,
+    ),
+    ConfigOption(
+        "dstl.kafka.topic.create",
+        OptionType.BOOL,
+        True,
+        "Create missing topics; false requires them to exist (and names the missing one).",
+    ),
+    ConfigOption(
+        "dstl.kafka.topic.config.*",
+        OptionType.STRING,
+        None,
+        "Topic configs for created topics (retention.ms, ...).",
+    ),
+    ConfigOption(
+        "dstl.kafka.producer.*", OptionType.STRING, None, "librdkafka producer settings (SASL/SSL, ...)."
+    ),
+    ConfigOption(
+        "dstl.kafka.consumer.*", OptionType.STRING, None, "librdkafka consumer settings (SASL/SSL, ...)."
+    ),
+    ConfigOption(
+        "dstl.kafka.max-message-size",
+        OptionType.SIZE,
+        parse_size("900kb"),
+        "Change sets larger than this are split into chunks (keep below the broker's message.max.bytes).",
+        minimum=1024,
+    ),
+    ConfigOption(
+        "dstl.kafka.request.timeout",
+        OptionType.DURATION,
+        parse_duration("30s"),
+        "How long a persist, a read or a metadata request may take before failing with StorageError.",
+        minimum=0.1,
+    ),
+)

