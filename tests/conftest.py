@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-pytest_plugins = ["tests.fixtures.thirdparty", "tests.fixtures.s3"]
+pytest_plugins = ["tests.fixtures.thirdparty", "tests.fixtures.s3", "tests.fixtures.kafka"]
 
 
 @pytest.fixture

@@ -1,0 +1,120 @@
+"""kafka storage specifics: chunking, zombie fencing across processes, broker restart."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dstl.conformance.testing import persist, read_data
+from dstl.kafka.testing import BOOTSTRAP_ENV, TansuBroker, kafka_broker
+from dstl.spi import ChangelogHandle, ConfigError, KeyGroupRange, load_storage
+
+ROOT = Path(__file__).resolve().parents[2]
+KG = KeyGroupRange(0, 4)
+
+
+def raw_values(bootstrap: str, topic: str, partition: int) -> list[bytes]:
+    """Every record value in a partition (the backdoor: no dstl filtering)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    settings = {"bootstrap.servers": bootstrap, "group.id": "raw", "enable.partition.eof": True}
+    consumer = Consumer({**settings, "fetch.wait.max.ms": 5})
+    consumer.assign([TopicPartition(topic, partition, 0)])
+    values, deadline = [], time.monotonic() + 15
+    while time.monotonic() < deadline:
+        message = consumer.poll(0.1)
+        if message is None:
+            continue
+        if message.error():
+            if message.error().code() == -191:
+                break
+            continue
+        values.append(message.value())
+    consumer.close()
+    return values
+
+
+def test_large_change_sets_are_chunked_and_reassembled(kafka_config):
+    config = {**kafka_config, "dstl.kafka.max-message-size": "2kb"}
+    with load_storage(config, job_id="job") as storage:
+        writer = storage.create_writer("op", KG)
+        big = bytes(range(256)) * 40  # 10 KB
+        writer.append(1, big)
+        writer.append(2, b"small")
+        handle = persist(writer, 0, 1)
+        assert read_data(storage, handle) == [big, b"small"]
+        loc = handle.location_dicts[0]
+        records = raw_values(kafka_config["dstl.kafka.bootstrap.servers"], loc["topic"], loc["partition"])
+        assert len(records) >= 5 and max(len(r) for r in records) <= 2048
+
+
+def test_missing_bootstrap_and_missing_topic_are_config_errors(kafka_config):
+    with pytest.raises(ConfigError, match="bootstrap.servers is not set"):
+        load_storage({"dstl.storage": "kafka"}, job_id="job")
+    with pytest.raises(ConfigError, match="does not exist and dstl.kafka.topic.create is false"):
+        load_storage({**kafka_config, "dstl.kafka.topic.create": "false"}, job_id="job")
+
+
+def test_zombie_in_another_process_is_fenced_and_never_read(kafka_config):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tests.dstl_kafka.zombie_child", json.dumps(kafka_config)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        first = json.loads(child.stdout.readline())
+        assert first["event"] == "persisted", child.stderr.read()
+        with load_storage(kafka_config, job_id="zombie-job") as storage:
+            newer = storage.create_writer("shared", KG, epoch=2)
+            child.stdin.write("go\n")
+            child.stdin.flush()
+            outcome = json.loads(child.stdout.readline())
+            assert outcome["event"] == "fenced", outcome
+            newer.append(0, b"owner write")
+            handle = persist(newer, 0, 1)
+            assert read_data(storage, handle) == [b"owner write"]
+            # The zombie's produce raced its fencing check, so its record is in the
+            # partition: only the reader's (log, epoch, writer, SQN) filter keeps it out.
+            loc = handle.location_dicts[0]
+            raw = raw_values(kafka_config["dstl.kafka.bootstrap.servers"], loc["topic"], loc["partition"])
+            assert any(b"zombie write" in value for value in raw)
+            old = ChangelogHandle.from_json(first["handle"])
+            assert read_data(storage, old) == [b"before fencing"]
+    finally:
+        child.communicate(timeout=30)
+    assert child.returncode == 0
+
+
+def test_handles_survive_a_broker_restart(s3_endpoint):
+    broker = TansuBroker(s3=s3_endpoint, bucket_prefix=f"restart-{time.monotonic_ns()}")
+    broker.start()
+    config = {"dstl.storage": "kafka", "dstl.kafka.bootstrap.servers": broker.bootstrap}
+    try:
+        with load_storage(config, job_id="restart") as storage:
+            writer = storage.create_writer("op", KG)
+            handles = []
+            for round_ in range(5):
+                writer.append(round_ % 4, f"round {round_}".encode())
+                handles.append(persist(writer, 0, round_ + 1).to_json())
+        broker.stop()
+        broker.start()
+        with load_storage(config, job_id="restart") as fresh:
+            for round_, text in enumerate(handles):
+                expected = [f"round {r}".encode() for r in range(round_ + 1)]
+                assert read_data(fresh, ChangelogHandle.from_json(text)) == expected
+    finally:
+        broker.stop()
+
+
+def test_external_bootstrap_is_used_when_set(monkeypatch):
+    monkeypatch.setenv(BOOTSTRAP_ENV, "kafka.example:9092")
+    with kafka_broker() as bootstrap:
+        assert bootstrap == "kafka.example:9092"
