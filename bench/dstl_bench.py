@@ -1,8 +1,9 @@
 """DSTL benchmark harness: append throughput and persist latency of one storage.
 
-The physical floor (raw ``os.write`` + ``fdatasync`` of the same number of bytes
-on the same disk) is measured in the same run, interleaved with the persists and
-in alternating order, so both see the same machine noise.
+The physical floor is measured in the same run, interleaved with the persists
+and in alternating order, so both see the same machine noise: a raw
+``os.write`` + ``fdatasync`` of the same number of bytes on the same disk, or for
+Kafka a raw idempotent produce + flush of the same bytes to the same partition.
 
     python -m bench.dstl_bench --storage local [--config KEY=VALUE ...] [--quick]
 
@@ -67,6 +68,7 @@ class LatencyResult:
     persist: list[float] = field(default_factory=list)
     floor: list[float] = field(default_factory=list)
     bytes_per_persist: list[int] = field(default_factory=list)
+    floor_name: str = "floor"
 
     def row(self) -> list[str]:
         """Scenario, count, bytes, persist percentiles, floor p50/p99, p99 ratio (ms)."""
@@ -140,14 +142,61 @@ def measure_appends(storage, change_size: int, writers: int, changes_per_writer:
     return ThroughputResult(name, changes_per_writer * writers, elapsed, change_size)
 
 
-def floor_write_fsync(fd: int, nbytes: int, payload: bytes) -> float:
-    """Time one raw os.write + fdatasync of ``nbytes`` (the physical floor of a persist)."""
-    started = time.perf_counter()
-    view = memoryview(payload)[:nbytes]
-    while view:
-        view = view[os.write(fd, view) :]
-    os.fdatasync(fd)
-    return time.perf_counter() - started
+class FsyncFloor:
+    """Raw os.write + fdatasync of the same number of bytes, on the storage's disk."""
+
+    name = "write+fdatasync"
+
+    def __init__(self, directory: Path, tag: str) -> None:
+        self.path = directory / f"floor-{tag}.bin"
+        self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+
+    def measure(self, payload: memoryview) -> float:
+        started = time.perf_counter()
+        view = payload
+        while view:
+            view = view[os.write(self.fd, view) :]
+        os.fdatasync(self.fd)
+        return time.perf_counter() - started
+
+    def close(self) -> None:
+        os.close(self.fd)
+        self.path.unlink(missing_ok=True)
+
+
+class KafkaFloor:
+    """Raw idempotent produce (acks=all) + flush of the same bytes to the writer's partition."""
+
+    name = "produce+flush"
+
+    def __init__(self, storage, log_id: str) -> None:
+        from confluent_kafka import Producer
+
+        self.topic, self.partition = storage.topic, storage.partition(log_id)
+        self.producer = Producer(storage.factory.producer_config())
+        self.chunk = storage.chunk_size
+        # Connect and get a producer id before measuring.
+        self.producer.produce(self.topic, b"", partition=self.partition)
+        self.producer.flush(60)
+
+    def measure(self, payload: memoryview) -> float:
+        started = time.perf_counter()
+        for offset in range(0, max(1, len(payload)), self.chunk):
+            self.producer.produce(
+                self.topic, bytes(payload[offset : offset + self.chunk]), partition=self.partition
+            )
+        self.producer.flush(60)
+        return time.perf_counter() - started
+
+    def close(self) -> None:
+        self.producer.flush(10)
+
+
+def make_floor(storage, writer, floor_dir: Path, tag: str):
+    """The physical floor matching the storage: Kafka produce, else a disk fsync."""
+    if storage.identifier == "kafka":
+        return KafkaFloor(storage, writer.log_id)
+    return FsyncFloor(floor_dir, tag)
 
 
 def measure_persists(storage, scenario: Scenario, floor_dir: Path, progress) -> LatencyResult:
@@ -157,9 +206,9 @@ def measure_persists(storage, scenario: Scenario, floor_dir: Path, progress) -> 
     writer = storage.create_writer(f"lat-{int(interval * 1000)}ms-{time.monotonic_ns()}", KEY_GROUPS)
     data = os.urandom(scenario.change_size)
     per_checkpoint = max(1, round(scenario.rate * interval))
-    payload = os.urandom(per_checkpoint * (scenario.change_size + 64) + 4096)
-    floor_path = floor_dir / f"floor-{int(interval * 1000)}ms.bin"
-    fd = os.open(floor_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+    payload = memoryview(os.urandom(per_checkpoint * (scenario.change_size + 64) + 4096))
+    floor = make_floor(storage, writer, floor_dir, f"{int(interval * 1000)}ms")
+    result.floor_name = floor.name
     task = progress.add_task(scenario.name, total=seconds)
     checkpoint = 0
     deadline = time.monotonic() + seconds
@@ -178,8 +227,7 @@ def measure_persists(storage, scenario: Scenario, floor_dir: Path, progress) -> 
             # order alternates so neither side always runs first after the pause.
             floor_first = checkpoint % 2 == 0 and bool(result.bytes_per_persist)
             if floor_first:
-                previous = min(len(payload), result.bytes_per_persist[-1])
-                result.floor.append(floor_write_fsync(fd, previous, payload))
+                result.floor.append(floor.measure(payload[: result.bytes_per_persist[-1]]))
             stored_before = storage.metrics.counter("uploaded_bytes")
             began = time.perf_counter()
             handle = writer.persist(start_sqn, checkpoint).result(timeout=60)
@@ -189,11 +237,10 @@ def measure_persists(storage, scenario: Scenario, floor_dir: Path, progress) -> 
             writer.confirm(start_sqn, handle.sqn_range.end, checkpoint)
             writer.truncate(handle.sqn_range.end)
             if not floor_first:
-                result.floor.append(floor_write_fsync(fd, min(len(payload), stored), payload))
+                result.floor.append(floor.measure(payload[:stored]))
             progress.update(task, completed=seconds - max(0.0, deadline - time.monotonic()))
     finally:
-        os.close(fd)
-        floor_path.unlink(missing_ok=True)
+        floor.close()
         writer.close()
     return result
 
@@ -232,7 +279,7 @@ def _plot(path: Path, storage_id: str, latency: list[LatencyResult], console: Co
     ax.set_xscale("log")
     ax.set_xlabel("latency (ms, log scale)")
     ax.set_ylabel("fraction of persists")
-    ax.set_title(f"persist latency CDF vs. raw write+fdatasync, storage {storage_id}")
+    ax.set_title(f"persist latency CDF vs. raw {latency[0].floor_name}, storage {storage_id}")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
@@ -275,11 +322,12 @@ def main(argv: list[str] | None = None) -> int:
                 progress.advance(task)
             scenarios = [Scenario(args.rate, interval, 100, seconds) for interval in (0.1, 0.01)]
             latency = [measure_persists(storage, s, floor_dir, progress) for s in scenarios]
+    floor_name = latency[0].floor_name if latency else "floor"
     tp_rows = [r.row() for r in throughput]
     lat_rows = [r.row() for r in latency]
     console.print(_table("append throughput", THROUGHPUT_COLUMNS, tp_rows))
     console.print(
-        _table("persist latency (ms) vs. raw write+fdatasync of the same bytes", LATENCY_COLUMNS, lat_rows)
+        _table(f"persist latency (ms) vs. raw {floor_name} of the same bytes", LATENCY_COLUMNS, lat_rows)
     )
     report = results_dir / f"dstl-bench-{args.storage}.md"
     lines = [
@@ -294,7 +342,13 @@ def main(argv: list[str] | None = None) -> int:
         "",
         *_markdown(THROUGHPUT_COLUMNS, tp_rows),
     ]
-    lines += ["", "## Persist latency (ms)", "", *_markdown(LATENCY_COLUMNS, lat_rows), ""]
+    lines += [
+        "",
+        f"## Persist latency (ms), floor: raw {floor_name}",
+        "",
+        *_markdown(LATENCY_COLUMNS, lat_rows),
+        "",
+    ]
     report.write_text("\n".join(lines))
     _plot(report.with_suffix(".png"), args.storage, latency, console)
     console.print(f"report: {report}")

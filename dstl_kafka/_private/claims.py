@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from concurrent.futures import Future
 
 from dstl.spi import FencedError, StorageError
 
@@ -26,27 +27,51 @@ class ClaimsTracker:
 
     def __init__(self, factory: ClientFactory, topic: str, job_id: str) -> None:
         from confluent_kafka import Consumer
+        from confluent_kafka.admin import AdminClient
 
         self._factory = factory
         self._topic = topic
         self._job = job_id
         self._consumer = Consumer(factory.consumer_config(), logger=log)
+        self._admin = AdminClient(factory.admin_config(), logger=log)
         self._lock = threading.Lock()
         self._read_to: dict[int, int] = {}
         self.owners: dict[str, tuple[int, str]] = {}
 
-    def refresh(self, partition: int) -> None:
-        """Read claims appended to ``partition`` since the last refresh."""
+    def end_offset(self, partition: int) -> Future[int]:
+        """Ask (asynchronously) for the end offset of a claims partition."""
+        from confluent_kafka import TopicPartition
+        from confluent_kafka.admin import OffsetSpec
+
+        spot = TopicPartition(self._topic, partition)
+        answer = self._admin.list_offsets({spot: OffsetSpec.latest()}, request_timeout=self._factory.timeout)
+        result: Future[int] = Future()
+
+        def done(future: Future) -> None:  # type: ignore[type-arg]
+            if future.exception() is not None:
+                msg = f"cannot read the end of claims {self._topic}[{partition}]: {future.exception()}"
+                result.set_exception(StorageError(msg, retriable=True))
+            else:
+                result.set_result(future.result().offset)
+
+        answer[spot].add_done_callback(done)
+        return result
+
+    def refresh(self, partition: int, high: int | None = None) -> None:
+        """Read claims appended to ``partition`` since the last refresh (up to ``high``)."""
         from confluent_kafka import KafkaException, TopicPartition
 
+        if high is not None and high <= self._read_to.get(partition, 0):
+            return  # nothing new: the common case of every persist
         with self._lock:
             try:
-                low, high = self._consumer.get_watermark_offsets(
+                low, latest = self._consumer.get_watermark_offsets(
                     TopicPartition(self._topic, partition), timeout=self._factory.timeout, cached=False
                 )
             except KafkaException as exc:
                 msg = f"cannot read claims of {self._topic}[{partition}]: {exc}"
                 raise StorageError(msg, retriable=True) from exc
+            high = latest if high is None else max(high, latest)
             start = max(low, self._read_to.get(partition, 0))
             if high <= start:
                 self._read_to[partition] = max(start, high)
@@ -80,9 +105,12 @@ class ClaimsTracker:
         if epoch_text.isdigit() and (int(epoch_text), token) > self.owners.get(log_id, (-1, "")):
             self.owners[log_id] = (int(epoch_text), token)
 
-    def check(self, partition: int, log_id: str, epoch: int, token: str) -> None:
-        """Raise :class:`FencedError` when a greater claim owns ``log_id``."""
-        self.refresh(partition)
+    def check(self, partition: int, log_id: str, epoch: int, token: str, end: int | None = None) -> None:
+        """Raise :class:`FencedError` when a greater claim owns ``log_id``.
+
+        :param end: the claims partition's end offset, when already known.
+        """
+        self.refresh(partition, end)
         owner = self.owners.get(log_id)
         if owner is not None and owner != (epoch, token):
             msg = (

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from functools import partial
 from typing import Any
 
@@ -40,73 +39,70 @@ class KafkaWriter(ChangeSetWriter):
     _storage: KafkaStorage
 
     def _upload(self, change_sets: Sequence[ChangeSet], checkpoint_id: int) -> Future[list[Location]]:
+        """Produce and flush in the persisting thread; the claims check runs meanwhile.
+
+        The end offset of the claims partition is requested first (served by
+        librdkafka's thread), the records are produced and flushed here (delivery
+        reports are served in this thread: no hand-off), then the already answered
+        end offset tells whether any claim arrived since the last look.
+        """
         storage = self._storage
         partition = storage.partition(self.log_id)
+        claims_partition = storage.claims_partition(self.log_id)
         key = f"{storage.job_id}/{self.log_id}".encode()
         pieces = [
             (cs.sqn, chunks(cs.encode(self.log_id, self.epoch), storage.chunk_size)) for cs in change_sets
         ]
         offsets: list[list[int]] = [[-1] * len(parts) for _, parts in pieces]
+        errors: list[str] = []
         result: Future[list[Location]] = Future()
-        remaining = [sum(len(parts) for _, parts in pieces) + 1]  # + the fencing check
-        failures: list[BaseException] = []
-        lock = threading.Lock()
-
-        def finish() -> None:
-            if failures:
-                storage.metrics.inc("upload_failures")
-                result.set_exception(failures[0])
-                return
-            storage.metrics.inc("uploads")
-            storage.metrics.inc("uploaded_bytes", sum(len(p) for _, parts in pieces for p in parts))
-            locations: list[Location] = []
-            for (sqn, _), chunk_offsets in zip(pieces, offsets, strict=True):
-                locations.append(
-                    {
-                        "topic": storage.topic,
-                        "partition": partition,
-                        "first": min(chunk_offsets),
-                        "last": max(chunk_offsets),
-                        "sqn": sqn,
-                        "writer": self._token,
-                    }
-                )
-            result.set_result(locations)
-
-        def one_done(error: BaseException | None) -> None:
-            with lock:
-                if error is not None:
-                    failures.append(error)
-                remaining[0] -= 1
-                last = remaining[0] == 0
-            if last:
-                finish()
 
         def delivered(cs_index: int, chunk_index: int, err: Any, message: Any) -> None:  # noqa: ANN401
             if err is not None:
-                one_done(
-                    StorageError(f"producing to {storage.topic}[{partition}] failed: {err}", retriable=True)
-                )
-                return
-            offsets[cs_index][chunk_index] = message.offset()
-            one_done(None)
+                errors.append(str(err))
+            else:
+                offsets[cs_index][chunk_index] = message.offset()
 
-        def fencing_checked(done: Future[None]) -> None:
-            one_done(done.exception())
-
-        # The fencing check runs in parallel with the produce.
-        storage._checker.submit(
-            storage.claims.check, storage.claims_partition(self.log_id), self.log_id, self.epoch, self._token
-        ).add_done_callback(fencing_checked)
-        for cs_index, (sqn, parts) in enumerate(pieces):
-            for chunk_index, part in enumerate(parts):
-                storage._produce(
-                    value=part,
-                    key=key,
-                    partition=partition,
-                    headers=headers(self.log_id, self.epoch, self._token, sqn, chunk_index, len(parts)),
-                    on_delivery=partial(delivered, cs_index, chunk_index),
-                )
+        try:
+            claims_end = storage.claims.end_offset(claims_partition)
+            for cs_index, (sqn, parts) in enumerate(pieces):
+                for chunk_index, part in enumerate(parts):
+                    storage._produce(
+                        value=part,
+                        key=key,
+                        partition=partition,
+                        headers=headers(self.log_id, self.epoch, self._token, sqn, chunk_index, len(parts)),
+                        on_delivery=partial(delivered, cs_index, chunk_index),
+                    )
+            if (
+                storage._producer.flush(storage.factory.timeout)
+                or errors
+                or min(map(min, offsets), default=0) < 0
+            ):
+                detail = errors[0] if errors else "not delivered in time"
+                msg = f"producing to {storage.topic}[{partition}] failed: {detail}"
+                raise StorageError(msg, retriable=True)
+            end = claims_end.result(timeout=storage.factory.timeout)
+            storage.claims.check(claims_partition, self.log_id, self.epoch, self._token, end)
+        except BaseException as exc:  # noqa: BLE001 - the persist's future carries it
+            storage.metrics.inc("upload_failures")
+            result.set_exception(exc)
+            return result
+        storage.metrics.inc("uploads")
+        storage.metrics.inc("uploaded_bytes", sum(len(p) for _, parts in pieces for p in parts))
+        result.set_result(
+            [
+                {
+                    "topic": storage.topic,
+                    "partition": partition,
+                    "first": min(chunk_offsets),
+                    "last": max(chunk_offsets),
+                    "sqn": sqn,
+                    "writer": self._token,
+                }
+                for (sqn, _), chunk_offsets in zip(pieces, offsets, strict=True)
+            ]
+        )
         return result
 
 
@@ -213,10 +209,6 @@ class KafkaStorage(ChangeSetStorage):
         self._producer = Producer(self.factory.producer_config(), logger=log)
         # Fetch the topic's metadata now rather than on the first persist.
         self._producer.list_topics(self.topic, timeout=self.factory.timeout)
-        self._checker = ThreadPoolExecutor(2, thread_name_prefix="dstl-kafka-fencing")
-        self._stop = threading.Event()
-        self._poller = threading.Thread(target=self._poll, name="dstl-kafka-delivery", daemon=True)
-        self._poller.start()
         self._delete_records_checked = False
 
     @property
@@ -231,10 +223,6 @@ class KafkaStorage(ChangeSetStorage):
     def claims_partition(self, log_id: str) -> int:
         """Claims partition of ``log_id`` (same function, claims topic)."""
         return self.partition(log_id)
-
-    def _poll(self) -> None:
-        while not self._stop.is_set():
-            self._producer.poll(0.05)
 
     def _produce(self, **kwargs: Any) -> None:  # noqa: ANN401
         deadline = time.monotonic() + self.factory.timeout
@@ -280,7 +268,4 @@ class KafkaStorage(ChangeSetStorage):
         remaining = self._producer.flush(self.factory.timeout)
         if remaining:
             log.warning("kafka storage closed with %d undelivered records", remaining)
-        self._stop.set()
-        self._poller.join(5)
-        self._checker.shutdown(wait=True)
         self.claims.close()
