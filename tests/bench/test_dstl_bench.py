@@ -25,3 +25,9 @@ def test_dfs_bench_quick_run_writes_report(tmp_path):
     assert dfs_main(["--quick", "--results", str(tmp_path)]) == 0
     report = (tmp_path / "dfs-bench-s3.md").read_text()
     assert "raw put_object" in report and "retry-policy=none" in report and "p99.9" in report
+
+
+def test_quick_run_on_kafka_uses_the_produce_floor(tmp_path):
+    assert main(["--quick", "--storage", "kafka", "--results", str(tmp_path)]) == 0
+    report = (tmp_path / "dstl-bench-kafka.md").read_text()
+    assert "floor: raw produce+flush" in report
