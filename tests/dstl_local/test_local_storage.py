@@ -47,12 +47,14 @@ def test_sigkill_at_random_points_loses_nothing_acknowledged(tmp_path):
             stderr=subprocess.PIPE,
             env=env,
         )
-        # Let it get going (imports take ~0.3 s), then kill at a random point.
-        time.sleep(0.4 + rng.random() * 0.4)
+        # Wait for its first acknowledged persist (however slow the machine), then
+        # kill at a random point of the append/persist loop.
+        first = child.stdout.readline()
+        time.sleep(rng.random() * 0.3)
         child.send_signal(signal.SIGKILL)
         out, err = child.communicate(timeout=30)
         assert child.returncode == -signal.SIGKILL, err.decode()[-2000:]
-        lines = out.decode().splitlines()
+        lines = (first + out).decode().splitlines()
         # The last line may be cut mid-way by the kill: it was never fully reported.
         events = []
         for line in lines:
