@@ -1,0 +1,114 @@
+"""Key → key group, computed identically in Python and in Spark SQL.
+
+The hash is Spark's ``xxhash64`` (seed 42): Python reproduces it with the
+``xxhash`` package, so rows routed in Spark with
+``pmod(xxhash64(k1, k2, ...), max_parallelism)`` reach the operator instance whose
+backend computes the same key group. Never Python's ``hash()``: it is salted per
+process.
+
+Type mapping (Spark's hashing of each type):
+
+- ``str`` → UTF-8 bytes (``StringType``); ``bytes`` → as is (``BinaryType``)
+- ``int`` → 8 bytes little-endian (``LongType``, what Spark infers for Python ints)
+- ``bool`` → 4-byte int 1/0 (``BooleanType``)
+- ``float`` → the IEEE-754 bits of the double, ``-0.0`` as ``0.0`` (``DoubleType``)
+- ``None`` → skipped (the running hash passes through, as in Spark)
+- a tuple → its fields hashed in order, each seeded with the previous result
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+
+import xxhash
+
+from dstl.spi import KeyGroupRange
+
+__all__ = [
+    "DEFAULT_MAX_PARALLELISM",
+    "SPARK_SEED",
+    "key_group_for",
+    "key_group_range_for_instance",
+    "spark_key_group_expr",
+    "spark_xxhash64",
+]
+
+SPARK_SEED = 42
+DEFAULT_MAX_PARALLELISM = 128
+_MASK = (1 << 64) - 1
+_INT = struct.Struct("<i")
+_LONG = struct.Struct("<q")
+_DOUBLE = struct.Struct("<d")
+
+
+def _signed(value: int) -> int:
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def _hash_field(value: object, seed: int) -> int:
+    if value is None:
+        return seed
+    if isinstance(value, bool):
+        data = _INT.pack(1 if value else 0)
+    elif isinstance(value, int):
+        if not -(1 << 63) <= value < 1 << 63:
+            msg = f"key {value} does not fit a 64-bit long (Spark's LongType)"
+            raise ValueError(msg)
+        data = _LONG.pack(value)
+    elif isinstance(value, float):
+        if math.isnan(value):
+            value = float("nan")  # Spark hashes the canonical NaN
+        data = _DOUBLE.pack(0.0 if value == 0.0 else value)
+    elif isinstance(value, str):
+        data = value.encode("utf-8")
+    elif isinstance(value, bytes | bytearray | memoryview):
+        data = bytes(value)
+    else:
+        msg = (
+            f"cannot hash a key of type {type(value).__name__}: use str, int, float, bool, bytes, "
+            "None or a tuple of them (what Spark's xxhash64 can hash identically)"
+        )
+        raise TypeError(msg)
+    return _signed(xxhash.xxh64_intdigest(data, seed=seed & _MASK))
+
+
+def spark_xxhash64(key: object) -> int:
+    """Spark SQL's ``xxhash64(...)`` of ``key`` (a tuple means several columns)."""
+    seed = SPARK_SEED
+    for field in key if isinstance(key, tuple) else (key,):
+        seed = _hash_field(field, seed)
+    return seed
+
+
+def key_group_for(key: object, max_parallelism: int = DEFAULT_MAX_PARALLELISM) -> int:
+    """The key group of ``key``: ``pmod(xxhash64(key), max_parallelism)``."""
+    if max_parallelism < 1:
+        msg = f"max_parallelism must be at least 1, got {max_parallelism}"
+        raise ValueError(msg)
+    return spark_xxhash64(key) % max_parallelism
+
+
+def key_group_range_for_instance(
+    index: int, parallelism: int, max_parallelism: int = DEFAULT_MAX_PARALLELISM
+) -> KeyGroupRange:
+    """The contiguous key groups of operator instance ``index`` of ``parallelism`` (Flink's split)."""
+    if not 0 < parallelism <= max_parallelism:
+        msg = f"parallelism must be in [1, {max_parallelism}] (max_parallelism), got {parallelism}"
+        raise ValueError(msg)
+    if not 0 <= index < parallelism:
+        msg = f"instance index {index} is outside [0, {parallelism})"
+        raise ValueError(msg)
+    return KeyGroupRange(
+        (index * max_parallelism + parallelism - 1) // parallelism,
+        ((index + 1) * max_parallelism + parallelism - 1) // parallelism,
+    )
+
+
+def spark_key_group_expr(columns: list[str], max_parallelism: int = DEFAULT_MAX_PARALLELISM) -> str:
+    """The Spark SQL expression computing the key group of rows keyed by ``columns``."""
+    if not columns:
+        msg = "at least one key column is needed"
+        raise ValueError(msg)
+    quoted = ", ".join(f"`{c.replace('`', '``')}`" for c in columns)
+    return f"pmod(xxhash64({quoted}), {max_parallelism})"

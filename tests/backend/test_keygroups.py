@@ -1,0 +1,104 @@
+"""Key groups computed in Python equal Spark SQL's pmod(xxhash64(...), n), on real PySpark."""
+
+import itertools
+import os
+import shutil
+import sys
+
+import pytest
+
+from dstl.backend.keygroups import (
+    key_group_for,
+    key_group_range_for_instance,
+    spark_key_group_expr,
+    spark_xxhash64,
+)
+
+KEYS = ["", "a", "user-42", "ünïcødé ✓", "x" * 300]
+INTS = [0, 1, -1, 42, 2**31, -(2**31) - 1, 2**62, -(2**63), 2**63 - 1]
+
+
+@pytest.fixture(scope="module")
+def spark():
+    if shutil.which("java") is None:
+        pytest.skip("Java is not installed: PySpark cannot start")
+    pyspark_sql = pytest.importorskip("pyspark.sql")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    session = (
+        pyspark_sql.SparkSession.builder.master("local[1]")
+        .appName("dstl-keygroups-test")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "1")
+        .getOrCreate()
+    )
+    yield session
+    session.stop()
+
+
+def test_strings_ints_and_composites_agree_with_spark(spark):
+    from pyspark.sql import types as T
+
+    rows = [(s, i, float(i) / 3) for s in KEYS for i in INTS]
+    schema = T.StructType(
+        [
+            T.StructField("s", T.StringType()),
+            T.StructField("i", T.LongType()),
+            T.StructField("d", T.DoubleType()),
+        ]
+    )
+    df = spark.createDataFrame(rows, schema)
+    result = df.selectExpr(
+        "s",
+        "i",
+        "d",
+        "xxhash64(s) AS hs",
+        "xxhash64(i) AS hi",
+        "xxhash64(d) AS hd",
+        "xxhash64(s, i) AS hsi",
+        f"{spark_key_group_expr(['s', 'i'], 128)} AS kg",
+    ).collect()
+    assert len(result) == len(rows)
+    for row in result:
+        assert row.hs == spark_xxhash64(row.s)
+        assert row.hi == spark_xxhash64(row.i)
+        assert row.hd == spark_xxhash64(row.d)
+        assert row.hsi == spark_xxhash64((row.s, row.i))
+        assert row.kg == key_group_for((row.s, row.i), 128)
+
+
+def test_booleans_and_nulls_agree_with_spark(spark):
+    from pyspark.sql import types as T
+
+    schema = T.StructType([T.StructField("b", T.BooleanType()), T.StructField("s", T.StringType())])
+    df = spark.createDataFrame([(True, "k"), (False, None), (None, "k")], schema)
+    for row in df.selectExpr("b", "s", "xxhash64(b, s) AS h").collect():
+        assert row.h == spark_xxhash64((row.b, row.s))
+
+
+def test_key_group_is_stable_across_processes():
+    import subprocess
+
+    code = "from dstl.backend.keygroups import key_group_for; print(key_group_for(('user-7', 3), 128))"
+    outputs = {
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout for _ in range(3)
+    }
+    assert len(outputs) == 1 and outputs.pop().strip() == str(key_group_for(("user-7", 3), 128))
+
+
+def test_ranges_split_key_groups_contiguously_and_completely():
+    for parallelism in (1, 2, 3, 4, 7, 8, 128):
+        ranges = [key_group_range_for_instance(i, parallelism, 128) for i in range(parallelism)]
+        assert ranges[0].start == 0 and ranges[-1].end == 128
+        assert all(a.end == b.start for a, b in itertools.pairwise(ranges))
+        assert all(len(r) >= 1 for r in ranges)
+
+
+def test_bad_keys_and_parameters():
+    with pytest.raises(TypeError, match="cannot hash a key of type dict"):
+        key_group_for({"a": 1})
+    with pytest.raises(ValueError, match="64-bit"):
+        key_group_for(2**64)
+    with pytest.raises(ValueError):
+        key_group_range_for_instance(0, 200, 128)
+    with pytest.raises(ValueError):
+        key_group_for("a", 0)
