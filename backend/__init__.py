@@ -1,13 +1,23 @@
 """The changelog keyed-state backend (engine-agnostic) and ``dstl.backend.spark``.
 
-Present so far: key → key-group hashing that matches Spark SQL's
-``pmod(xxhash64(...), max_parallelism)`` exactly (:mod:`dstl.backend.keygroups`).
-Keyed state, delegates, materialization, the checkpoint coordinator and the Spark
-integration land with their issues.
+Present so far:
+
+- key → key-group hashing that matches Spark SQL's
+  ``pmod(xxhash64(...), max_parallelism)`` exactly (:mod:`dstl.backend.keygroups`);
+- keyed state (Value, List, Map, Reducing) bound to a current key, safe
+  serialization (msgpack by default, pickle only by name), a heap delegate, and
+  the changelog layer: every mutation applied and logged, registrations logged
+  as metadata, checkpoint = persist, restore (and rescale) = replay filtered by
+  key group (:class:`ChangelogKeyedStateBackend`).
+
+Materialization, the checkpoint coordinator, the on-disk delegate, TTL and the
+Spark integration land with their issues.
 """
 
 from __future__ import annotations
 
+from .changelog import BackendSnapshot, ChangelogKeyedStateBackend
+from .delegate import HeapDelegate, StateDelegate
 from .keygroups import (
     DEFAULT_MAX_PARALLELISM,
     key_group_for,
@@ -15,9 +25,24 @@ from .keygroups import (
     spark_key_group_expr,
     spark_xxhash64,
 )
+from .serialization import MsgpackSerializer, PickleSerializer, Serializer
+from .state import ListState, MapState, ReducingState, StateDescriptor, StateKind, ValueState
 
 __all__ = [
     "DEFAULT_MAX_PARALLELISM",
+    "BackendSnapshot",
+    "ChangelogKeyedStateBackend",
+    "HeapDelegate",
+    "ListState",
+    "MapState",
+    "MsgpackSerializer",
+    "PickleSerializer",
+    "ReducingState",
+    "Serializer",
+    "StateDelegate",
+    "StateDescriptor",
+    "StateKind",
+    "ValueState",
     "key_group_for",
     "key_group_range_for_instance",
     "spark_key_group_expr",

@@ -1,0 +1,274 @@
+"""The changelog keyed-state backend: delegate + DSTL writer, checkpoint and restore.
+
+Every mutation is applied to the delegate and appended to the DSTL writer under
+its key group; state registrations are appended as metadata, so a restore knows
+the states without the code that registered them. Materialization (snapshots
+that let the log be truncated) is not part of this module yet: a checkpoint is
+the handles restored from plus the persist of this backend's log.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+from dstl.spi import (
+    ChangelogHandle,
+    Config,
+    ConfigError,
+    InvalidHandleError,
+    KeyGroupRange,
+    StateChangelogStorage,
+    storage_for_handle,
+)
+
+from ..delegate import HeapDelegate, StateDelegate
+from ..keygroups import DEFAULT_MAX_PARALLELISM, key_group_for
+from ..serialization import serializer_for
+from ..state import (
+    ListState,
+    MapState,
+    ReducingState,
+    StateDescriptor,
+    StateKind,
+    ValueState,
+    map_key_bytes,
+)
+from .records import Op, decode_change, decode_registration, encode_change, encode_registration
+
+__all__ = ["BackendSnapshot", "ChangelogKeyedStateBackend"]
+
+_STATE_CLASSES = {
+    StateKind.VALUE: ValueState,
+    StateKind.LIST: ListState,
+    StateKind.MAP: MapState,
+    StateKind.REDUCING: ReducingState,
+}
+
+
+@dataclass(frozen=True)
+class BackendSnapshot:
+    """What a checkpoint of one backend consists of: changelog handles (JSON, never pickle)."""
+
+    checkpoint_id: int
+    handles: tuple[ChangelogHandle, ...]
+
+    def to_json(self) -> str:
+        """Serialise for the checkpoint metadata."""
+        return json.dumps(
+            {"checkpoint_id": self.checkpoint_id, "handles": [h.to_dict() for h in self.handles]}
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> BackendSnapshot:
+        """Parse and validate (untrusted input)."""
+        try:
+            doc = json.loads(text)
+            checkpoint_id = doc["checkpoint_id"]
+            handles = doc["handles"]
+        except (ValueError, TypeError, KeyError) as exc:
+            msg = f"not a backend snapshot: {exc}"
+            raise InvalidHandleError(msg) from exc
+        if not isinstance(checkpoint_id, int) or not isinstance(handles, list):
+            msg = "backend snapshot needs an integer checkpoint_id and a list of handles"
+            raise InvalidHandleError(msg)
+        return cls(checkpoint_id, tuple(ChangelogHandle.from_dict(h) for h in handles))
+
+
+def _apply_to(
+    delegate: StateDelegate, state: str, key_group: int, key: bytes, op: Op, args: list[Any]
+) -> None:
+    """Apply one change to the delegate (shared by live mutations and replay)."""
+    if op is Op.VALUE_PUT:
+        delegate.put(state, key_group, key, args[0])
+    elif op is Op.CLEAR:
+        delegate.delete(state, key_group, key)
+    elif op is Op.LIST_ADD:
+        delegate.put(state, key_group, key, [*(delegate.get(state, key_group, key) or []), args[0]])
+    elif op is Op.LIST_SET:
+        delegate.put(state, key_group, key, list(args[0]))
+    elif op is Op.MAP_PUT:
+        delegate.put(state, key_group, key, {**(delegate.get(state, key_group, key) or {}), args[0]: args[1]})
+    elif op is Op.MAP_REMOVE:
+        entry = dict(delegate.get(state, key_group, key) or {})
+        entry.pop(args[0], None)
+        if entry:
+            delegate.put(state, key_group, key, entry)
+        else:
+            delegate.delete(state, key_group, key)
+
+
+class ChangelogKeyedStateBackend:
+    """Keyed state of one operator instance over ``key_groups``, logged to a DSTL.
+
+    :param storage: the DSTL storage (shared by the operators of the process).
+    :param epoch: the writer epoch (task attempt): a newer one fences this backend.
+    """
+
+    def __init__(
+        self,
+        storage: StateChangelogStorage,
+        operator_id: str,
+        key_groups: KeyGroupRange,
+        *,
+        max_parallelism: int = DEFAULT_MAX_PARALLELISM,
+        epoch: int = 0,
+        delegate: StateDelegate | None = None,
+    ) -> None:
+        if not KeyGroupRange(0, max_parallelism).contains_range(key_groups):
+            msg = f"key groups {key_groups} exceed max_parallelism {max_parallelism}"
+            raise ValueError(msg)
+        self.storage = storage
+        self.operator_id = operator_id
+        self.key_groups = key_groups
+        self.max_parallelism = max_parallelism
+        self.delegate = delegate or HeapDelegate()
+        self.writer = storage.create_writer(operator_id, key_groups, epoch=epoch)
+        self._log_start = self.writer.initial_sqn()
+        self._states: dict[str, Any] = {}
+        self._restored_kinds: dict[str, tuple[str, str]] = {}
+        self._restored_handles: tuple[ChangelogHandle, ...] = ()
+        self._key: tuple[int, bytes] | None = None
+
+    # -- keys --------------------------------------------------------------------------------
+    def set_current_key(self, key: object) -> None:
+        """Bind state access to ``key`` (its key group must belong to this backend)."""
+        key_group = key_group_for(key, self.max_parallelism)
+        if key_group not in self.key_groups:
+            msg = (
+                f"key {key!r} is in key group {key_group}, outside this backend's "
+                f"[{self.key_groups.start}, {self.key_groups.end}): the row was routed to the wrong instance"
+            )
+            raise ValueError(msg)
+        self._key = (key_group, map_key_bytes(key))
+
+    def _current(self) -> tuple[int, bytes]:
+        if self._key is None:
+            msg = "no current key: call set_current_key(key) before using keyed state"
+            raise RuntimeError(msg)
+        return self._key
+
+    def _apply(self, op: Op, state_id: int, state: str, *args: Any) -> None:  # noqa: ANN401
+        key_group, key = self._current()
+        self.writer.append(key_group, encode_change(op, state_id, key, *args))
+        _apply_to(self.delegate, state, key_group, key, op, list(args))
+
+    # -- registration ----------------------------------------------------------------------------
+    def register(self, descriptor: StateDescriptor) -> Any:  # noqa: ANN401 - the state class of its kind
+        """Register (or return) the state named ``descriptor.name``.
+
+        :raises ConfigError: when a state of that name exists with another kind or
+            serializer (now or in the restored checkpoint).
+        """
+        existing = self._states.get(descriptor.name)
+        if existing is not None:
+            if (
+                existing.descriptor.kind != descriptor.kind
+                or existing.descriptor.serializer != descriptor.serializer
+            ):
+                msg = f"state {descriptor.name!r} is already registered as {existing.descriptor.kind.value}"
+                raise ConfigError(msg)
+            return existing
+        restored = self._restored_kinds.get(descriptor.name)
+        if restored is not None and restored != (descriptor.kind.value, descriptor.serializer):
+            msg = (
+                f"state {descriptor.name!r} was checkpointed as {restored[0]} state with serializer "
+                f"{restored[1]!r}; it cannot be restored as {descriptor.kind.value} "
+                f"with {descriptor.serializer!r}"
+            )
+            raise ConfigError(msg)
+        if descriptor.kind is StateKind.REDUCING and descriptor.reduce is None:
+            msg = f"reducing state {descriptor.name!r} needs a reduce function"
+            raise ConfigError(msg)
+        state_id = len(self._states)
+        self.writer.append_meta(
+            encode_registration(state_id, descriptor.name, descriptor.kind.value, descriptor.serializer)
+        )
+        state = _STATE_CLASSES[descriptor.kind](
+            self, state_id, descriptor, serializer_for(descriptor.serializer)
+        )
+        self._states[descriptor.name] = state
+        return state
+
+    def value_state(self, name: str, serializer: str = "msgpack") -> ValueState:
+        """A :class:`ValueState`."""
+        return self.register(StateDescriptor(name, StateKind.VALUE, serializer))
+
+    def list_state(self, name: str, serializer: str = "msgpack") -> ListState:
+        """A :class:`ListState`."""
+        return self.register(StateDescriptor(name, StateKind.LIST, serializer))
+
+    def map_state(self, name: str, serializer: str = "msgpack") -> MapState:
+        """A :class:`MapState`."""
+        return self.register(StateDescriptor(name, StateKind.MAP, serializer))
+
+    def reducing_state(
+        self, name: str, reduce: Callable[[Any, Any], Any], serializer: str = "msgpack"
+    ) -> ReducingState:
+        """A :class:`ReducingState` folding with ``reduce``."""
+        return self.register(StateDescriptor(name, StateKind.REDUCING, serializer, reduce))
+
+    # -- checkpoints ----------------------------------------------------------------------------
+    def checkpoint(self, checkpoint_id: int) -> Future[BackendSnapshot]:
+        """Persist the log; the snapshot is the restored handles plus this log's handle."""
+        result: Future[BackendSnapshot] = Future()
+        persisted = self.writer.persist(self._log_start, checkpoint_id)
+
+        def done(future: Future[ChangelogHandle]) -> None:
+            if future.exception() is not None:
+                result.set_exception(future.exception())  # type: ignore[arg-type]
+            else:
+                result.set_result(BackendSnapshot(checkpoint_id, (*self._restored_handles, future.result())))
+
+        persisted.add_done_callback(done)
+        return result
+
+    def notify_checkpoint_complete(self, snapshot: BackendSnapshot) -> None:
+        """The checkpoint completed: its change sets now belong to it."""
+        own = [h for h in snapshot.handles if h.log_id == self.writer.log_id and h.epoch == self.writer.epoch]
+        for handle in own:
+            self.writer.confirm(handle.sqn_range.start, handle.sqn_range.end, snapshot.checkpoint_id)
+
+    def restore(self, snapshot: BackendSnapshot, config: Config | Mapping[str, Any] | None = None) -> None:
+        """Rebuild the working state from ``snapshot``, keeping only this backend's key groups.
+
+        Handles may come from instances with other key-group ranges (rescaling) and
+        from another storage (each handle names its own).
+        """
+        storages: dict[str, StateChangelogStorage] = {self.storage.identifier: self.storage}
+        try:
+            for handle in snapshot.handles:
+                if handle.storage_id not in storages:
+                    storages[handle.storage_id] = storage_for_handle(handle, config, job_id="restore")
+                self._replay(storages[handle.storage_id], handle)
+        finally:
+            for identifier, storage in storages.items():
+                if identifier != self.storage.identifier:
+                    storage.close()
+        self._restored_handles = tuple(snapshot.handles)
+
+    def _replay(self, storage: StateChangelogStorage, handle: ChangelogHandle) -> None:
+        names: dict[int, str] = {}
+        where = f"{handle.storage_id}:{handle.log_id}"
+        for change in storage.create_reader().read(handle, self.key_groups):
+            if change.is_meta:
+                state_id, name, kind, serializer = decode_registration(change.data, where=where)
+                names[state_id] = name
+                self._restored_kinds[name] = (kind, serializer)
+                continue
+            op, state_id, key, args = decode_change(change.data, where=where)
+            if state_id not in names:
+                msg = f"change for unregistered state id {state_id} in log {handle.log_id!r}"
+                raise InvalidHandleError(msg)
+            _apply_to(self.delegate, names[state_id], change.key_group, key, op, args)
+
+    def close(self) -> None:
+        """Close the writer (the storage belongs to the caller)."""
+        self.writer.close()
+
+    def snapshot_handles(self) -> Iterable[ChangelogHandle]:
+        """Handles this backend was restored from (still part of every checkpoint)."""
+        return self._restored_handles

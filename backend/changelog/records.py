@@ -1,0 +1,51 @@
+"""Change records written to the DSTL: msgpack arrays, registrations as metadata."""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+import msgpack
+
+from dstl.spi import CorruptedError
+
+
+class Op(enum.IntEnum):
+    """What a change record does to one key's entry."""
+
+    VALUE_PUT = 0
+    CLEAR = 1
+    LIST_ADD = 2
+    LIST_SET = 3
+    MAP_PUT = 4
+    MAP_REMOVE = 5
+
+
+def encode_change(op: Op, state_id: int, key: bytes, *args: Any) -> bytes:  # noqa: ANN401
+    """One change record."""
+    return msgpack.packb([int(op), state_id, key, *args], use_bin_type=True)
+
+
+def decode_change(data: bytes, *, where: str) -> tuple[Op, int, bytes, list[Any]]:
+    """``(op, state id, key, arguments)``; :class:`CorruptedError` on anything else."""
+    try:
+        op, state_id, key, *args = msgpack.unpackb(data, raw=False, strict_map_key=False)
+        return Op(op), int(state_id), bytes(key), args
+    except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
+        msg = f"undecodable state change record: {exc}"
+        raise CorruptedError(msg, location=where) from exc
+
+
+def encode_registration(state_id: int, name: str, kind: str, serializer: str) -> bytes:
+    """The metadata record registering a state under ``state_id`` in this log."""
+    return msgpack.packb({"register": state_id, "name": name, "kind": kind, "serializer": serializer})
+
+
+def decode_registration(data: bytes, *, where: str) -> tuple[int, str, str, str]:
+    """``(state id, name, kind, serializer)`` of a registration record."""
+    try:
+        doc = msgpack.unpackb(data, raw=False)
+        return int(doc["register"]), str(doc["name"]), str(doc["kind"]), str(doc["serializer"])
+    except (ValueError, TypeError, KeyError, msgpack.ExtraData, msgpack.FormatError) as exc:
+        msg = f"undecodable state registration record: {exc}"
+        raise CorruptedError(msg, location=where) from exc

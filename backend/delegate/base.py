@@ -1,0 +1,38 @@
+"""The working-state store behind the changelog layer."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from typing import Any
+
+__all__ = ["StateDelegate"]
+
+
+class StateDelegate(ABC):
+    """Entries by (state name, key group, key bytes).
+
+    An entry is the stored form of one key's state: ``bytes`` for value state,
+    ``list[bytes]`` for list state, ``dict[bytes, bytes]`` for map state. The
+    changelog layer is the only writer; delegates apply what it tells them.
+    """
+
+    @abstractmethod
+    def get(self, state: str, key_group: int, key: bytes) -> Any | None:  # noqa: ANN401 - entry
+        """The entry, or ``None``."""
+
+    @abstractmethod
+    def put(self, state: str, key_group: int, key: bytes, entry: Any) -> None:  # noqa: ANN401
+        """Store ``entry`` (replacing what was there)."""
+
+    @abstractmethod
+    def delete(self, state: str, key_group: int, key: bytes) -> None:
+        """Remove the entry (no-op when absent)."""
+
+    @abstractmethod
+    def entries(self, state: str, key_group: int) -> Iterator[tuple[bytes, Any]]:
+        """Every ``(key, entry)`` of a state in a key group."""
+
+    @abstractmethod
+    def states(self) -> list[str]:
+        """Names of the states holding entries."""

@@ -1,0 +1,39 @@
+"""Working state in process memory (dicts)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from .base import StateDelegate
+
+__all__ = ["HeapDelegate"]
+
+
+class HeapDelegate(StateDelegate):
+    """``state -> key group -> key -> entry`` in dicts; fastest, lives in one process."""
+
+    def __init__(self) -> None:
+        self._data: dict[str, dict[int, dict[bytes, Any]]] = {}
+
+    def get(self, state: str, key_group: int, key: bytes) -> Any | None:  # noqa: ANN401
+        """The entry, or ``None``."""
+        return self._data.get(state, {}).get(key_group, {}).get(key)
+
+    def put(self, state: str, key_group: int, key: bytes, entry: Any) -> None:  # noqa: ANN401
+        """Store ``entry``."""
+        self._data.setdefault(state, {}).setdefault(key_group, {})[key] = entry
+
+    def delete(self, state: str, key_group: int, key: bytes) -> None:
+        """Remove the entry."""
+        group = self._data.get(state, {}).get(key_group)
+        if group is not None:
+            group.pop(key, None)
+
+    def entries(self, state: str, key_group: int) -> Iterator[tuple[bytes, Any]]:
+        """Every entry of a state in a key group (a copy: safe to mutate meanwhile)."""
+        return iter(list(self._data.get(state, {}).get(key_group, {}).items()))
+
+    def states(self) -> list[str]:
+        """Names of the states holding entries."""
+        return sorted(self._data)

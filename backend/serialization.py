@@ -1,0 +1,80 @@
+"""Value serializers for keyed state.
+
+State bytes are written to shared storage and read back on restore, so they are
+untrusted input: the default serializer (msgpack) can only produce plain data.
+Pickle executes code while loading, so it is available only when asked for by
+name and never chosen implicitly.
+"""
+
+from __future__ import annotations
+
+import pickle
+from abc import ABC, abstractmethod
+from typing import Any
+
+import msgpack
+
+from dstl.spi import ConfigError
+
+__all__ = ["MsgpackSerializer", "PickleSerializer", "Serializer", "serializer_for"]
+
+
+class Serializer(ABC):
+    """Turns state values into bytes and back; ``name`` is recorded with the state."""
+
+    name: str
+
+    @abstractmethod
+    def dumps(self, value: Any) -> bytes:  # noqa: ANN401 - any value the serializer supports
+        """Encode ``value``."""
+
+    @abstractmethod
+    def loads(self, data: bytes) -> Any:  # noqa: ANN401
+        """Decode bytes written by :meth:`dumps`."""
+
+
+class MsgpackSerializer(Serializer):
+    """Plain data: None, bool, int, float, str, bytes, lists/tuples (as lists) and dicts."""
+
+    name = "msgpack"
+
+    def dumps(self, value: Any) -> bytes:  # noqa: ANN401
+        """Encode ``value``; a clear error for types msgpack cannot carry."""
+        try:
+            return msgpack.packb(value, use_bin_type=True)
+        except (TypeError, ValueError, OverflowError) as exc:
+            msg = (
+                f"state value of type {type(value).__name__} cannot be stored with msgpack ({exc}); "
+                "store plain data, or register the state with serializer='pickle' if you trust the storage"
+            )
+            raise TypeError(msg) from exc
+
+    def loads(self, data: bytes) -> Any:  # noqa: ANN401
+        """Decode (lists stay lists; map keys keep their types)."""
+        return msgpack.unpackb(data, raw=False, strict_map_key=False)
+
+
+class PickleSerializer(Serializer):
+    """Any picklable value. Loading runs code: use only with storage you trust."""
+
+    name = "pickle"
+
+    def dumps(self, value: Any) -> bytes:  # noqa: ANN401
+        """Pickle ``value``."""
+        return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+
+    def loads(self, data: bytes) -> Any:  # noqa: ANN401
+        """Unpickle (trusted input only)."""
+        return pickle.loads(data)  # noqa: S301 - opt-in by name, documented
+
+
+_SERIALIZERS: dict[str, type[Serializer]] = {"msgpack": MsgpackSerializer, "pickle": PickleSerializer}
+
+
+def serializer_for(name: str) -> Serializer:
+    """The serializer called ``name`` (``msgpack`` or ``pickle``)."""
+    try:
+        return _SERIALIZERS[name]()
+    except KeyError:
+        msg = f"unknown serializer {name!r}: use one of {sorted(_SERIALIZERS)}"
+        raise ConfigError(msg) from None
