@@ -1,0 +1,158 @@
+"""Changelog keyed-state backend: state kinds, checkpoint/restore, rescale, bad input."""
+
+import operator
+import uuid
+
+import pytest
+
+from dstl.backend.changelog import BackendSnapshot, ChangelogKeyedStateBackend
+from dstl.backend.keygroups import key_group_range_for_instance
+from dstl.spi import ConfigError, InvalidHandleError, KeyGroupRange, load_storage
+
+ALL = KeyGroupRange(0, 128)
+
+
+@pytest.fixture(params=["memory", "local", "filesystem"])
+def storage_config(request, tmp_path):
+    if request.param == "memory":
+        return {"dstl.storage": "memory", "dstl.memory.namespace": f"b-{uuid.uuid4().hex}"}
+    if request.param == "local":
+        return {"dstl.storage": "local", "dstl.local.dir": str(tmp_path / "local")}
+    return {"dstl.storage": "filesystem", "dstl.dfs.base-path": (tmp_path / "dfs").as_uri()}
+
+
+def populate(backend, users):
+    totals = backend.value_state("totals")
+    recent = backend.list_state("recent")
+    pages = backend.map_state("pages")
+    best = backend.reducing_state("best", max)
+    for n in range(users * 3):
+        user = f"user-{n % users}"
+        backend.set_current_key(user)
+        totals.update((totals.value() or 0) + n)
+        recent.add(n)
+        if len(recent.get()) > 2:
+            recent.update(recent.get()[-2:])
+        pages.put(f"p{n % 4}", (pages.get(f"p{n % 4}") or 0) + 1)
+        if n % 7 == 0:
+            pages.remove("p0")
+        best.add(n)
+    backend.set_current_key("gone")
+    totals.update(1)
+    totals.clear()
+
+
+def read_back(backend, users):
+    totals = backend.value_state("totals")
+    recent = backend.list_state("recent")
+    pages = backend.map_state("pages")
+    best = backend.reducing_state("best", max)
+    out = {}
+    for u in range(users):
+        backend.set_current_key(f"user-{u}")
+        out[u] = (totals.value(), recent.get(), dict(pages.items()), best.get())
+    backend.set_current_key("gone")
+    out["gone"] = totals.value()
+    return out
+
+
+def test_checkpoint_and_restore_every_state_kind(storage_config):
+    with load_storage(storage_config, job_id="job") as storage:
+        backend = ChangelogKeyedStateBackend(storage, "op", ALL)
+        populate(backend, 20)
+        expected = read_back(backend, 20)
+        snapshot = backend.checkpoint(1).result(timeout=30)
+        backend.notify_checkpoint_complete(snapshot)
+        backend.close()
+        text = snapshot.to_json()
+    with load_storage(storage_config, job_id="job") as storage:
+        restored = ChangelogKeyedStateBackend(storage, "op", ALL, epoch=1)
+        restored.restore(BackendSnapshot.from_json(text), storage_config)
+        assert read_back(restored, 20) == expected
+        assert expected["gone"] is None and expected[3][3] is not None
+
+
+@pytest.mark.parametrize("new_parallelism", [2, 8])
+def test_rescale_from_4_instances_loses_and_duplicates_nothing(storage_config, new_parallelism):
+    keys = [f"k{i}" for i in range(400)]
+    with load_storage(storage_config, job_id="job") as storage:
+        handles = []
+        for index in range(4):
+            backend = ChangelogKeyedStateBackend(storage, "op", key_group_range_for_instance(index, 4))
+            state = backend.value_state("v")
+            for key in keys:
+                try:
+                    backend.set_current_key(key)
+                except ValueError:
+                    continue  # another instance owns it
+                state.update(key.upper())
+            handles.extend(backend.checkpoint(1).result(timeout=30).handles)
+            backend.close()
+        union = BackendSnapshot(1, tuple(handles))
+        found = {}
+        for index in range(new_parallelism):
+            backend = ChangelogKeyedStateBackend(
+                storage, "op", key_group_range_for_instance(index, new_parallelism), epoch=1
+            )
+            backend.restore(union, storage_config)
+            state = backend.value_state("v")
+            for key in keys:
+                try:
+                    backend.set_current_key(key)
+                except ValueError:
+                    continue
+                if state.value() is not None:
+                    assert key not in found, f"{key} restored twice"
+                    found[key] = state.value()
+            backend.close()
+    assert found == {key: key.upper() for key in keys}
+
+
+def test_bad_input_is_rejected_clearly(storage_config):
+    with load_storage(storage_config, job_id="job") as storage:
+        backend = ChangelogKeyedStateBackend(storage, "op", KeyGroupRange(0, 64))
+        state = backend.value_state("v")
+        with pytest.raises(RuntimeError, match="no current key"):
+            state.value()
+        with pytest.raises(ValueError, match="routed to the wrong instance"):
+            for i in range(1000):
+                backend.set_current_key(f"key-{i}")
+        backend.set_current_key(next(f"k{i}" for i in range(1000) if _owned(backend, f"k{i}")))
+        with pytest.raises(TypeError, match="cannot be stored with msgpack"):
+            state.update(object())
+        with pytest.raises(ConfigError, match="already registered as value"):
+            backend.list_state("v")
+        state.update(5)
+        snapshot = backend.checkpoint(1).result(timeout=30)
+        backend.close()
+        restored = ChangelogKeyedStateBackend(storage, "op", KeyGroupRange(0, 64), epoch=1)
+        restored.restore(snapshot)
+        with pytest.raises(ConfigError, match="checkpointed as value state"):
+            restored.map_state("v")
+    with pytest.raises(InvalidHandleError):
+        BackendSnapshot.from_json('{"checkpoint_id": 1, "handles": [{"schema": "evil"}]}')
+    with pytest.raises(InvalidHandleError):
+        BackendSnapshot.from_json("not json")
+
+
+def _owned(backend, key):
+    try:
+        backend.set_current_key(key)
+    except ValueError:
+        return False
+    return True
+
+
+def test_reducing_state_needs_a_reduce_function(storage_config):
+    from dstl.backend.state import StateDescriptor, StateKind
+
+    with load_storage(storage_config, job_id="job") as storage:
+        backend = ChangelogKeyedStateBackend(storage, "op", ALL)
+        with pytest.raises(ConfigError, match="needs a reduce function"):
+            backend.register(StateDescriptor("r", StateKind.REDUCING))
+        total = backend.reducing_state("sum", operator.add)
+        backend.set_current_key(1)
+        total.add(2)
+        total.add(3)
+        assert total.get() == 5
+        backend.close()
