@@ -27,6 +27,7 @@ from dstl.spi import (
 
 from ..delegate import HeapDelegate, StateDelegate
 from ..keygroups import DEFAULT_MAX_PARALLELISM, key_group_for
+from ..materialization import MaterializationRef
 from ..serialization import serializer_for
 from ..state import (
     ListState,
@@ -37,6 +38,7 @@ from ..state import (
     ValueState,
     map_key_bytes,
 )
+from .materializer import Materializer
 from .records import Op, decode_change, decode_registration, encode_change, encode_registration
 
 __all__ = ["BackendSnapshot", "ChangelogKeyedStateBackend"]
@@ -51,15 +53,20 @@ _STATE_CLASSES = {
 
 @dataclass(frozen=True)
 class BackendSnapshot:
-    """What a checkpoint of one backend consists of: changelog handles (JSON, never pickle)."""
+    """A checkpoint of one backend: snapshots plus the changelog after them (JSON, never pickle)."""
 
     checkpoint_id: int
     handles: tuple[ChangelogHandle, ...]
+    materialized: tuple[MaterializationRef, ...] = ()
 
     def to_json(self) -> str:
         """Serialise for the checkpoint metadata."""
         return json.dumps(
-            {"checkpoint_id": self.checkpoint_id, "handles": [h.to_dict() for h in self.handles]}
+            {
+                "checkpoint_id": self.checkpoint_id,
+                "handles": [h.to_dict() for h in self.handles],
+                "materialized": [m.to_dict() for m in self.materialized],
+            }
         )
 
     @classmethod
@@ -72,10 +79,19 @@ class BackendSnapshot:
         except (ValueError, TypeError, KeyError) as exc:
             msg = f"not a backend snapshot: {exc}"
             raise InvalidHandleError(msg) from exc
-        if not isinstance(checkpoint_id, int) or not isinstance(handles, list):
-            msg = "backend snapshot needs an integer checkpoint_id and a list of handles"
+        materialized = doc.get("materialized", [])
+        if (
+            not isinstance(checkpoint_id, int)
+            or not isinstance(handles, list)
+            or not isinstance(materialized, list)
+        ):
+            msg = "backend snapshot needs an integer checkpoint_id and lists of handles and snapshots"
             raise InvalidHandleError(msg)
-        return cls(checkpoint_id, tuple(ChangelogHandle.from_dict(h) for h in handles))
+        return cls(
+            checkpoint_id,
+            tuple(ChangelogHandle.from_dict(h) for h in handles),
+            tuple(MaterializationRef.from_dict(m) for m in materialized),
+        )
 
 
 def _apply_to(
@@ -117,6 +133,8 @@ class ChangelogKeyedStateBackend:
         max_parallelism: int = DEFAULT_MAX_PARALLELISM,
         epoch: int = 0,
         delegate: StateDelegate | None = None,
+        snapshot_dir: str | None = None,
+        max_failures_allowed: int = 3,
     ) -> None:
         if not KeyGroupRange(0, max_parallelism).contains_range(key_groups):
             msg = f"key groups {key_groups} exceed max_parallelism {max_parallelism}"
@@ -132,6 +150,9 @@ class ChangelogKeyedStateBackend:
         self._restored_kinds: dict[str, tuple[str, str]] = {}
         self._restored_handles: tuple[ChangelogHandle, ...] = ()
         self._key: tuple[int, bytes] | None = None
+        self._restored_refs: tuple[MaterializationRef, ...] = ()
+        self.materializer = Materializer(self, snapshot_dir, max_failures_allowed)
+        self._truncated_to = self._log_start
 
     # -- keys --------------------------------------------------------------------------------
     def set_current_key(self, key: object) -> None:
@@ -213,24 +234,44 @@ class ChangelogKeyedStateBackend:
 
     # -- checkpoints ----------------------------------------------------------------------------
     def checkpoint(self, checkpoint_id: int) -> Future[BackendSnapshot]:
-        """Persist the log; the snapshot is the restored handles plus this log's handle."""
+        """Persist the log after the last materialization; snapshot = that + the log handle.
+
+        Before this backend's first materialization the restored snapshots and
+        handles are part of every checkpoint; afterwards they are not needed.
+
+        :raises StorageError: when materialization failed more than
+            ``max_failures_allowed`` times in a row (the log would grow without bound).
+        """
+        self.materializer.check_health()
+        materialized = self.materializer.latest
+        start = materialized.sqn if materialized is not None else self._log_start
+        refs = (materialized,) if materialized is not None else self._restored_refs
+        base = () if materialized is not None else self._restored_handles
         result: Future[BackendSnapshot] = Future()
-        persisted = self.writer.persist(self._log_start, checkpoint_id)
+        persisted = self.writer.persist(start, checkpoint_id)
 
         def done(future: Future[ChangelogHandle]) -> None:
-            if future.exception() is not None:
-                result.set_exception(future.exception())  # type: ignore[arg-type]
-            else:
-                result.set_result(BackendSnapshot(checkpoint_id, (*self._restored_handles, future.result())))
+            try:
+                result.set_result(BackendSnapshot(checkpoint_id, (*base, future.result()), refs))
+            except BaseException as exc:  # noqa: BLE001 - the caller's future must always settle
+                result.set_exception(exc)
 
         persisted.add_done_callback(done)
         return result
 
+    def materialize(self) -> Future[MaterializationRef]:
+        """Snapshot the working state in the background (at most one at a time)."""
+        return self.materializer.start()
+
     def notify_checkpoint_complete(self, snapshot: BackendSnapshot) -> None:
-        """The checkpoint completed: its change sets now belong to it."""
+        """The checkpoint completed: confirm its change sets; truncate the log it materialized."""
         own = [h for h in snapshot.handles if h.log_id == self.writer.log_id and h.epoch == self.writer.epoch]
         for handle in own:
             self.writer.confirm(handle.sqn_range.start, handle.sqn_range.end, snapshot.checkpoint_id)
+        for ref in snapshot.materialized:
+            if self.materializer.owns(ref) and ref.sqn > self._truncated_to:
+                self.writer.truncate(ref.sqn)
+                self._truncated_to = ref.sqn
 
     def restore(self, snapshot: BackendSnapshot, config: Config | Mapping[str, Any] | None = None) -> None:
         """Rebuild the working state from ``snapshot``, keeping only this backend's key groups.
@@ -238,6 +279,9 @@ class ChangelogKeyedStateBackend:
         Handles may come from instances with other key-group ranges (rescaling) and
         from another storage (each handle names its own).
         """
+        for ref in snapshot.materialized:
+            for name, (kind, serializer) in self.materializer.load(ref).items():
+                self._restored_kinds[name] = (kind, serializer)
         storages: dict[str, StateChangelogStorage] = {self.storage.identifier: self.storage}
         try:
             for handle in snapshot.handles:
@@ -249,6 +293,7 @@ class ChangelogKeyedStateBackend:
                 if identifier != self.storage.identifier:
                     storage.close()
         self._restored_handles = tuple(snapshot.handles)
+        self._restored_refs = tuple(snapshot.materialized)
 
     def _replay(self, storage: StateChangelogStorage, handle: ChangelogHandle) -> None:
         names: dict[int, str] = {}
@@ -265,8 +310,22 @@ class ChangelogKeyedStateBackend:
                 raise InvalidHandleError(msg)
             _apply_to(self.delegate, names[state_id], change.key_group, key, op, args)
 
+    def _log_registrations(self) -> None:
+        for state in self._states.values():
+            spec = state.descriptor
+            record = encode_registration(state._id, spec.name, spec.kind.value, spec.serializer)
+            self.writer.append_meta(record)
+
+    def registrations(self) -> dict[str, tuple[str, str]]:
+        """``name -> (kind, serializer)`` of every state known (registered or restored)."""
+        known = dict(self._restored_kinds)
+        for name, state in self._states.items():
+            known[name] = (state.descriptor.kind.value, state.descriptor.serializer)
+        return known
+
     def close(self) -> None:
-        """Close the writer (the storage belongs to the caller)."""
+        """Wait for a running materialization, then close the writer (the storage is the caller's)."""
+        self.materializer.close()
         self.writer.close()
 
     def snapshot_handles(self) -> Iterable[ChangelogHandle]:

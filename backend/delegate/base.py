@@ -36,3 +36,7 @@ class StateDelegate(ABC):
     @abstractmethod
     def states(self) -> list[str]:
         """Names of the states holding entries."""
+
+    @abstractmethod
+    def snapshot(self) -> dict[str, dict[int, dict[bytes, Any]]]:
+        """A consistent view ``state -> key group -> {key: entry}`` that later changes do not touch."""

@@ -37,3 +37,9 @@ class HeapDelegate(StateDelegate):
     def states(self) -> list[str]:
         """Names of the states holding entries."""
         return sorted(self._data)
+
+    def snapshot(self) -> dict[str, dict[int, dict[bytes, Any]]]:
+        """Shallow copies suffice: entries are replaced on change, never mutated in place."""
+        return {
+            state: {kg: dict(group) for kg, group in groups.items()} for state, groups in self._data.items()
+        }

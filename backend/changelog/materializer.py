@@ -1,0 +1,144 @@
+"""Runs materializations of one backend: background, one at a time, failures counted."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any
+
+from dstl.spi import ConfigError, StorageError
+
+from ..materialization import MaterializationRef, read_sections, write_snapshot
+
+if TYPE_CHECKING:
+    from .backend import ChangelogKeyedStateBackend
+
+log = logging.getLogger(__name__)
+
+
+class Materializer:
+    """Uploads snapshots of the backend's delegate under ``snapshot_dir`` (any fsspec URL)."""
+
+    def __init__(
+        self, backend: ChangelogKeyedStateBackend, snapshot_dir: str | None, max_failures: int
+    ) -> None:
+        self._backend = backend
+        self._dir = snapshot_dir
+        self._max_failures = max_failures
+        self._lock = threading.Lock()
+        self._running: Future[MaterializationRef] | None = None
+        self._thread: threading.Thread | None = None
+        self.latest: MaterializationRef | None = None
+        self.failures = 0
+        self.completed = 0
+        self._fs: Any = None
+        self._root = ""
+
+    def _filesystem(self) -> tuple[Any, str]:
+        if self._dir is None:
+            msg = "materialization needs a snapshot directory: set state.checkpoints.dir (snapshot_dir)"
+            raise ConfigError(msg)
+        if self._fs is None:
+            import fsspec
+
+            self._fs, root = fsspec.core.url_to_fs(self._dir)
+            self._root = root.rstrip("/")
+        return self._fs, self._root
+
+    def owns(self, ref: MaterializationRef) -> bool:
+        """Whether ``ref`` is a snapshot of this backend's log."""
+        return ref.path.startswith(f"{self._backend.operator_id}/{self._backend.writer.log_id}-")
+
+    def check_health(self) -> None:
+        """Fail the checkpoint when materialization keeps failing."""
+        if self.failures > self._max_failures:
+            msg = (
+                f"materialization of {self._backend.operator_id!r} failed {self.failures} times in a row "
+                f"(state.changelog.max-failures-allowed={self._max_failures}); the log cannot be truncated. "
+                "Check state.checkpoints.dir"
+            )
+            raise StorageError(msg)
+
+    def start(self) -> Future[MaterializationRef]:
+        """Start a materialization unless one runs (then return that one)."""
+        fs, root = self._filesystem()
+        with self._lock:
+            if self._running is not None and not self._running.done():
+                return self._running
+            backend = self._backend
+            sqn = backend.writer.next_sqn()
+            # The log after the snapshot must describe its states by itself.
+            backend._log_registrations()
+            view = backend.delegate.snapshot()
+            registrations = backend.registrations()
+            future: Future[MaterializationRef] = Future()
+            self._running = future
+            self._thread = threading.Thread(
+                target=self._upload, args=(fs, root, sqn, view, registrations, future), daemon=True
+            )
+            self._thread.start()
+            return future
+
+    def _upload(self, fs: Any, root: str, sqn: int, view: Any, registrations: dict, future: Future) -> None:  # noqa: ANN401
+        backend = self._backend
+        try:
+            sections: dict[int, list[list[Any]]] = {}
+            for state, groups in view.items():
+                for key_group, entries in groups.items():
+                    sections.setdefault(key_group, []).extend(
+                        [state, key, entry] for key, entry in entries.items()
+                    )
+            meta = {
+                "sqn": sqn,
+                "registrations": registrations,
+                "key_groups": [backend.key_groups.start, backend.key_groups.end],
+            }
+            data = write_snapshot(sections, meta)
+            relative = f"{backend.operator_id}/{backend.writer.log_id}-sqn{sqn}-{uuid.uuid4().hex[:8]}.snap"
+            path = f"{root}/{relative}"
+            fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+            fs.pipe_file(path, data)
+            ref = MaterializationRef(relative, backend.key_groups, sqn, len(data))
+        except Exception as exc:  # noqa: BLE001 - counted, reported through the future
+            with self._lock:
+                self.failures += 1
+            log.warning(
+                "materialization of %s failed (%d in a row): %s", backend.operator_id, self.failures, exc
+            )
+            future.set_exception(StorageError(f"materialization failed: {exc}", retriable=True))
+            return
+        with self._lock:
+            if self.latest is None or ref.sqn > self.latest.sqn:
+                self.latest = ref
+            self.failures = 0
+            self.completed += 1
+        future.set_result(ref)
+
+    def load(self, ref: MaterializationRef) -> dict[str, tuple[str, str]]:
+        """Apply ``ref``'s sections of the backend's key groups to the delegate; returns its registrations."""
+        fs, root = self._filesystem()
+        path = f"{root}/{ref.path}"
+        backend = self._backend
+
+        def read_range(start: int, end: int) -> bytes:
+            try:
+                return fs.cat_file(path, start=start, end=end)
+            except FileNotFoundError as exc:
+                msg = f"snapshot {self._dir}/{ref.path} does not exist"
+                raise StorageError(msg) from exc
+
+        meta, sections = read_sections(read_range, backend.key_groups, where=f"{self._dir}/{ref.path}")
+        for key_group, entries in sections:
+            for state, key, entry in entries:
+                backend.delegate.put(state, key_group, key, entry)
+        return {
+            name: (kind, serializer) for name, (kind, serializer) in meta.get("registrations", {}).items()
+        }
+
+    def close(self) -> None:
+        """Wait for a running materialization."""
+        thread = self._thread
+        if thread is not None:
+            thread.join(60)

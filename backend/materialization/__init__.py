@@ -1,0 +1,7 @@
+"""Materialization: snapshots of the working state that let the log be truncated."""
+
+from __future__ import annotations
+
+from .format import MaterializationRef, read_sections, write_snapshot
+
+__all__ = ["MaterializationRef", "read_sections", "write_snapshot"]
