@@ -8,6 +8,7 @@ import pytest
 from dstl.backend.changelog import BackendSnapshot, ChangelogKeyedStateBackend
 from dstl.backend.keygroups import key_group_range_for_instance
 from dstl.spi import ConfigError, InvalidHandleError, KeyGroupRange, load_storage
+from tests.backend.helpers import owns_key
 
 ALL = KeyGroupRange(0, 128)
 
@@ -117,7 +118,7 @@ def test_bad_input_is_rejected_clearly(storage_config):
         with pytest.raises(ValueError, match="routed to the wrong instance"):
             for i in range(1000):
                 backend.set_current_key(f"key-{i}")
-        backend.set_current_key(next(f"k{i}" for i in range(1000) if _owned(backend, f"k{i}")))
+        backend.set_current_key(next(f"k{i}" for i in range(1000) if owns_key(backend, f"k{i}")))
         with pytest.raises(TypeError, match="cannot be stored with msgpack"):
             state.update(object())
         with pytest.raises(ConfigError, match="already registered as value"):
@@ -133,14 +134,6 @@ def test_bad_input_is_rejected_clearly(storage_config):
         BackendSnapshot.from_json('{"checkpoint_id": 1, "handles": [{"schema": "evil"}]}')
     with pytest.raises(InvalidHandleError):
         BackendSnapshot.from_json("not json")
-
-
-def _owned(backend, key):
-    try:
-        backend.set_current_key(key)
-    except ValueError:
-        return False
-    return True
 
 
 def test_reducing_state_needs_a_reduce_function(storage_config):

@@ -1,0 +1,134 @@
+"""Materialization: snapshot + log after it restores the state; the log is truncated; failures."""
+
+import pytest
+
+from dstl.backend.changelog import BackendSnapshot, ChangelogKeyedStateBackend
+from dstl.backend.keygroups import key_group_range_for_instance
+from dstl.spi import CorruptedError, KeyGroupRange, StorageError, load_storage
+from tests.backend.helpers import owns_key
+
+ALL = KeyGroupRange(0, 128)
+
+
+@pytest.fixture
+def setup(tmp_path):
+    config = {"dstl.storage": "local", "dstl.local.dir": str(tmp_path / "log")}
+    return config, (tmp_path / "snapshots").as_uri()
+
+
+def fill(backend, keys, round_):
+    state = backend.value_state("v")
+    for key in keys:
+        backend.set_current_key(key)
+        state.update(f"{key}-{round_}")
+
+
+def materialized_checkpoint(storage, snapshots, keys):
+    """A backend holding ``keys``, materialized, then checkpointed; returns (backend, ref, snapshot)."""
+    backend = ChangelogKeyedStateBackend(storage, "op", ALL, snapshot_dir=snapshots)
+    fill(backend, keys, 1)
+    ref = backend.materialize().result(timeout=30)
+    return backend, ref, backend.checkpoint(1).result(timeout=30)
+
+
+def values(backend, keys):
+    state = backend.value_state("v")
+    out = {}
+    for key in keys:
+        backend.set_current_key(key)
+        out[key] = state.value()
+    return out
+
+
+def test_checkpoint_after_materialization_holds_snapshot_plus_later_log(setup):
+    config, snapshots = setup
+    keys = [f"k{i}" for i in range(300)]
+    with load_storage(config, job_id="job") as storage:
+        backend = ChangelogKeyedStateBackend(storage, "op", ALL, snapshot_dir=snapshots)
+        fill(backend, keys, 1)
+        ref = backend.materialize().result(timeout=30)
+        fill(backend, keys[:10], 2)
+        snapshot = backend.checkpoint(1).result(timeout=30)
+        assert snapshot.materialized == (ref,)
+        assert [h.sqn_range.start for h in snapshot.handles] == [ref.sqn]
+        held = backend.writer.buffered_bytes()
+        backend.notify_checkpoint_complete(snapshot)
+        assert backend.writer.buffered_bytes() < held, "the log before the snapshot was not truncated"
+        expected = values(backend, keys)
+        backend.close()
+        restored = ChangelogKeyedStateBackend(storage, "op", ALL, epoch=1, snapshot_dir=snapshots)
+        restored.restore(BackendSnapshot.from_json(snapshot.to_json()), config)
+        assert values(restored, keys) == expected
+        assert expected["k0"] == "k0-2" and expected["k299"] == "k299-1"
+
+
+def test_restore_of_some_key_groups_reads_only_their_sections(setup, monkeypatch):
+    config, snapshots = setup
+    keys = [f"k{i}" for i in range(500)]
+    with load_storage(config, job_id="job") as storage:
+        backend, ref, snapshot = materialized_checkpoint(storage, snapshots, keys)
+        backend.close()
+        import fsspec.implementations.local as local_fs
+
+        read = []
+        original = local_fs.LocalFileSystem.cat_file
+
+        def counting(self, path, start=None, end=None, **kw):
+            data = original(self, path, start=start, end=end, **kw)
+            read.append(len(data))
+            return data
+
+        monkeypatch.setattr(local_fs.LocalFileSystem, "cat_file", counting)
+        quarter = key_group_range_for_instance(0, 4)
+        part = ChangelogKeyedStateBackend(storage, "op-part", quarter, snapshot_dir=snapshots)
+        part.restore(snapshot, config)
+        state = part.value_state("v")
+        owned = [k for k in keys if owns_key(part, k)]
+        for key in owned:
+            part.set_current_key(key)
+            assert state.value() == f"{key}-1"
+        assert sum(read) < ref.size / 2, (
+            f"read {sum(read)} of {ref.size} bytes for a quarter of the key groups"
+        )
+
+
+def test_corrupted_snapshot_is_reported(setup, tmp_path):
+    config, snapshots = setup
+    with load_storage(config, job_id="job") as storage:
+        backend, ref, snapshot = materialized_checkpoint(storage, snapshots, ["a", "b"])
+        backend.close()
+        path = tmp_path / "snapshots" / ref.path
+        raw = bytearray(path.read_bytes())
+        raw[-3] ^= 0xFF
+        path.write_bytes(bytes(raw))
+        restored = ChangelogKeyedStateBackend(storage, "op", ALL, epoch=1, snapshot_dir=snapshots)
+        with pytest.raises(CorruptedError, match="failed its checksum"):
+            restored.restore(snapshot, config)
+
+
+def test_repeated_materialization_failures_fail_the_checkpoint(setup, tmp_path):
+    config, _ = setup
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    with load_storage(config, job_id="job") as storage:
+        backend = ChangelogKeyedStateBackend(
+            storage, "op", ALL, snapshot_dir=(blocker / "snap").as_uri(), max_failures_allowed=2
+        )
+        fill(backend, ["a"], 1)
+        for _ in range(3):
+            with pytest.raises(StorageError, match="materialization failed"):
+                backend.materialize().result(timeout=30)
+        with pytest.raises(StorageError, match="failed 3 times in a row"):
+            backend.checkpoint(1)
+        backend.close()
+
+
+def test_materialize_needs_a_snapshot_dir(setup):
+    config, _ = setup
+    from dstl.spi import ConfigError
+
+    with load_storage(config, job_id="job") as storage:
+        backend = ChangelogKeyedStateBackend(storage, "op", ALL)
+        with pytest.raises(ConfigError, match="state.checkpoints.dir"):
+            backend.materialize()
+        backend.close()
