@@ -10,6 +10,7 @@ the handles restored from plus the persist of this backend's log.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -135,6 +136,7 @@ class ChangelogKeyedStateBackend:
         delegate: StateDelegate | None = None,
         snapshot_dir: str | None = None,
         max_failures_allowed: int = 3,
+        materialization_interval: float | None = None,
     ) -> None:
         if not KeyGroupRange(0, max_parallelism).contains_range(key_groups):
             msg = f"key groups {key_groups} exceed max_parallelism {max_parallelism}"
@@ -152,7 +154,37 @@ class ChangelogKeyedStateBackend:
         self._key: tuple[int, bytes] | None = None
         self._restored_refs: tuple[MaterializationRef, ...] = ()
         self.materializer = Materializer(self, snapshot_dir, max_failures_allowed)
+        self._interval = materialization_interval
+        self._last_materialization_start = time.monotonic()
         self._truncated_to = self._log_start
+
+    @classmethod
+    def from_config(
+        cls,
+        storage: StateChangelogStorage,
+        operator_id: str,
+        key_groups: KeyGroupRange,
+        config: Config | Mapping[str, Any],
+        *,
+        epoch: int = 0,
+        delegate: StateDelegate | None = None,
+    ) -> ChangelogKeyedStateBackend:
+        """A backend configured by ``state.*`` keys (periodic materialization when a dir is set)."""
+        cfg = Config.of(config)
+        snapshot_dir = cfg["state.checkpoints.dir"]
+        return cls(
+            storage,
+            operator_id,
+            key_groups,
+            max_parallelism=int(cfg["state.backend.max-parallelism"]),
+            epoch=epoch,
+            delegate=delegate,
+            snapshot_dir=snapshot_dir,
+            max_failures_allowed=int(cfg["state.changelog.max-failures-allowed"]),
+            materialization_interval=float(cfg["state.changelog.materialization.interval"])
+            if snapshot_dir
+            else None,
+        )
 
     # -- keys --------------------------------------------------------------------------------
     def set_current_key(self, key: object) -> None:
@@ -243,6 +275,7 @@ class ChangelogKeyedStateBackend:
             ``max_failures_allowed`` times in a row (the log would grow without bound).
         """
         self.materializer.check_health()
+        self._maybe_materialize()
         materialized = self.materializer.latest
         start = materialized.sqn if materialized is not None else self._log_start
         refs = (materialized,) if materialized is not None else self._restored_refs
@@ -258,6 +291,13 @@ class ChangelogKeyedStateBackend:
 
         persisted.add_done_callback(done)
         return result
+
+    def _maybe_materialize(self) -> None:
+        """Start a background materialization when the interval has passed (never blocks)."""
+        if self._interval is None or time.monotonic() - self._last_materialization_start < self._interval:
+            return
+        self._last_materialization_start = time.monotonic()
+        self.materializer.start()  # failures surface through check_health()
 
     def materialize(self) -> Future[MaterializationRef]:
         """Snapshot the working state in the background (at most one at a time)."""

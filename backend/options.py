@@ -1,0 +1,42 @@
+"""Configuration options of the changelog state backend (Flink's names)."""
+
+from __future__ import annotations
+
+from dstl.spi import ConfigOption, OptionType, hookimpl, parse_duration
+
+__all__ = ["BACKEND_OPTIONS"]
+
+BACKEND_OPTIONS = (
+    ConfigOption(
+        "state.checkpoints.dir",
+        OptionType.STRING,
+        None,
+        "fsspec URL where materialized snapshots (and checkpoint metadata) are written.",
+    ),
+    ConfigOption(
+        "state.changelog.materialization.interval",
+        OptionType.DURATION,
+        parse_duration("10min"),
+        "How often the working state is materialized so the log before it can be truncated.",
+    ),
+    ConfigOption(
+        "state.changelog.max-failures-allowed",
+        OptionType.INT,
+        3,
+        "Consecutive materialization failures tolerated before checkpoints fail.",
+        minimum=0,
+    ),
+    ConfigOption(
+        "state.backend.max-parallelism",
+        OptionType.INT,
+        128,
+        "Number of key groups (the most instances an operator can be rescaled to).",
+        minimum=1,
+    ),
+)
+
+
+@hookimpl
+def dstl_config_options() -> list[ConfigOption]:
+    """Declare the backend's options."""
+    return list(BACKEND_OPTIONS)
