@@ -21,3 +21,17 @@ def test_front_door_commands_exist():
     assert re.search(r"^demo:", makefile, re.M) and re.search(r"^test:", makefile, re.M)
     ci = (ROOT / ".ci" / "run").read_text()
     assert "make test" in ci
+
+
+def python_blocks():
+    return re.findall(r"```python\n(.*?)```", README, re.S)
+
+
+def test_python_examples_run(tmp_path):
+    blocks = python_blocks()
+    assert len(blocks) >= 2, "README lost its Python examples"
+    for block in blocks:
+        code = block.replace("/var/lib/dstl-snapshots", str(tmp_path / "snapshots")).replace(
+            "/var/lib/dstl", str(tmp_path / "log")
+        )
+        exec(compile(code, "README.md", "exec"), {})  # noqa: S102 - our own documentation

@@ -132,3 +132,37 @@ def test_materialize_needs_a_snapshot_dir(setup):
         with pytest.raises(ConfigError, match="state.checkpoints.dir"):
             backend.materialize()
         backend.close()
+
+
+def test_backend_from_config_materializes_periodically(setup):
+    config, snapshots = setup
+    state_config = {
+        **config,
+        "state.checkpoints.dir": snapshots,
+        "state.changelog.materialization.interval": "50ms",
+    }
+    import time
+
+    with load_storage(config, job_id="job") as storage:
+        backend = ChangelogKeyedStateBackend.from_config(storage, "op", ALL, state_config)
+        fill(backend, ["a", "b", "c"], 1)
+        snapshots_seen = set()
+        for checkpoint_id in range(1, 8):
+            time.sleep(0.06)
+            snapshot = backend.checkpoint(checkpoint_id).result(timeout=30)
+            backend.notify_checkpoint_complete(snapshot)
+            snapshots_seen.update(ref.path for ref in snapshot.materialized)
+        assert backend.materializer.completed >= 2 and len(snapshots_seen) >= 2
+        backend.close()
+
+
+def test_backend_options_are_declared():
+    from dstl.spi import Config, ConfigError
+
+    config = Config(
+        {"state.changelog.materialization.interval": "2min", "state.checkpoints.dir": "file:///tmp/x"}
+    )
+    assert config["state.changelog.materialization.interval"] == 120.0
+    assert config["state.changelog.max-failures-allowed"] == 3
+    with pytest.raises(ConfigError, match="did you mean 'state.checkpoints.dir'"):
+        Config({"state.checkpoint.dir": "x"})
