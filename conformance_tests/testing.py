@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dstl.spi import ChangelogHandle, KeyGroupRange, StateChangelogStorage, StateChangelogWriter
 
-__all__ = ["DEFAULT_TIMEOUT", "change_bytes", "persist", "read_changes", "read_data"]
+__all__ = ["DEFAULT_TIMEOUT", "change_bytes", "persist", "read_changes", "read_data", "restricted_handle"]
 
 #: Seconds a persist may take in the suite before the test fails (no hang).
 DEFAULT_TIMEOUT = 60.0
@@ -33,6 +33,18 @@ def read_data(
 ) -> list[bytes]:
     """Only the data of :func:`read_changes`."""
     return [data for _, _, data in read_changes(storage, handle, key_groups)]
+
+
+def restricted_handle(handle: ChangelogHandle, locations: list[dict]) -> ChangelogHandle:
+    """``handle`` narrowed to ``locations`` (what a shared-state registry discards)."""
+    return ChangelogHandle.create(
+        storage_id=handle.storage_id,
+        log_id=handle.log_id,
+        key_groups=handle.key_groups,
+        sqn_range=handle.sqn_range,
+        epoch=handle.epoch,
+        locations=locations,
+    )
 
 
 def change_bytes(tag: str, index: int, size: int = 0) -> bytes:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dstl.conformance import requires
-from dstl.conformance.testing import change_bytes, persist, read_data
+from dstl.conformance.testing import change_bytes, persist, read_data, restricted_handle
 from dstl.spi import KeyGroupRange
 
 KG = KeyGroupRange(0, 4)
@@ -42,16 +42,7 @@ def _only_new(handle, older):
     """The part of ``handle`` that ``older`` does not share, as a handle (or None)."""
     shared = set(older.locations)
     own = [dict(loc) for loc in handle.locations if loc not in shared]
-    if not own:
-        return None
-    return type(handle).create(
-        storage_id=handle.storage_id,
-        log_id=handle.log_id,
-        key_groups=handle.key_groups,
-        sqn_range=handle.sqn_range,
-        epoch=handle.epoch,
-        locations=own,
-    )
+    return restricted_handle(handle, own) if own else None
 
 
 def test_discarding_one_log_keeps_other_logs_readable(storage, sut):
@@ -64,6 +55,18 @@ def test_discarding_one_log_keeps_other_logs_readable(storage, sut):
     handle_a, handle_b = (f.result(timeout=sut.timeout) for f in futures)
     storage.discard([handle_a])
     assert read_data(storage, handle_b) == [change_bytes("b", i) for i in range(10)]
+
+
+def test_discarding_some_change_sets_of_an_upload_keeps_the_others(storage, sut):
+    writer = storage.create_writer("op", KG)
+    for sqn in range(3):
+        writer.append(0, change_bytes("u", sqn))
+        writer.next_sqn()
+    everything = persist(writer, 0, 1, sut.timeout)  # one upload: may share an object
+    later = persist(writer, 2, 2, sut.timeout)  # reuses the upload of change set 2
+    storage.discard([restricted_handle(everything, everything.location_dicts[:2])])
+    assert read_data(storage, later) == [change_bytes("u", 2)]
+    assert read_data(sut.open(), later) == [change_bytes("u", 2)]
 
 
 def test_close_is_idempotent(sut):

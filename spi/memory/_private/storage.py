@@ -25,6 +25,8 @@ class _Namespace:
 
     lock: threading.Lock = field(default_factory=threading.Lock)
     objects: dict[str, bytearray] = field(default_factory=dict)
+    # object -> offsets of its change sets not yet discarded
+    live: dict[str, set[int]] = field(default_factory=dict)
     # (job, log) -> (epoch, owner token) of the newest writer.
     owners: dict[tuple[str, str], tuple[int, str]] = field(default_factory=dict)
     tokens: itertools.count = field(default_factory=itertools.count)  # type: ignore[type-arg]
@@ -68,6 +70,11 @@ class MemoryWriter(ChangeSetWriter):
                 return future
             name = f"{storage.job_id}/{self.log_id}/{next(ns.tokens):012d}"
             ns.objects[name] = bytearray(b"".join(blobs))
+            offsets, position = set(), 0
+            for blob in blobs:
+                offsets.add(position)
+                position += len(blob)
+            ns.live[name] = offsets
         storage.metrics.inc("uploads")
         storage.metrics.inc("uploaded_bytes", sum(len(b) for b in blobs))
         locations: list[Location] = []
@@ -134,15 +141,22 @@ class MemoryStorage(ChangeSetStorage):
         return self.reader_class(self)
 
     def discard(self, handles: Iterable[ChangelogHandle]) -> None:
-        """Delete the objects the handles refer to."""
+        """Forget the handles' change sets; delete objects none of whose change sets is left."""
         handles = list(handles)
-        names = {str(loc["object"]) for h in handles for loc in h.location_dicts}
         self._metrics.inc("discarded_change_sets", sum(len(h.locations) for h in handles))
         deleted = 0
         with self._ns.lock:
-            for name in names:
-                if self._ns.objects.pop(name, None) is not None:
-                    deleted += 1
+            for handle in handles:
+                for loc in handle.location_dicts:
+                    name = str(loc["object"])
+                    live = self._ns.live.get(name)
+                    if live is None:
+                        continue
+                    live.discard(int(loc["offset"]))  # type: ignore[arg-type]
+                    if not live:
+                        del self._ns.live[name]
+                        self._ns.objects.pop(name, None)
+                        deleted += 1
         self._metrics.inc("deleted_objects", deleted)
 
     def list_objects(self) -> list[str]:
