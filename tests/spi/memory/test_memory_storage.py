@@ -194,3 +194,25 @@ def test_metrics_move(storage):
     counters = storage.metrics.counters()
     assert counters["appends"] == 1 and counters["persists"] == 1 and counters["uploads"] == 1
     assert counters["uploaded_bytes"] > 0
+
+
+def test_an_object_is_deleted_only_when_all_its_change_sets_are_discarded(storage):
+    w = storage.create_writer("op", KG)
+    for sqn in range(3):
+        w.append(0, f"cs{sqn}".encode())
+        w.next_sqn()
+    everything = w.persist(0, 1).result()  # one object, three change sets
+    later = w.persist(2, 2).result()  # reuses the same object for change set 2
+    assert len(storage.list_objects()) == 1
+    first_two = ChangelogHandle.create(
+        storage_id="memory",
+        log_id=everything.log_id,
+        key_groups=KG,
+        sqn_range=everything.sqn_range,
+        locations=everything.location_dicts[:2],
+    )
+    storage.discard([first_two])
+    assert len(storage.list_objects()) == 1
+    assert read_all(storage, later) == [(2, 0, b"cs2")]
+    storage.discard([later])
+    assert storage.list_objects() == []
