@@ -10,13 +10,19 @@ Present so far:
   as metadata, checkpoint = persist, restore (and rescale) = replay filtered by
   key group (:class:`ChangelogKeyedStateBackend`).
 
-Materialization, the checkpoint coordinator, the on-disk delegate, TTL and the
-Spark integration land with their issues.
+- full materialization in per-key-group sections, truncation on confirm;
+- the checkpoint coordinator: completed checkpoints as JSON, retention, a
+  shared-state registry that discards unreferenced log locations and snapshots,
+  recovery that removes what a crash left behind.
+
+Incremental materialization, the on-disk delegate, TTL, metrics and the Spark
+integration land with their issues.
 """
 
 from __future__ import annotations
 
 from .changelog import BackendSnapshot, ChangelogKeyedStateBackend
+from .coordinator import CheckpointCoordinator, CompletedCheckpoint
 from .delegate import HeapDelegate, StateDelegate
 from .keygroups import (
     DEFAULT_MAX_PARALLELISM,
@@ -32,6 +38,8 @@ __all__ = [
     "DEFAULT_MAX_PARALLELISM",
     "BackendSnapshot",
     "ChangelogKeyedStateBackend",
+    "CheckpointCoordinator",
+    "CompletedCheckpoint",
     "HeapDelegate",
     "ListState",
     "MapState",

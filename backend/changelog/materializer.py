@@ -47,9 +47,14 @@ class Materializer:
             self._root = root.rstrip("/")
         return self._fs, self._root
 
+    def _prefix(self) -> str:
+        backend = self._backend
+        job = getattr(backend.storage, "job_id", "job")
+        return f"{job}/snapshots/{backend.operator_id}/{backend.writer.log_id}-"
+
     def owns(self, ref: MaterializationRef) -> bool:
         """Whether ``ref`` is a snapshot of this backend's log."""
-        return ref.path.startswith(f"{self._backend.operator_id}/{self._backend.writer.log_id}-")
+        return ref.path.startswith(self._prefix())
 
     def check_health(self) -> None:
         """Fail the checkpoint when materialization keeps failing."""
@@ -96,7 +101,7 @@ class Materializer:
                 "key_groups": [backend.key_groups.start, backend.key_groups.end],
             }
             data = write_snapshot(sections, meta)
-            relative = f"{backend.operator_id}/{backend.writer.log_id}-sqn{sqn}-{uuid.uuid4().hex[:8]}.snap"
+            relative = f"{self._prefix()}sqn{sqn}-{uuid.uuid4().hex[:8]}.snap"
             path = f"{root}/{relative}"
             fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
             fs.pipe_file(path, data)
