@@ -1,0 +1,92 @@
+"""Checkpoint coordinator: retention, shared-state discard, recovery."""
+
+import uuid
+
+from dstl.backend.changelog import ChangelogKeyedStateBackend
+from dstl.backend.coordinator import CheckpointCoordinator, CompletedCheckpoint
+from dstl.spi import KeyGroupRange, load_storage
+
+ALL = KeyGroupRange(0, 128)
+
+
+def run_job(config, checkpoints_dir, checkpoints=50, every=10):
+    storage = load_storage(config, job_id="job")
+    coordinator = CheckpointCoordinator(checkpoints_dir, "job", num_retained=2, config=config)
+    backend = ChangelogKeyedStateBackend(storage, "op", ALL, snapshot_dir=checkpoints_dir)
+    state = backend.value_state("count")
+    for checkpoint_id in range(1, checkpoints + 1):
+        for key in range(checkpoint_id % 7, 200, 7):
+            backend.set_current_key(key)
+            state.update((state.value() or 0) + 1)
+        if checkpoint_id % every == 0:
+            backend.materialize().result(timeout=30)
+        snapshot = backend.checkpoint(checkpoint_id).result(timeout=30)
+        coordinator.complete(checkpoint_id, {"op/0": snapshot})
+        backend.notify_checkpoint_complete(snapshot)
+    expected = {}
+    for key in range(200):
+        backend.set_current_key(key)
+        expected[key] = state.value()
+    return storage, coordinator, backend, expected
+
+
+def test_only_what_the_retained_checkpoints_reference_remains(tmp_path):
+    config = {"dstl.storage": "memory", "dstl.memory.namespace": f"c-{uuid.uuid4().hex}"}
+    checkpoints_dir = (tmp_path / "chk").as_uri()
+    storage, coordinator, backend, _ = run_job(config, checkpoints_dir)
+    retained = coordinator.retained
+    assert [c.checkpoint_id for c in retained] == [49, 50]
+    referenced_objects = {
+        loc["object"]
+        for c in retained
+        for s in c.snapshots.values()
+        for h in s.handles
+        for loc in h.location_dicts
+    }
+    referenced_snapshots = {
+        ref.path for c in retained for s in c.snapshots.values() for ref in s.materialized
+    }
+    assert set(storage.list_objects()) == referenced_objects
+    on_disk = {str(p.relative_to(tmp_path / "chk")) for p in (tmp_path / "chk").rglob("*.snap")}
+    # Checkpoint 49 still needs the snapshot taken at 40, checkpoint 50 its own; 10-30 are gone.
+    assert on_disk == referenced_snapshots and len(on_disk) == 2
+    metadata = sorted(p.name for p in (tmp_path / "chk" / "job" / "checkpoints").iterdir())
+    assert metadata == ["chk-000000000049.json", "chk-000000000050.json"]
+    backend.close()
+    storage.close()
+
+
+def test_recover_removes_orphans_and_restores_the_latest(tmp_path):
+    config = {"dstl.storage": "local", "dstl.local.dir": str(tmp_path / "log")}
+    checkpoints_dir = (tmp_path / "chk").as_uri()
+    storage, coordinator, backend, expected = run_job(config, checkpoints_dir, checkpoints=25, every=10)
+    backend.close()
+    storage.close()
+    # A crash left a half-written metadata file and an orphan snapshot behind.
+    (tmp_path / "chk" / "job" / "checkpoints" / ".tmp-deadbeef").write_text("{")
+    orphan = tmp_path / "chk" / "job" / "snapshots" / "op" / "op.kg0-128-sqn999-orphan.snap"
+    orphan.write_bytes(b"DSTM")
+    recovered = CheckpointCoordinator(checkpoints_dir, "job", num_retained=2, config=config)
+    latest = recovered.recover()
+    assert latest is not None and latest.checkpoint_id == 25
+    assert not orphan.exists()
+    assert not (tmp_path / "chk" / "job" / "checkpoints" / ".tmp-deadbeef").exists()
+    with load_storage(config, job_id="job") as storage:
+        restored = ChangelogKeyedStateBackend(storage, "op", ALL, epoch=1, snapshot_dir=checkpoints_dir)
+        restored.restore(latest.snapshots["op/0"], config)
+        state = restored.value_state("count")
+        for key, value in expected.items():
+            restored.set_current_key(key)
+            assert state.value() == value
+        restored.close()
+
+
+def test_metadata_round_trip_and_validation():
+    import pytest
+
+    from dstl.spi import InvalidHandleError
+
+    empty = CompletedCheckpoint(3, {})
+    assert CompletedCheckpoint.from_json(empty.to_json()) == empty
+    with pytest.raises(InvalidHandleError):
+        CompletedCheckpoint.from_json('{"checkpoint_id": "x", "snapshots": {}}')
