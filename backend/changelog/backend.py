@@ -27,6 +27,7 @@ from dstl.spi import (
 )
 
 from ..delegate import HeapDelegate, StateDelegate
+from ..documents import load_document
 from ..keygroups import DEFAULT_MAX_PARALLELISM, key_group_for
 from ..materialization import MaterializationRef
 from ..serialization import serializer_for
@@ -73,24 +74,14 @@ class BackendSnapshot:
     @classmethod
     def from_json(cls, text: str) -> BackendSnapshot:
         """Parse and validate (untrusted input)."""
-        try:
-            doc = json.loads(text)
-            checkpoint_id = doc["checkpoint_id"]
-            handles = doc["handles"]
-        except (ValueError, TypeError, KeyError) as exc:
-            msg = f"not a backend snapshot: {exc}"
-            raise InvalidHandleError(msg) from exc
+        doc = load_document(text, "backend snapshot", {"checkpoint_id": int, "handles": list})
         materialized = doc.get("materialized", [])
-        if (
-            not isinstance(checkpoint_id, int)
-            or not isinstance(handles, list)
-            or not isinstance(materialized, list)
-        ):
-            msg = "backend snapshot needs an integer checkpoint_id and lists of handles and snapshots"
+        if not isinstance(materialized, list):
+            msg = "backend snapshot field 'materialized' must be a list"
             raise InvalidHandleError(msg)
         return cls(
-            checkpoint_id,
-            tuple(ChangelogHandle.from_dict(h) for h in handles),
+            doc["checkpoint_id"],
+            tuple(ChangelogHandle.from_dict(h) for h in doc["handles"]),
             tuple(MaterializationRef.from_dict(m) for m in materialized),
         )
 
