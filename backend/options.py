@@ -20,6 +20,13 @@ BACKEND_OPTIONS = (
         "How often the working state is materialized so the log before it can be truncated.",
     ),
     ConfigOption(
+        "state.changelog.materialization.full-every",
+        OptionType.INT,
+        5,
+        "Every k-th materialization is full; the others hold only keys changed or removed since.",
+        minimum=1,
+    ),
+    ConfigOption(
         "state.changelog.max-failures-allowed",
         OptionType.INT,
         3,

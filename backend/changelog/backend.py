@@ -128,6 +128,7 @@ class ChangelogKeyedStateBackend:
         snapshot_dir: str | None = None,
         max_failures_allowed: int = 3,
         materialization_interval: float | None = None,
+        full_materialization_every: int = 1,
     ) -> None:
         if not KeyGroupRange(0, max_parallelism).contains_range(key_groups):
             msg = f"key groups {key_groups} exceed max_parallelism {max_parallelism}"
@@ -144,7 +145,7 @@ class ChangelogKeyedStateBackend:
         self._restored_handles: tuple[ChangelogHandle, ...] = ()
         self._key: tuple[int, bytes] | None = None
         self._restored_refs: tuple[MaterializationRef, ...] = ()
-        self.materializer = Materializer(self, snapshot_dir, max_failures_allowed)
+        self.materializer = Materializer(self, snapshot_dir, max_failures_allowed, full_materialization_every)
         self._interval = materialization_interval
         self._last_materialization_start = time.monotonic()
         self._truncated_to = self._log_start
@@ -172,6 +173,7 @@ class ChangelogKeyedStateBackend:
             delegate=delegate,
             snapshot_dir=snapshot_dir,
             max_failures_allowed=int(cfg["state.changelog.max-failures-allowed"]),
+            full_materialization_every=int(cfg["state.changelog.materialization.full-every"]),
             materialization_interval=float(cfg["state.changelog.materialization.interval"])
             if snapshot_dir
             else None,
@@ -199,6 +201,7 @@ class ChangelogKeyedStateBackend:
         key_group, key = self._current()
         self.writer.append(key_group, encode_change(op, state_id, key, *args))
         _apply_to(self.delegate, state, key_group, key, op, list(args))
+        self.materializer.changed(state, key_group, key)
 
     # -- registration ----------------------------------------------------------------------------
     def register(self, descriptor: StateDescriptor) -> Any:  # noqa: ANN401 - the state class of its kind
@@ -267,10 +270,10 @@ class ChangelogKeyedStateBackend:
         """
         self.materializer.check_health()
         self._maybe_materialize()
-        materialized = self.materializer.latest
-        start = materialized.sqn if materialized is not None else self._log_start
-        refs = (materialized,) if materialized is not None else self._restored_refs
-        base = () if materialized is not None else self._restored_handles
+        chain = self.materializer.chain
+        start = chain[-1].sqn if chain else self._log_start
+        refs = chain if chain else self._restored_refs
+        base = () if chain else self._restored_handles
         result: Future[BackendSnapshot] = Future()
         persisted = self.writer.persist(start, checkpoint_id)
 
@@ -325,6 +328,7 @@ class ChangelogKeyedStateBackend:
                     storage.close()
         self._restored_handles = tuple(snapshot.handles)
         self._restored_refs = tuple(snapshot.materialized)
+        self.materializer.restored()
 
     def _replay(self, storage: StateChangelogStorage, handle: ChangelogHandle) -> None:
         names: dict[int, str] = {}

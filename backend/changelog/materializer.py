@@ -22,7 +22,11 @@ class Materializer:
     """Uploads snapshots of the backend's delegate under ``snapshot_dir`` (any fsspec URL)."""
 
     def __init__(
-        self, backend: ChangelogKeyedStateBackend, snapshot_dir: str | None, max_failures: int
+        self,
+        backend: ChangelogKeyedStateBackend,
+        snapshot_dir: str | None,
+        max_failures: int,
+        full_every: int = 1,
     ) -> None:
         self._backend = backend
         self._dir = snapshot_dir
@@ -30,7 +34,12 @@ class Materializer:
         self._lock = threading.Lock()
         self._running: Future[MaterializationRef] | None = None
         self._thread: threading.Thread | None = None
-        self.latest: MaterializationRef | None = None
+        self.chain: tuple[MaterializationRef, ...] = ()  # full snapshot, then incrementals
+        self._full_every = max(1, full_every)
+        self._dirty: set[tuple[str, int, bytes]] = set()
+        self._needs_full = True
+        self._full_keys = 0  # entries in the last full snapshot
+        self._chain_keys = 0  # entries in the incrementals after it
         self.failures = 0
         self.completed = 0
         self._fs: Any = None
@@ -51,6 +60,19 @@ class Materializer:
         backend = self._backend
         job = getattr(backend.storage, "job_id", "job")
         return f"{job}/snapshots/{backend.operator_id}/{backend.writer.log_id}-"
+
+    @property
+    def latest(self) -> MaterializationRef | None:
+        """The newest snapshot of the chain (its SQN is where the log continues)."""
+        return self.chain[-1] if self.chain else None
+
+    def changed(self, state: str, key_group: int, key: bytes) -> None:
+        """Record a key changed or removed since the last snapshot (for incrementals)."""
+        self._dirty.add((state, key_group, key))
+
+    def restored(self) -> None:
+        """State came from elsewhere: the next snapshot must be full."""
+        self._needs_full = True
 
     def owns(self, ref: MaterializationRef) -> bool:
         """Whether ``ref`` is a snapshot of this backend's log."""
@@ -76,17 +98,44 @@ class Materializer:
             sqn = backend.writer.next_sqn()
             # The log after the snapshot must describe its states by itself.
             backend._log_registrations()
-            view = backend.delegate.snapshot()
+            dirty, self._dirty = self._dirty, set()
+            # Full when asked, every k-th time, or when the incrementals would reach the
+            # size of a full snapshot: the chain then stays below twice the state.
+            full = (
+                self._needs_full
+                or len(self.chain) >= self._full_every
+                or self._chain_keys + len(dirty) >= self._full_keys
+            )
+            if full:
+                view = backend.delegate.snapshot()
+            else:
+                # Only keys changed or removed since the last snapshot; None is a tombstone.
+                view = {}
+                for state, key_group, key in dirty:
+                    entry = backend.delegate.get(state, key_group, key)
+                    view.setdefault(state, {}).setdefault(key_group, {})[key] = entry
             registrations = backend.registrations()
             future: Future[MaterializationRef] = Future()
             self._running = future
             self._thread = threading.Thread(
-                target=self._upload, args=(fs, root, sqn, view, registrations, future), daemon=True
+                target=self._upload,
+                args=(fs, root, sqn, view, registrations, future, full, dirty),
+                daemon=True,
             )
             self._thread.start()
             return future
 
-    def _upload(self, fs: Any, root: str, sqn: int, view: Any, registrations: dict, future: Future) -> None:  # noqa: ANN401
+    def _upload(  # noqa: PLR0913
+        self,
+        fs: Any,  # noqa: ANN401
+        root: str,
+        sqn: int,
+        view: Any,  # noqa: ANN401
+        registrations: dict,
+        future: Future,
+        full: bool,
+        dirty: set[tuple[str, int, bytes]],
+    ) -> None:
         backend = self._backend
         try:
             sections: dict[int, list[list[Any]]] = {}
@@ -101,7 +150,8 @@ class Materializer:
                 "key_groups": [backend.key_groups.start, backend.key_groups.end],
             }
             data = write_snapshot(sections, meta)
-            relative = f"{self._prefix()}sqn{sqn}-{uuid.uuid4().hex[:8]}.snap"
+            kind = "full" if full else "incr"
+            relative = f"{self._prefix()}sqn{sqn}-{kind}-{uuid.uuid4().hex[:8]}.snap"
             path = f"{root}/{relative}"
             fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
             fs.pipe_file(path, data)
@@ -109,14 +159,21 @@ class Materializer:
         except Exception as exc:  # noqa: BLE001 - counted, reported through the future
             with self._lock:
                 self.failures += 1
+                self._dirty |= dirty  # still unsnapshotted
+                self._needs_full = self._needs_full or full
             log.warning(
                 "materialization of %s failed (%d in a row): %s", backend.operator_id, self.failures, exc
             )
             future.set_exception(StorageError(f"materialization failed: {exc}", retriable=True))
             return
+        entries = sum(len(group) for groups in view.values() for group in groups.values())
         with self._lock:
-            if self.latest is None or ref.sqn > self.latest.sqn:
-                self.latest = ref
+            self.chain = (ref,) if full else (*self.chain, ref)
+            if full:
+                self._needs_full = False
+                self._full_keys, self._chain_keys = entries, 0
+            else:
+                self._chain_keys += entries
             self.failures = 0
             self.completed += 1
         future.set_result(ref)
@@ -137,7 +194,10 @@ class Materializer:
         meta, sections = read_sections(read_range, backend.key_groups, where=f"{self._dir}/{ref.path}")
         for key_group, entries in sections:
             for state, key, entry in entries:
-                backend.delegate.put(state, key_group, key, entry)
+                if entry is None:
+                    backend.delegate.delete(state, key_group, key)
+                else:
+                    backend.delegate.put(state, key_group, key, entry)
         return {
             name: (kind, serializer) for name, (kind, serializer) in meta.get("registrations", {}).items()
         }
