@@ -4,6 +4,7 @@ import pytest
 
 from dstl.backend.changelog import BackendSnapshot, ChangelogKeyedStateBackend
 from dstl.backend.keygroups import key_group_range_for_instance
+from dstl.backend.materialization import write_snapshot
 from dstl.spi import CorruptedError, KeyGroupRange, StorageError, load_storage
 from tests.backend.helpers import owns_key
 
@@ -166,3 +167,70 @@ def test_backend_options_are_declared():
     assert config["state.changelog.max-failures-allowed"] == 3
     with pytest.raises(ConfigError, match="did you mean 'state.checkpoints.dir'"):
         Config({"state.checkpoint.dir": "x"})
+
+
+def test_incremental_snapshots_hold_only_changes_and_restore_exactly(setup):
+    config, snapshots = setup
+    keys = [f"k{i}" for i in range(1000)]
+    with load_storage(config, job_id="job") as storage:
+        backend = ChangelogKeyedStateBackend(
+            storage, "op", ALL, snapshot_dir=snapshots, full_materialization_every=3
+        )
+        fill(backend, keys, 1)
+        full = backend.materialize().result(timeout=30)
+        fill(backend, keys[:20], 2)
+        state = backend.value_state("v")
+        backend.set_current_key("k500")
+        state.clear()  # a removal: an incremental must carry a tombstone
+        incremental = backend.materialize().result(timeout=30)
+        assert "-incr-" in incremental.path and "-full-" in full.path
+        assert incremental.size < full.size / 10
+        fill(backend, keys[20:25], 3)
+        second = backend.materialize().result(timeout=30)
+        assert backend.materializer.chain == (full, incremental, second)
+        fill(backend, keys[:1], 4)
+        snapshot = backend.checkpoint(1).result(timeout=30)
+        assert snapshot.materialized == (full, incremental, second)
+        expected = values(backend, keys)
+        assert expected["k500"] is None and expected["k0"] == "k0-4" and expected["k21"] == "k21-3"
+        third = backend.materialize().result(timeout=30)  # k = 3 reached: full again
+        assert "-full-" in third.path and backend.materializer.chain == (third,)
+        backend.close()
+        restored = ChangelogKeyedStateBackend(storage, "op", ALL, epoch=1, snapshot_dir=snapshots)
+        restored.restore(BackendSnapshot.from_json(snapshot.to_json()), config)
+        assert values(restored, keys) == expected
+        restored.close()
+
+
+def test_full_checkpoint_stays_within_twice_the_state_size(setup, capsys):
+    config, snapshots = setup
+    keys = list(range(10_000))
+    with load_storage(config, job_id="job") as storage:
+        backend = ChangelogKeyedStateBackend(
+            storage, "op", ALL, snapshot_dir=snapshots, full_materialization_every=10
+        )
+        state = backend.value_state("v")
+        ratios = []
+        for materialization in range(1, 4):
+            for round_ in range(100):  # the same 10k keys, 100 times between materializations
+                for key in keys:
+                    backend.set_current_key(key)
+                    state.update(materialization * 1000 + round_)
+            backend.materialize().result(timeout=60)
+            snapshot = backend.checkpoint(materialization).result(timeout=60)
+            backend.notify_checkpoint_complete(snapshot)
+            full_checkpoint = sum(ref.size for ref in snapshot.materialized) + sum(
+                h.size for h in snapshot.handles
+            )
+            # The state size: a full snapshot of the state as it is now.
+            reference = backend.delegate.snapshot()
+            sections = {}
+            for name, groups in reference.items():
+                for key_group, entries in groups.items():
+                    sections.setdefault(key_group, []).extend([name, k, e] for k, e in entries.items())
+            state_bytes = len(write_snapshot(sections, {}))
+            ratios.append(full_checkpoint / state_bytes)
+        backend.close()
+    with capsys.disabled():
+        print(f"\nfull checkpoint size / state size per materialization: {[round(r, 2) for r in ratios]}")
+    assert max(ratios) <= 2.0
