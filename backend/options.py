@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dstl.spi import ConfigOption, OptionType, hookimpl, parse_duration
+from dstl.spi import ConfigOption, OptionType, hookimpl, parse_duration, parse_size
 
 __all__ = ["BACKEND_OPTIONS"]
 
@@ -32,6 +32,27 @@ BACKEND_OPTIONS = (
         3,
         "Consecutive materialization failures tolerated before checkpoints fail.",
         minimum=0,
+    ),
+    ConfigOption(
+        "state.backend.delegate",
+        OptionType.ENUM,
+        "heap",
+        "Working state: heap (dicts in the process) or lmdb (a file on local disk that the "
+        "processes of a host open one after another).",
+        choices=("heap", "lmdb"),
+    ),
+    ConfigOption(
+        "state.backend.lmdb.dir",
+        OptionType.STRING,
+        None,
+        "Local directory of the LMDB working state (required with state.backend.delegate=lmdb).",
+    ),
+    ConfigOption(
+        "state.backend.lmdb.map-size",
+        OptionType.SIZE,
+        parse_size("1gb"),
+        "Largest size an operator instance's LMDB file may grow to.",
+        minimum=1 << 20,
     ),
     ConfigOption(
         "state.backend.max-parallelism",

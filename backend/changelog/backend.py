@@ -86,6 +86,20 @@ class BackendSnapshot:
         )
 
 
+def _lmdb_delegate(
+    cfg: Config, storage: StateChangelogStorage, operator_id: str, key_groups: KeyGroupRange
+) -> StateDelegate:
+    from ..delegate import LmdbDelegate
+
+    base = cfg["state.backend.lmdb.dir"]
+    if not base:
+        msg = "state.backend.delegate=lmdb needs state.backend.lmdb.dir: a directory on local disk"
+        raise ConfigError(msg)
+    job = getattr(storage, "job_id", "job")
+    path = f"{base}/{job}/{operator_id}/kg{key_groups.start}-{key_groups.end}"
+    return LmdbDelegate(path, map_size=int(cfg["state.backend.lmdb.map-size"]))
+
+
 def _apply_to(
     delegate: StateDelegate, state: str, key_group: int, key: bytes, op: Op, args: list[Any]
 ) -> None:
@@ -164,6 +178,8 @@ class ChangelogKeyedStateBackend:
         """A backend configured by ``state.*`` keys (periodic materialization when a dir is set)."""
         cfg = Config.of(config)
         snapshot_dir = cfg["state.checkpoints.dir"]
+        if delegate is None and cfg["state.backend.delegate"] == "lmdb":
+            delegate = _lmdb_delegate(cfg, storage, operator_id, key_groups)
         return cls(
             storage,
             operator_id,

@@ -4,5 +4,6 @@ from __future__ import annotations
 
 from .base import StateDelegate
 from .heap import HeapDelegate
+from .lmdb_store import LmdbDelegate
 
-__all__ = ["HeapDelegate", "StateDelegate"]
+__all__ = ["HeapDelegate", "LmdbDelegate", "StateDelegate"]
