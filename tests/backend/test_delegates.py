@@ -1,0 +1,91 @@
+"""Delegates: heap and LMDB keep the same state; LMDB is shared by processes one after another."""
+
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from dstl.backend.changelog import BackendSnapshot, ChangelogKeyedStateBackend
+from dstl.backend.delegate import HeapDelegate, LmdbDelegate
+from dstl.spi import KeyGroupRange, load_storage
+
+ALL = KeyGroupRange(0, 128)
+
+
+@pytest.fixture(params=["heap", "lmdb"])
+def make_delegate(request, tmp_path):
+    if request.param == "heap":
+        return HeapDelegate
+    return lambda: LmdbDelegate(tmp_path / f"lmdb-{uuid.uuid4().hex[:6]}")
+
+
+def test_every_state_kind_on_each_delegate(make_delegate, tmp_path):
+    config = {"dstl.storage": "memory", "dstl.memory.namespace": f"d-{uuid.uuid4().hex}"}
+    with load_storage(config, job_id="job") as storage:
+        backend = ChangelogKeyedStateBackend(storage, "op", ALL, delegate=make_delegate())
+        value, items, pages = backend.value_state("v"), backend.list_state("l"), backend.map_state("m")
+        for i in range(50):
+            backend.set_current_key(i % 10)
+            value.update((value.value() or 0) + i)
+            items.add(i)
+            pages.put(f"p{i % 3}", i)
+        backend.set_current_key(3)
+        pages.remove("p0")
+        expected = {}
+        for k in range(10):
+            backend.set_current_key(k)
+            expected[k] = (value.value(), items.get(), dict(pages.items()))
+        snapshot = backend.checkpoint(1).result(timeout=30)
+        backend.close()
+        restored = ChangelogKeyedStateBackend(storage, "op", ALL, epoch=1, delegate=make_delegate())
+        restored.restore(BackendSnapshot.from_json(snapshot.to_json()))
+        value, items, pages = restored.value_state("v"), restored.list_state("l"), restored.map_state("m")
+        for k in range(10):
+            restored.set_current_key(k)
+            assert (value.value(), items.get(), dict(pages.items())) == expected[k]
+
+
+def test_lmdb_state_is_opened_by_another_process_without_copying(tmp_path):
+    path = tmp_path / "shared"
+    delegate = LmdbDelegate(path)
+    delegate.put("v", 7, b"key", b"value")
+    delegate.put("m", 7, b"key", {b"a": b"1"})
+    delegate.close()
+    code = (
+        "from dstl.backend.delegate import LmdbDelegate\n"
+        f"d = LmdbDelegate({str(path)!r})\n"
+        "print(d.get('v', 7, b'key'), d.get('m', 7, b'key'), sorted(d.snapshot()))\n"
+        "d.put('v', 7, b'key', b'from the second process')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "b'value' {b'a': b'1'} ['m', 'v']"
+    again = LmdbDelegate(path)
+    assert again.get("v", 7, b"key") == b"from the second process"
+    assert [k for k, _ in again.entries("v", 7)] == [b"key"]
+    again.close()
+
+
+def test_delegate_chosen_by_config(tmp_path):
+    from dstl.spi import ConfigError
+
+    config = {"dstl.storage": "memory", "dstl.memory.namespace": f"d-{uuid.uuid4().hex}"}
+    with load_storage(config, job_id="job") as storage:
+        lmdb_config = {
+            **config,
+            "state.backend.delegate": "lmdb",
+            "state.backend.lmdb.dir": str(tmp_path / "l"),
+        }
+        backend = ChangelogKeyedStateBackend.from_config(storage, "op", ALL, lmdb_config)
+        assert isinstance(backend.delegate, LmdbDelegate)
+        assert backend.delegate.path.endswith("/job/op/kg0-128")
+        backend.close()
+        with pytest.raises(ConfigError, match="needs state.backend.lmdb.dir"):
+            ChangelogKeyedStateBackend.from_config(
+                storage, "op2", ALL, {**config, "state.backend.delegate": "lmdb"}
+            )
+        with pytest.raises(ConfigError, match="heap\\|lmdb"):
+            ChangelogKeyedStateBackend.from_config(
+                storage, "op3", ALL, {**config, "state.backend.delegate": "rocks"}
+            )
