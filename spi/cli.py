@@ -51,13 +51,23 @@ def _cmd_storages(args: argparse.Namespace, console: Console) -> int:
     return EXIT_FAILED if registry.broken else EXIT_OK
 
 
-def config_markdown() -> str:
-    """The option table as Markdown (the README's config section is this text)."""
+_OPTION_COLUMNS = ("key", "type", "default", "storage", "description")
+
+
+def _option_rows() -> list[tuple[str, ...]]:
+    """One row per declared option, in key order (the storage that declares it, or -)."""
     registry = get_registry()
     owner = {opt.name: spec.identifier for spec in registry for opt in spec.options}
-    lines = ["| key | type | default | storage | description |", "|---|---|---|---|---|"]
-    for opt in sorted(registry.options(), key=lambda o: o.name):
-        cells = (opt.name, opt.type_name, opt.default_text(), owner.get(opt.name, "-"), opt.doc)
+    return [
+        (opt.name, opt.type_name, opt.default_text(), owner.get(opt.name, "-"), opt.doc)
+        for opt in sorted(registry.options(), key=lambda o: o.name)
+    ]
+
+
+def config_markdown() -> str:
+    """The option table as Markdown (the README's config section is this text)."""
+    lines = ["| " + " | ".join(_OPTION_COLUMNS) + " |", "|---" * len(_OPTION_COLUMNS) + "|"]
+    for cells in _option_rows():
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -86,13 +96,11 @@ def _cmd_config(args: argparse.Namespace, console: Console) -> int:
     if args.markdown:
         sys.stdout.write(config_markdown())
         return EXIT_OK
-    registry = get_registry()
-    owner = {opt.name: spec.identifier for spec in registry for opt in spec.options}
     table = Table(title="dstl configuration options (in Spark: prefix with 'spark.')")
-    for column in ("key", "type", "default", "storage", "description"):
+    for column in _OPTION_COLUMNS:
         table.add_column(column, overflow="fold")
-    for opt in sorted(registry.options(), key=lambda o: o.name):
-        table.add_row(opt.name, opt.type_name, opt.default_text(), owner.get(opt.name, "-"), opt.doc)
+    for cells in _option_rows():
+        table.add_row(*cells)
     console.print(table)
     return EXIT_OK
 
