@@ -7,6 +7,7 @@ epoch validation, log ids, and tracking of open writers. A storage implements
 
 from __future__ import annotations
 
+import math
 import threading
 from abc import abstractmethod
 
@@ -21,7 +22,13 @@ __all__ = ["ChangeSetStorage"]
 
 
 class ChangeSetStorage(StateChangelogStorage):
-    """Writer bookkeeping shared by the built-in storages; thread-safe."""
+    """Writer bookkeeping shared by the built-in storages; thread-safe.
+
+    :cvar preemptive_threshold: open change-set bytes at which a writer uploads ahead
+        of the next persist (storages with slow uploads lower it; none by default).
+    """
+
+    preemptive_threshold: float = math.inf
 
     def __init__(self, job_id: str) -> None:
         self.job_id = validate_name(job_id, "job id")

@@ -122,6 +122,7 @@ class ChangeSetWriter(StateChangelogWriter):
         self._log_id = log_id
         self._key_groups = key_groups
         self._kg_start, self._kg_end = key_groups.start, key_groups.end
+        self._preempt_at = storage.preemptive_threshold
         self._unpublished_appends = 0
         self._epoch = epoch
         self._metrics = storage.metrics
@@ -213,6 +214,9 @@ class ChangeSetWriter(StateChangelogWriter):
             self._active_bytes += len(data)
             self._last_appended = self._active_sqn
             self._unpublished_appends += 1
+            preempt = self._active_bytes >= self._preempt_at
+        if preempt:
+            self.upload_ahead()
 
     def append_meta(self, data: bytes) -> None:
         """Append a metadata record."""

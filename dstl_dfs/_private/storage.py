@@ -71,12 +71,6 @@ class DfsWriter(ChangeSetWriter):
     def _released(self, locations: list[Location]) -> None:
         self._storage._unpin(locations)
 
-    def append(self, key_group: int, data: bytes) -> None:
-        """Append; past ``preemptive-persist-threshold`` buffered bytes, upload ahead."""
-        super().append(key_group, data)
-        if self._active_bytes >= self._storage.preemptive_threshold:
-            self.upload_ahead()
-
 
 class DfsReader(ChangeSetReader):
     """Reads change sets through the storage's download cache."""
