@@ -142,6 +142,7 @@ class DfsStorage(ChangeSetStorage):
         self._gc_lock = threading.Lock()
         self._live: dict[str, set[int]] = {}
         self._pins: Counter[tuple[str, int]] = Counter()
+        self._pinned_objects: Counter[str] = Counter()
 
     @property
     def identifier(self) -> str:
@@ -280,6 +281,7 @@ class DfsStorage(ChangeSetStorage):
     def _pin(self, key: str, offset: int) -> None:
         with self._gc_lock:
             self._pins[(key, offset)] += 1
+            self._pinned_objects[key] += 1
 
     def _unpin(self, locations: list[Location]) -> None:
         to_check = set()
@@ -288,8 +290,11 @@ class DfsStorage(ChangeSetStorage):
                 spot = (str(loc["object"]), int(loc["offset"]))  # type: ignore[arg-type]
                 if self._pins[spot] > 0:
                     self._pins[spot] -= 1
+                    self._pinned_objects[spot[0]] -= 1
                     if self._pins[spot] == 0:
                         del self._pins[spot]
+                    if self._pinned_objects[spot[0]] == 0:
+                        del self._pinned_objects[spot[0]]
                         to_check.add(spot[0])
         for key in to_check:
             self._collect(key)
@@ -330,7 +335,7 @@ class DfsStorage(ChangeSetStorage):
     def _collect(self, key: str) -> None:
         with self._gc_lock:
             live = self._live.get(key)
-            if live is None or live or any(spot[0] == key for spot in self._pins):
+            if live is None or live or self._pinned_objects[key] > 0:
                 return
             del self._live[key]
         self._delete_object(key)
