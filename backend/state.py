@@ -147,8 +147,9 @@ class MapState(_KeyedState):
 
     def remove(self, map_key: Any) -> None:  # noqa: ANN401
         """Remove ``map_key`` (no-op when absent)."""
-        if map_key_bytes(map_key) in self._map():
-            self._apply(Op.MAP_REMOVE, map_key_bytes(map_key))
+        raw_key = map_key_bytes(map_key)
+        if raw_key in self._map():
+            self._apply(Op.MAP_REMOVE, raw_key)
 
     def contains(self, map_key: Any) -> bool:  # noqa: ANN401
         """Whether ``map_key`` is present."""

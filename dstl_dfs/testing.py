@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-__all__ = ["FaultInjectingProxy", "S3Endpoint", "free_port", "moto_s3_server"]
+__all__ = ["FaultInjectingProxy", "S3Endpoint", "free_port", "moto_s3_server", "wait_for_port"]
 
 _CREDENTIALS = {"dstl.dfs.s3.access-key-id": "testing", "dstl.dfs.s3.secret-access-key": "testing"}
 
@@ -79,7 +79,7 @@ def moto_s3_server(bucket: str = "dstl-test") -> Iterator[S3Endpoint]:
     )
     try:
         endpoint = S3Endpoint(f"http://127.0.0.1:{port}", bucket)
-        _wait_for_port(port, process=server)
+        wait_for_port(port, process=server)
         endpoint.client().create_bucket(Bucket=bucket)
         yield endpoint
     finally:
@@ -91,7 +91,8 @@ def moto_s3_server(bucket: str = "dstl-test") -> Iterator[S3Endpoint]:
             server.wait(10)
 
 
-def _wait_for_port(port: int, timeout: float = 30.0, process: subprocess.Popen | None = None) -> None:
+def wait_for_port(port: int, timeout: float = 30.0, process: subprocess.Popen | None = None) -> None:
+    """Wait until something accepts connections on 127.0.0.1:``port`` (or ``process`` exits)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process is not None and process.poll() is not None:

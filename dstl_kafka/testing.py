@@ -13,7 +13,7 @@ import os
 import subprocess
 from collections.abc import Iterator
 
-from dstl.dfs.testing import S3Endpoint, _wait_for_port, free_port
+from dstl.dfs.testing import S3Endpoint, free_port, wait_for_port
 
 __all__ = ["BOOTSTRAP_ENV", "TansuBroker", "kafka_broker"]
 
@@ -60,7 +60,7 @@ class TansuBroker:
             stderr=subprocess.DEVNULL,
             env=self.env,
         )
-        _wait_for_port(self.port, process=self._process)
+        wait_for_port(self.port, process=self._process)
 
     def stop(self) -> None:
         """Stop the broker (it ignores SIGTERM, so it is killed)."""

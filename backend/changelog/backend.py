@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -378,7 +378,3 @@ class ChangelogKeyedStateBackend:
         """Wait for a running materialization, then close the writer (the storage is the caller's)."""
         self.materializer.close()
         self.writer.close()
-
-    def snapshot_handles(self) -> Iterable[ChangelogHandle]:
-        """Handles this backend was restored from (still part of every checkpoint)."""
-        return self._restored_handles
