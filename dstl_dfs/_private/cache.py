@@ -39,6 +39,7 @@ class DownloadCache:
     def acquire(self, key: str) -> bytes:
         """The object's bytes; pair with :meth:`release`."""
         with self._lock:
+            self._expire(time.monotonic())  # an idle entry past its timeout is not served
             entry = self._entries.get(key)
             owner = entry is None
             if owner:
