@@ -243,3 +243,32 @@ def test_secrets_are_never_logged(s3_config, caplog):
     assert "sUp3r-s3cret-value" not in repr(Config(config))
     assert "sUp3r-s3cret-value" not in caplog.text
     assert "PUT /" in caplog.text or storage.metrics.counter("uploads") == 1  # the run did log and upload
+
+
+def test_download_cache_expires_idle_objects_and_bounds_its_size(file_config):
+    from dstl.dfs._private.cache import DownloadCache
+    from dstl.spi import StorageMetrics
+
+    with load_storage(file_config, job_id="job") as storage:
+        writer = storage.create_writer("op", KG)
+        writer.append(0, b"x" * 1000)
+        handle = persist(writer, 0, 1)
+        key = handle.location_dicts[0]["object"]
+        metrics = StorageMetrics()
+        expiring = DownloadCache(storage.store.get, idle_timeout=0.0, max_bytes=1 << 20, metrics=metrics)
+        for _ in range(2):
+            expiring.acquire(key)
+            expiring.release(key)
+            time.sleep(0.01)
+        assert metrics.counter("downloads") == 2, "an idle object past its timeout must be downloaded again"
+        small = DownloadCache(storage.store.get, idle_timeout=3600, max_bytes=10, metrics=metrics)
+        small.acquire(key)
+        small.release(key)
+        assert metrics.gauges()["download_cache_bytes"] == 0, "an object above max_bytes must not stay cached"
+        keeping = DownloadCache(
+            storage.store.get, idle_timeout=3600, max_bytes=1 << 20, metrics=StorageMetrics()
+        )
+        for _ in range(3):
+            keeping.acquire(key)
+            keeping.release(key)
+        assert keeping._metrics.counter("downloads") == 1
