@@ -20,6 +20,7 @@ from typing import Any
 from dstl.spi import (
     ChangelogHandle,
     Config,
+    ConfigError,
     InvalidHandleError,
     KeyGroupRange,
     SequenceNumberRange,
@@ -108,6 +109,16 @@ class CheckpointCoordinator:
         self._retained: list[CompletedCheckpoint] = []
         self._counts: Counter[tuple[Any, ...]] = Counter()
         self._fs.makedirs(self._dir, exist_ok=True)
+
+    @classmethod
+    def from_config(cls, config: Config | Mapping[str, Any], job_id: str) -> CheckpointCoordinator:
+        """A coordinator under ``state.checkpoints.dir`` keeping ``state.checkpoints.num-retained``."""
+        cfg = Config.of(config)
+        directory = cfg["state.checkpoints.dir"]
+        if not directory:
+            msg = "the checkpoint coordinator needs state.checkpoints.dir (an fsspec URL)"
+            raise ConfigError(msg)
+        return cls(directory, job_id, num_retained=int(cfg["state.checkpoints.num-retained"]), config=cfg)
 
     def _path(self, checkpoint_id: int) -> str:
         return f"{self._dir}/{_PREFIX}{checkpoint_id:012d}.json"

@@ -14,6 +14,13 @@ BACKEND_OPTIONS = (
         "fsspec URL where materialized snapshots (and checkpoint metadata) are written.",
     ),
     ConfigOption(
+        "state.checkpoints.num-retained",
+        OptionType.INT,
+        1,
+        "Completed checkpoints kept; what none of them references is discarded.",
+        minimum=1,
+    ),
+    ConfigOption(
         "state.changelog.materialization.interval",
         OptionType.DURATION,
         parse_duration("10min"),

@@ -11,6 +11,7 @@ import msgpack
 
 from .changelog.records import Op
 from .serialization import Serializer
+from .ttl import TTL_SUFFIX, stamp, unstamp
 
 if TYPE_CHECKING:
     from .changelog.backend import ChangelogKeyedStateBackend
@@ -29,12 +30,28 @@ class StateKind(enum.Enum):
 
 @dataclass(frozen=True)
 class StateDescriptor:
-    """A state's name, kind and value serializer (and reduce function for REDUCING)."""
+    """A state's name, kind and value serializer (and reduce function for REDUCING).
+
+    :ivar ttl: seconds after its last write at which a value expires (``None``: never).
+        Values then carry their write time, so turning TTL on or off for a
+        checkpointed state is refused at restore; changing the duration is allowed.
+    """
 
     name: str
     kind: StateKind
     serializer: str = "msgpack"
     reduce: Callable[[Any, Any], Any] | None = None
+    ttl: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.ttl is not None and not self.ttl > 0:
+            msg = f"state {self.name!r}: ttl must be a positive number of seconds, got {self.ttl!r}"
+            raise ValueError(msg)
+
+    @property
+    def stored_format(self) -> str:
+        """The serializer name as registered in the log (marks TTL, which changes stored values)."""
+        return self.serializer + (TTL_SUFFIX if self.ttl is not None else "")
 
 
 def map_key_bytes(key: object) -> bytes:
@@ -67,6 +84,19 @@ class _KeyedState:
         key_group, key = self._backend._current()
         return self._backend.delegate.get(self.name, key_group, key)
 
+    def _dump(self, value: Any) -> bytes:  # noqa: ANN401
+        payload = self._serializer.dumps(value)
+        return payload if self.descriptor.ttl is None else stamp(payload, self._backend.clock())
+
+    def _live(self, raw: bytes) -> bytes | None:
+        """The serialized value, or ``None`` when it expired."""
+        ttl = self.descriptor.ttl
+        return raw if ttl is None else unstamp(raw, ttl, self._backend.clock())
+
+    def _load(self, raw: bytes | None) -> Any | None:  # noqa: ANN401
+        live = None if raw is None else self._live(raw)
+        return None if live is None else self._serializer.loads(live)
+
     def _apply(self, op: Op, *args: Any) -> None:  # noqa: ANN401
         self._backend._apply(op, self._id, self.name, *args)
 
@@ -79,25 +109,23 @@ class ValueState(_KeyedState):
     """One value per key."""
 
     def value(self) -> Any | None:  # noqa: ANN401
-        """The current key's value, or ``None``."""
-        entry = self._entry()
-        return None if entry is None else self._serializer.loads(entry)
+        """The current key's value, or ``None`` (also once it expired)."""
+        return self._load(self._entry())
 
     def update(self, value: Any) -> None:  # noqa: ANN401
         """Set the current key's value (``None`` clears it)."""
         if value is None:
             self.clear()
         else:
-            self._apply(Op.VALUE_PUT, self._serializer.dumps(value))
+            self._apply(Op.VALUE_PUT, self._dump(value))
 
 
 class ReducingState(_KeyedState):
     """A value per key folded with ``descriptor.reduce`` as elements are added."""
 
     def get(self) -> Any | None:  # noqa: ANN401
-        """The reduced value, or ``None``."""
-        entry = self._entry()
-        return None if entry is None else self._serializer.loads(entry)
+        """The reduced value, or ``None`` (also once it expired)."""
+        return self._load(self._entry())
 
     def add(self, value: Any) -> None:  # noqa: ANN401
         """Fold ``value`` into the current key's value (the result is what is logged)."""
@@ -105,20 +133,20 @@ class ReducingState(_KeyedState):
         reduce = self.descriptor.reduce
         assert reduce is not None  # registration guarantees it
         result = value if current is None else reduce(current, value)
-        self._apply(Op.VALUE_PUT, self._serializer.dumps(result))
+        self._apply(Op.VALUE_PUT, self._dump(result))
 
 
 class ListState(_KeyedState):
     """A list per key."""
 
     def get(self) -> list[Any]:
-        """The current key's elements (empty list when none)."""
-        entry = self._entry() or []
-        return [self._serializer.loads(e) for e in entry]
+        """The current key's elements (empty list when none; expired elements left out)."""
+        live = (self._live(e) for e in self._entry() or [])
+        return [self._serializer.loads(e) for e in live if e is not None]
 
     def add(self, value: Any) -> None:  # noqa: ANN401
         """Append one element."""
-        self._apply(Op.LIST_ADD, self._serializer.dumps(value))
+        self._apply(Op.LIST_ADD, self._dump(value))
 
     def add_all(self, values: Iterable[Any]) -> None:
         """Append several elements."""
@@ -127,14 +155,19 @@ class ListState(_KeyedState):
 
     def update(self, values: Iterable[Any]) -> None:
         """Replace the elements."""
-        self._apply(Op.LIST_SET, [self._serializer.dumps(v) for v in values])
+        self._apply(Op.LIST_SET, [self._dump(v) for v in values])
 
 
 class MapState(_KeyedState):
     """A map per key (map keys must be plain data)."""
 
     def _map(self) -> dict[bytes, bytes]:
-        return self._entry() or {}
+        """Live entries (serialized), expired ones left out."""
+        entry = self._entry() or {}
+        if self.descriptor.ttl is None:
+            return entry
+        live = ((k, self._live(v)) for k, v in entry.items())
+        return {k: v for k, v in live if v is not None}
 
     def get(self, map_key: Any) -> Any | None:  # noqa: ANN401
         """The value under ``map_key``, or ``None``."""
@@ -143,12 +176,12 @@ class MapState(_KeyedState):
 
     def put(self, map_key: Any, value: Any) -> None:  # noqa: ANN401
         """Set ``map_key`` to ``value``."""
-        self._apply(Op.MAP_PUT, map_key_bytes(map_key), self._serializer.dumps(value))
+        self._apply(Op.MAP_PUT, map_key_bytes(map_key), self._dump(value))
 
     def remove(self, map_key: Any) -> None:  # noqa: ANN401
         """Remove ``map_key`` (no-op when absent)."""
         raw_key = map_key_bytes(map_key)
-        if raw_key in self._map():
+        if raw_key in (self._entry() or {}):  # expired entries too: removing frees them now
             self._apply(Op.MAP_REMOVE, raw_key)
 
     def contains(self, map_key: Any) -> bool:  # noqa: ANN401

@@ -3,16 +3,17 @@
 Every mutation is applied to the delegate and appended to the DSTL writer under
 its key group; state registrations are appended as metadata, so a restore knows
 the states without the code that registered them. Materialization (snapshots
-that let the log be truncated) is not part of this module yet: a checkpoint is
-the handles restored from plus the persist of this backend's log.
+that let the log be truncated) runs in :class:`Materializer`; a checkpoint is the
+latest snapshot chain plus the log persisted after it.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +42,7 @@ from ..state import (
     map_key_bytes,
 )
 from .materializer import Materializer
+from .metrics import BackendMetrics
 from .records import Op, decode_change, decode_registration, encode_change, encode_registration
 
 __all__ = ["BackendSnapshot", "ChangelogKeyedStateBackend"]
@@ -143,6 +145,7 @@ class ChangelogKeyedStateBackend:
         max_failures_allowed: int = 3,
         materialization_interval: float | None = None,
         full_materialization_every: int = 1,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         if not KeyGroupRange(0, max_parallelism).contains_range(key_groups):
             msg = f"key groups {key_groups} exceed max_parallelism {max_parallelism}"
@@ -163,6 +166,8 @@ class ChangelogKeyedStateBackend:
         self._interval = materialization_interval
         self._last_materialization_start = time.monotonic()
         self._truncated_to = self._log_start
+        self.clock = clock  # wall clock of state TTL (injectable for tests)
+        self._metrics = BackendMetrics()
 
     @classmethod
     def from_config(
@@ -230,17 +235,17 @@ class ChangelogKeyedStateBackend:
         if existing is not None:
             if (
                 existing.descriptor.kind != descriptor.kind
-                or existing.descriptor.serializer != descriptor.serializer
+                or existing.descriptor.stored_format != descriptor.stored_format
             ):
                 msg = f"state {descriptor.name!r} is already registered as {existing.descriptor.kind.value}"
                 raise ConfigError(msg)
             return existing
         restored = self._restored_kinds.get(descriptor.name)
-        if restored is not None and restored != (descriptor.kind.value, descriptor.serializer):
+        if restored is not None and restored != (descriptor.kind.value, descriptor.stored_format):
             msg = (
                 f"state {descriptor.name!r} was checkpointed as {restored[0]} state with serializer "
                 f"{restored[1]!r}; it cannot be restored as {descriptor.kind.value} "
-                f"with {descriptor.serializer!r}"
+                f"with {descriptor.stored_format!r} (a '+ttl' suffix means TTL was on)"
             )
             raise ConfigError(msg)
         if descriptor.kind is StateKind.REDUCING and descriptor.reduce is None:
@@ -248,7 +253,7 @@ class ChangelogKeyedStateBackend:
             raise ConfigError(msg)
         state_id = len(self._states)
         self.writer.append_meta(
-            encode_registration(state_id, descriptor.name, descriptor.kind.value, descriptor.serializer)
+            encode_registration(state_id, descriptor.name, descriptor.kind.value, descriptor.stored_format)
         )
         state = _STATE_CLASSES[descriptor.kind](
             self, state_id, descriptor, serializer_for(descriptor.serializer)
@@ -256,23 +261,36 @@ class ChangelogKeyedStateBackend:
         self._states[descriptor.name] = state
         return state
 
-    def value_state(self, name: str, serializer: str = "msgpack") -> ValueState:
-        """A :class:`ValueState`."""
-        return self.register(StateDescriptor(name, StateKind.VALUE, serializer))
+    def value_state(self, name: str, serializer: str = "msgpack", *, ttl: float | None = None) -> ValueState:
+        """A :class:`ValueState` (``ttl``: seconds after a write at which the value expires)."""
+        return self.register(StateDescriptor(name, StateKind.VALUE, serializer, ttl=ttl))
 
-    def list_state(self, name: str, serializer: str = "msgpack") -> ListState:
-        """A :class:`ListState`."""
-        return self.register(StateDescriptor(name, StateKind.LIST, serializer))
+    def list_state(self, name: str, serializer: str = "msgpack", *, ttl: float | None = None) -> ListState:
+        """A :class:`ListState` (with ``ttl`` each element expires on its own)."""
+        return self.register(StateDescriptor(name, StateKind.LIST, serializer, ttl=ttl))
 
-    def map_state(self, name: str, serializer: str = "msgpack") -> MapState:
-        """A :class:`MapState`."""
-        return self.register(StateDescriptor(name, StateKind.MAP, serializer))
+    def map_state(self, name: str, serializer: str = "msgpack", *, ttl: float | None = None) -> MapState:
+        """A :class:`MapState` (with ``ttl`` each entry expires on its own)."""
+        return self.register(StateDescriptor(name, StateKind.MAP, serializer, ttl=ttl))
 
     def reducing_state(
-        self, name: str, reduce: Callable[[Any, Any], Any], serializer: str = "msgpack"
+        self,
+        name: str,
+        reduce: Callable[[Any, Any], Any],
+        serializer: str = "msgpack",
+        *,
+        ttl: float | None = None,
     ) -> ReducingState:
-        """A :class:`ReducingState` folding with ``reduce``."""
-        return self.register(StateDescriptor(name, StateKind.REDUCING, serializer, reduce))
+        """A :class:`ReducingState` folding with ``reduce`` (an expired value restarts the fold)."""
+        return self.register(StateDescriptor(name, StateKind.REDUCING, serializer, reduce, ttl=ttl))
+
+    def ttl_states(self) -> dict[str, tuple[str, float]]:
+        """``name -> (kind, ttl seconds)`` of the registered states with TTL."""
+        return {
+            name: (state.descriptor.kind.value, state.descriptor.ttl)
+            for name, state in self._states.items()
+            if state.descriptor.ttl is not None
+        }
 
     # -- checkpoints ----------------------------------------------------------------------------
     def checkpoint(self, checkpoint_id: int) -> Future[BackendSnapshot]:
@@ -286,16 +304,21 @@ class ChangelogKeyedStateBackend:
         """
         self.materializer.check_health()
         self._maybe_materialize()
-        chain = self.materializer.chain
-        start = chain[-1].sqn if chain else self._log_start
-        refs = chain if chain else self._restored_refs
-        base = () if chain else self._restored_handles
+        began = time.perf_counter()
+        own = self.materializer.own_latest
+        if own is not None:  # materialized by this backend: its log continues from there
+            start, refs, base = own.sqn, self.materializer.chain, ()
+        else:  # the restored (or resumed) snapshot, its log, then this writer's log
+            start, refs = self._log_start, self.materializer.chain or self._restored_refs
+            base = self._restored_handles
         result: Future[BackendSnapshot] = Future()
         persisted = self.writer.persist(start, checkpoint_id)
 
         def done(future: Future[ChangelogHandle]) -> None:
             try:
-                result.set_result(BackendSnapshot(checkpoint_id, (*base, future.result()), refs))
+                snapshot = BackendSnapshot(checkpoint_id, (*base, future.result()), refs)
+                self._metrics.checkpointed(snapshot, time.perf_counter() - began)
+                result.set_result(snapshot)
             except BaseException as exc:  # noqa: BLE001 - the caller's future must always settle
                 result.set_exception(exc)
 
@@ -319,7 +342,7 @@ class ChangelogKeyedStateBackend:
         for handle in own:
             self.writer.confirm(handle.sqn_range.start, handle.sqn_range.end, snapshot.checkpoint_id)
         for ref in snapshot.materialized:
-            if self.materializer.owns(ref) and ref.sqn > self._truncated_to:
+            if self.materializer.made(ref) and ref.sqn > self._truncated_to:
                 self.writer.truncate(ref.sqn)
                 self._truncated_to = ref.sqn
 
@@ -329,24 +352,80 @@ class ChangelogKeyedStateBackend:
         Handles may come from instances with other key-group ranges (rescaling) and
         from another storage (each handle names its own).
         """
+        began = time.perf_counter()
         for ref in snapshot.materialized:
             for name, (kind, serializer) in self.materializer.load(ref).items():
                 self._restored_kinds[name] = (kind, serializer)
-        storages: dict[str, StateChangelogStorage] = {self.storage.identifier: self.storage}
-        try:
+        with self._storages(config) as storage_of:
             for handle in snapshot.handles:
-                if handle.storage_id not in storages:
-                    storages[handle.storage_id] = storage_for_handle(handle, config, job_id="restore")
-                self._replay(storages[handle.storage_id], handle)
-        finally:
-            for identifier, storage in storages.items():
-                if identifier != self.storage.identifier:
-                    storage.close()
+                self._replay(storage_of(handle), handle)
         self._restored_handles = tuple(snapshot.handles)
         self._restored_refs = tuple(snapshot.materialized)
         self.materializer.restored()
+        self._metrics.restore_seconds = time.perf_counter() - began
+
+    def resume(self, snapshot: BackendSnapshot, registrations: Mapping[str, tuple[str, str]]) -> None:
+        """Continue from ``snapshot`` when the delegate already holds exactly its state (warm path).
+
+        Nothing is read: the caller vouches that the working copy is at ``snapshot``
+        (e.g. an on-disk delegate stamped with it). The snapshot's chain stays the base
+        of incremental materialization; the keys changed since it are read from the
+        log only if an incremental materialization runs.
+
+        :param registrations: ``name -> (kind, serializer)`` of the states in ``snapshot``.
+        """
+        self._restored_kinds.update(registrations)
+        self._restored_handles = tuple(snapshot.handles)
+        self._restored_refs = tuple(snapshot.materialized)
+        self.materializer.resumed(snapshot.materialized, lambda: self._changed_keys(snapshot.handles))
+
+    def _changed_keys(self, handles: tuple[ChangelogHandle, ...]) -> set[tuple[str, int, bytes]]:
+        """``(state, key group, key)`` of every change in ``handles`` (for incrementals after resume)."""
+        changed: set[tuple[str, int, bytes]] = set()
+        with self._storages(None) as storage_of:
+            for handle in handles:
+                self._visit_log(
+                    storage_of(handle), handle, lambda name, kg, key, op, args: changed.add((name, kg, key))
+                )
+        return changed
+
+    @contextmanager
+    def _storages(
+        self, config: Config | Mapping[str, Any] | None
+    ) -> Iterator[Callable[[ChangelogHandle], StateChangelogStorage]]:
+        """The storage of each handle: this backend's own, or one opened for it (closed after)."""
+        opened: dict[str, StateChangelogStorage] = {}
+
+        def storage_of(handle: ChangelogHandle) -> StateChangelogStorage:
+            if handle.storage_id == self.storage.identifier:
+                return self.storage
+            if handle.storage_id not in opened:
+                opened[handle.storage_id] = storage_for_handle(handle, config, job_id="restore")
+            return opened[handle.storage_id]
+
+        try:
+            yield storage_of
+        finally:
+            for storage in opened.values():
+                storage.close()
+
+    def metrics(self) -> dict[str, float]:
+        """Flink-named metrics of the latest checkpoint, restore and materializations."""
+        return self._metrics.as_dict(self.materializer)
 
     def _replay(self, storage: StateChangelogStorage, handle: ChangelogHandle) -> None:
+        def apply(name: str, key_group: int, key: bytes, op: Op, args: list[Any]) -> None:
+            _apply_to(self.delegate, name, key_group, key, op, args)
+
+        self._visit_log(storage, handle, apply)
+
+    def _visit_log(
+        self,
+        storage: StateChangelogStorage,
+        handle: ChangelogHandle,
+        visit: Callable[[str, int, bytes, Op, list[Any]], None],
+    ) -> None:
+        """Call ``visit`` for every change of this backend's key groups in ``handle``."""
         names: dict[int, str] = {}
         where = f"{handle.storage_id}:{handle.log_id}"
         for change in storage.create_reader().read(handle, self.key_groups):
@@ -359,19 +438,19 @@ class ChangelogKeyedStateBackend:
             if state_id not in names:
                 msg = f"change for unregistered state id {state_id} in log {handle.log_id!r}"
                 raise InvalidHandleError(msg)
-            _apply_to(self.delegate, names[state_id], change.key_group, key, op, args)
+            visit(names[state_id], change.key_group, key, op, args)
 
     def _log_registrations(self) -> None:
         for state in self._states.values():
             spec = state.descriptor
-            record = encode_registration(state._id, spec.name, spec.kind.value, spec.serializer)
+            record = encode_registration(state._id, spec.name, spec.kind.value, spec.stored_format)
             self.writer.append_meta(record)
 
     def registrations(self) -> dict[str, tuple[str, str]]:
         """``name -> (kind, serializer)`` of every state known (registered or restored)."""
         known = dict(self._restored_kinds)
         for name, state in self._states.items():
-            known[name] = (state.descriptor.kind.value, state.descriptor.serializer)
+            known[name] = (state.descriptor.kind.value, state.descriptor.stored_format)
         return known
 
     def close(self) -> None:

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from dstl.spi import ConfigError, StorageError
 
 from ..materialization import MaterializationRef, read_sections, write_snapshot
+from ..ttl import purge_expired
 
 if TYPE_CHECKING:
     from .backend import ChangelogKeyedStateBackend
@@ -37,11 +40,15 @@ class Materializer:
         self.chain: tuple[MaterializationRef, ...] = ()  # full snapshot, then incrementals
         self._full_every = max(1, full_every)
         self._dirty: set[tuple[str, int, bytes]] = set()
+        # Keys changed in the log of a resumed snapshot: read only if an incremental needs them.
+        self._dirty_in_resumed_log: Callable[[], set[tuple[str, int, bytes]]] | None = None
         self._needs_full = True
-        self._full_keys = 0  # entries in the last full snapshot
-        self._chain_keys = 0  # entries in the incrementals after it
-        self.failures = 0
+        self._made: set[str] = set()  # paths of the snapshots this materializer uploaded
+        self.failures = 0  # consecutive
+        self.failed = 0
+        self.started = 0
         self.completed = 0
+        self.last_duration = 0.0
         self._fs: Any = None
         self._root = ""
 
@@ -70,13 +77,37 @@ class Materializer:
         """Record a key changed or removed since the last snapshot (for incrementals)."""
         self._dirty.add((state, key_group, key))
 
+    @property
+    def own_latest(self) -> MaterializationRef | None:
+        """The newest snapshot of the chain if this materializer uploaded it (the log continues there)."""
+        latest = self.latest
+        return latest if latest is not None and latest.path in self._made else None
+
     def restored(self) -> None:
         """State came from elsewhere: the next snapshot must be full."""
         self._needs_full = True
 
-    def owns(self, ref: MaterializationRef) -> bool:
-        """Whether ``ref`` is a snapshot of this backend's log."""
-        return ref.path.startswith(self._prefix())
+    def resumed(
+        self,
+        chain: tuple[MaterializationRef, ...],
+        changed_since: Callable[[], set[tuple[str, int, bytes]]],
+    ) -> None:
+        """Continue the snapshot chain of a warm working copy (see ``ChangelogKeyedStateBackend.resume``).
+
+        The chain stays the base of incrementals when it is this log's own (same
+        prefix, same key groups); ``changed_since`` yields the keys changed after it.
+        """
+        backend = self._backend
+        own = bool(chain) and all(
+            ref.path.startswith(self._prefix()) and ref.key_groups == backend.key_groups for ref in chain
+        )
+        self.chain = tuple(chain) if own else ()
+        self._needs_full = not own
+        self._dirty_in_resumed_log = changed_since if own else None
+
+    def made(self, ref: MaterializationRef) -> bool:
+        """Whether this materializer uploaded ``ref`` (only then may its writer truncate the log)."""
+        return ref.path in self._made
 
     def check_health(self) -> None:
         """Fail the checkpoint when materialization keeps failing."""
@@ -95,19 +126,25 @@ class Materializer:
             if self._running is not None and not self._running.done():
                 return self._running
             backend = self._backend
+            began = time.perf_counter()
             sqn = backend.writer.next_sqn()
             # The log after the snapshot must describe its states by itself.
             backend._log_registrations()
             dirty, self._dirty = self._dirty, set()
             # Full when asked, every k-th time, or when the incrementals would reach the
             # size of a full snapshot: the chain then stays below twice the state.
+            full_keys = self.chain[0].entries if self.chain else 0
+            chain_keys = sum(ref.entries for ref in self.chain[1:])
             full = (
                 self._needs_full
                 or len(self.chain) >= self._full_every
-                or self._chain_keys + len(dirty) >= self._full_keys
+                or chain_keys + len(dirty) >= full_keys
             )
+            if not full and self._dirty_in_resumed_log is not None:
+                dirty |= self._dirty_in_resumed_log()
+                full = chain_keys + len(dirty) >= full_keys
             if full:
-                view = backend.delegate.snapshot()
+                view = _purged(backend.delegate.snapshot(), backend.ttl_states(), backend.clock())
             else:
                 # Only keys changed or removed since the last snapshot; None is a tombstone.
                 view = {}
@@ -117,9 +154,10 @@ class Materializer:
             registrations = backend.registrations()
             future: Future[MaterializationRef] = Future()
             self._running = future
+            self.started += 1
             self._thread = threading.Thread(
                 target=self._upload,
-                args=(fs, root, sqn, view, registrations, future, full, dirty),
+                args=(fs, root, sqn, view, registrations, future, full, dirty, began),
                 daemon=True,
             )
             self._thread.start()
@@ -135,6 +173,7 @@ class Materializer:
         future: Future,
         full: bool,
         dirty: set[tuple[str, int, bytes]],
+        began: float,
     ) -> None:
         backend = self._backend
         try:
@@ -155,10 +194,12 @@ class Materializer:
             path = f"{root}/{relative}"
             fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
             fs.pipe_file(path, data)
-            ref = MaterializationRef(relative, backend.key_groups, sqn, len(data))
+            entries = sum(len(group) for groups in view.values() for group in groups.values())
+            ref = MaterializationRef(relative, backend.key_groups, sqn, len(data), entries)
         except Exception as exc:  # noqa: BLE001 - counted, reported through the future
             with self._lock:
                 self.failures += 1
+                self.failed += 1
                 self._dirty |= dirty  # still unsnapshotted
                 self._needs_full = self._needs_full or full
             log.warning(
@@ -166,16 +207,14 @@ class Materializer:
             )
             future.set_exception(StorageError(f"materialization failed: {exc}", retriable=True))
             return
-        entries = sum(len(group) for groups in view.values() for group in groups.values())
         with self._lock:
             self.chain = (ref,) if full else (*self.chain, ref)
-            if full:
-                self._needs_full = False
-                self._full_keys, self._chain_keys = entries, 0
-            else:
-                self._chain_keys += entries
+            self._made.add(ref.path)
+            self._needs_full = False
+            self._dirty_in_resumed_log = None  # now part of the chain
             self.failures = 0
             self.completed += 1
+            self.last_duration = time.perf_counter() - began
         future.set_result(ref)
 
     def load(self, ref: MaterializationRef) -> dict[str, tuple[str, str]]:
@@ -207,3 +246,18 @@ class Materializer:
         thread = self._thread
         if thread is not None:
             thread.join(60)
+
+
+def _purged(
+    view: dict[str, dict[int, dict[bytes, Any]]], ttl_states: dict[str, tuple[str, float]], now: float
+) -> dict[str, dict[int, dict[bytes, Any]]]:
+    """``view`` without expired state (a full snapshot is where TTL'd state is cleaned up)."""
+    for state, (kind, ttl) in ttl_states.items():
+        for entries in view.get(state, {}).values():
+            for key, entry in list(entries.items()):
+                kept = purge_expired(kind, entry, ttl, now)
+                if kept is None:
+                    del entries[key]
+                else:
+                    entries[key] = kept
+    return view

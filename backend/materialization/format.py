@@ -37,6 +37,7 @@ class MaterializationRef:
     key_groups: KeyGroupRange
     sqn: int
     size: int
+    entries: int = 0  # entries (or tombstones) it holds: decides when the next one must be full
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form."""
@@ -45,6 +46,7 @@ class MaterializationRef:
             "key_groups": [self.key_groups.start, self.key_groups.end],
             "sqn": self.sqn,
             "size": self.size,
+            "entries": self.entries,
         }
 
     @classmethod
@@ -53,13 +55,14 @@ class MaterializationRef:
         try:
             path = check_relative_path(str(doc["path"]), "snapshot path")
             start, end = doc["key_groups"]
-            sqn, size = doc["sqn"], doc["size"]
+            sqn, size, entries = doc["sqn"], doc["size"], doc.get("entries", 0)
             if not all(
-                isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (start, end, sqn, size)
+                isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                for v in (start, end, sqn, size, entries)
             ):
-                msg = "key groups, sqn and size must be non-negative integers"
+                msg = "key groups, sqn, size and entries must be non-negative integers"
                 raise TypeError(msg)
-            return cls(path, KeyGroupRange(start, end), sqn, size)
+            return cls(path, KeyGroupRange(start, end), sqn, size, entries)
         except (KeyError, TypeError, ValueError) as exc:
             msg = f"invalid materialization reference: {exc}"
             raise InvalidHandleError(msg) from exc

@@ -1,8 +1,6 @@
 """Changelog keyed-state backend: state kinds, checkpoint/restore, rescale, bad input."""
 
 import operator
-import uuid
-
 import pytest
 
 from dstl.backend.changelog import BackendSnapshot, ChangelogKeyedStateBackend
@@ -11,15 +9,6 @@ from dstl.spi import ConfigError, InvalidHandleError, KeyGroupRange, load_storag
 from tests.backend.helpers import owns_key
 
 ALL = KeyGroupRange(0, 128)
-
-
-@pytest.fixture(params=["memory", "local", "filesystem"])
-def storage_config(request, tmp_path):
-    if request.param == "memory":
-        return {"dstl.storage": "memory", "dstl.memory.namespace": f"b-{uuid.uuid4().hex}"}
-    if request.param == "local":
-        return {"dstl.storage": "local", "dstl.local.dir": str(tmp_path / "local")}
-    return {"dstl.storage": "filesystem", "dstl.dfs.base-path": (tmp_path / "dfs").as_uri()}
 
 
 def populate(backend, users):
