@@ -1,22 +1,17 @@
 """The changelog keyed-state backend (engine-agnostic) and ``dstl.backend.spark``.
 
-Present so far:
-
 - key → key-group hashing that matches Spark SQL's
   ``pmod(xxhash64(...), max_parallelism)`` exactly (:mod:`dstl.backend.keygroups`);
-- keyed state (Value, List, Map, Reducing) bound to a current key, safe
-  serialization (msgpack by default, pickle only by name), a heap delegate, and
-  the changelog layer: every mutation applied and logged, registrations logged
-  as metadata, checkpoint = persist, restore (and rescale) = replay filtered by
-  key group (:class:`ChangelogKeyedStateBackend`).
-
-- full materialization in per-key-group sections, truncation on confirm;
+- keyed state (Value, List, Map, Reducing, optional TTL) bound to a current key,
+  safe serialization (msgpack by default, pickle only by name), heap and LMDB
+  delegates, and the changelog layer: every mutation applied and logged,
+  registrations logged as metadata, checkpoint = snapshot chain + persisted log,
+  restore (and rescale) = snapshot sections + log filtered by key group
+  (:class:`ChangelogKeyedStateBackend`);
+- background materialization, full and incremental, in per-key-group sections;
 - the checkpoint coordinator: completed checkpoints as JSON, retention, a
   shared-state registry that discards unreferenced log locations and snapshots,
   recovery that removes what a crash left behind.
-
-Incremental materialization, the on-disk delegate, TTL, metrics and the Spark
-integration land with their issues.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ def storage_config(request, tmp_path):
     return {"dstl.storage": "filesystem", "dstl.dfs.base-path": (tmp_path / "dfs").as_uri()}
 
 
-@pytest.fixture(params=[pytest.param("kafka", marks=pytest.mark.slow), pytest.param("s3", marks=pytest.mark.slow)])
+@pytest.fixture(params=[pytest.param(name, marks=pytest.mark.slow) for name in ("kafka", "s3")])
 def service_storage_config(request):
     """Config of the storages on real services: Kafka (Tansu) and S3 (moto) (integration tier)."""
     return request.getfixturevalue("kafka_config" if request.param == "kafka" else "s3_config")

@@ -22,24 +22,21 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from dstl.backend import CheckpointCoordinator
 from dstl.backend.changelog import ChangelogKeyedStateBackend
 from dstl.spi import KeyGroupRange, StorageError, load_storage
+from tests.backend.helpers import failing_snapshot_store
 
 KEY_VALUES = ["alice", "bob", "carol", 7, 42, ("eu", 3)]
 KEYS = st.sampled_from(KEY_VALUES)
 MAP_KEYS = st.sampled_from(["a", "b", "c"])
 VALUES = st.integers(-5, 5)
-
-
-class _FailingFilesystem:
-    """Stands in for the snapshot filesystem: every write fails (a materialization failure)."""
-
-    def __init__(self, real):
-        self._real = real
-
-    def __getattr__(self, name):
-        return getattr(self._real, name)
-
-    def pipe_file(self, *args, **kwargs):
-        raise OSError("injected: snapshot store unavailable")
+OPERATIONS = [
+    "put_value",
+    "clear_value",
+    "add_item",
+    "keep_last_item",
+    "put_count",
+    "remove_count",
+    "add_total",
+]
 
 
 class BackendModel(RuleBasedStateMachine):
@@ -78,56 +75,52 @@ class BackendModel(RuleBasedStateMachine):
     def start(self):
         pass
 
-    # -- state operations ------------------------------------------------------------------------
-    @rule(key=KEYS, value=VALUES)
-    def put_value(self, key, value):
-        self.backend.set_current_key(key)
+    # -- state operations (a few per step, so that sequences reach checkpoints and crashes) -----
+    @rule(
+        operations=st.lists(
+            st.tuples(st.sampled_from(OPERATIONS), KEYS, MAP_KEYS, VALUES), min_size=1, max_size=4
+        )
+    )
+    def mutate(self, operations):
+        for name, key, map_key, value in operations:
+            self.backend.set_current_key(key)
+            getattr(self, f"_{name}")(key, map_key, value)
+
+    def _put_value(self, key, map_key, value):
         self.value.update(value)
         self.model[("value", key)] = value
 
-    @rule(key=KEYS)
-    def clear_value(self, key):
-        self.backend.set_current_key(key)
+    def _clear_value(self, key, map_key, value):
         self.value.clear()
         self.model.pop(("value", key), None)
 
-    @rule(key=KEYS, value=VALUES)
-    def add_item(self, key, value):
-        self.backend.set_current_key(key)
+    def _add_item(self, key, map_key, value):
         self.items.add(value)
         self.model[("items", key)] = [*self.model.get(("items", key), []), value]
 
-    @rule(key=KEYS)
-    def keep_last_item(self, key):
-        self.backend.set_current_key(key)
+    def _keep_last_item(self, key, map_key, value):
         last = self.items.get()[-1:]
         self.items.update(last)
-        if last:
-            self.model[("items", key)] = last
-        else:
-            self.model.pop(("items", key), None)
+        self._set_or_drop(("items", key), last)
 
-    @rule(key=KEYS, map_key=MAP_KEYS, value=VALUES)
-    def put_count(self, key, map_key, value):
-        self.backend.set_current_key(key)
+    def _put_count(self, key, map_key, value):
         self.counts.put(map_key, value)
         self.model[("counts", key)] = {**self.model.get(("counts", key), {}), map_key: value}
 
-    @rule(key=KEYS, map_key=MAP_KEYS)
-    def remove_count(self, key, map_key):
-        self.backend.set_current_key(key)
+    def _remove_count(self, key, map_key, value):
         self.counts.remove(map_key)
-        entry = {k: v for k, v in self.model.get(("counts", key), {}).items() if k != map_key}
-        if entry:
-            self.model[("counts", key)] = entry
-        else:
-            self.model.pop(("counts", key), None)
+        entry = self.model.get(("counts", key), {})
+        self._set_or_drop(("counts", key), {k: v for k, v in entry.items() if k != map_key})
 
-    @rule(key=KEYS, value=VALUES)
-    def add_total(self, key, value):
-        self.backend.set_current_key(key)
+    def _add_total(self, key, map_key, value):
         self.total.add(value)
         self.model[("total", key)] = self.model.get(("total", key), 0) + value
+
+    def _set_or_drop(self, model_key, value):
+        if value:
+            self.model[model_key] = value
+        else:
+            self.model.pop(model_key, None)
 
     # -- checkpoints, materialization, crashes ------------------------------------------------------
     @rule()
@@ -146,20 +139,11 @@ class BackendModel(RuleBasedStateMachine):
 
     @rule(fail=st.booleans())
     def materialize(self, fail):
-        materializer = self.backend.materializer
-        materializer._filesystem()
-        real = materializer._fs
         if fail:
-            materializer._fs = _FailingFilesystem(real)
-        try:
-            future = self.backend.materialize()
-            if fail:
-                with pytest.raises(StorageError, match="injected"):
-                    future.result(timeout=60)
-            else:
-                future.result(timeout=60)
-        finally:
-            materializer._fs = real
+            with failing_snapshot_store(self.backend), pytest.raises(StorageError, match="injected"):
+                self.backend.materialize().result(timeout=60)
+        else:
+            self.backend.materialize().result(timeout=60)
 
     @rule()
     def crash_and_restore(self):
@@ -199,9 +183,10 @@ class BackendModel(RuleBasedStateMachine):
 
 
 SETTINGS = settings(
-    max_examples=12,
+    max_examples=20,
     stateful_step_count=40,
     deadline=None,
+    database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 

@@ -1,6 +1,7 @@
 """Changelog keyed-state backend: state kinds, checkpoint/restore, rescale, bad input."""
 
 import operator
+
 import pytest
 
 from dstl.backend.changelog import BackendSnapshot, ChangelogKeyedStateBackend

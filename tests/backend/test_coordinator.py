@@ -2,9 +2,11 @@
 
 import uuid
 
+import pytest
+
 from dstl.backend.changelog import ChangelogKeyedStateBackend
 from dstl.backend.coordinator import CheckpointCoordinator, CompletedCheckpoint
-from dstl.spi import KeyGroupRange, load_storage
+from dstl.spi import ConfigError, KeyGroupRange, load_storage
 
 ALL = KeyGroupRange(0, 128)
 
@@ -90,3 +92,13 @@ def test_metadata_round_trip_and_validation():
     assert CompletedCheckpoint.from_json(empty.to_json()) == empty
     with pytest.raises(InvalidHandleError):
         CompletedCheckpoint.from_json('{"checkpoint_id": "x", "snapshots": {}}')
+
+
+def test_coordinator_from_config(tmp_path):
+    config = {"state.checkpoints.dir": tmp_path.as_uri(), "state.checkpoints.num-retained": "3"}
+    coordinator = CheckpointCoordinator.from_config(config, "job")
+    assert coordinator.num_retained == 3
+    with pytest.raises(ConfigError, match="state.checkpoints.dir"):
+        CheckpointCoordinator.from_config({}, "job")
+    with pytest.raises(ConfigError, match="num-retained"):
+        CheckpointCoordinator.from_config({**config, "state.checkpoints.num-retained": "0"}, "job")

@@ -6,7 +6,7 @@ from dstl.backend.changelog import BackendSnapshot, ChangelogKeyedStateBackend
 from dstl.backend.keygroups import key_group_range_for_instance
 from dstl.backend.materialization import write_snapshot
 from dstl.spi import CorruptedError, KeyGroupRange, StorageError, load_storage
-from tests.backend.helpers import owns_key
+from tests.backend.helpers import failing_snapshot_store, owns_key
 
 ALL = KeyGroupRange(0, 128)
 
@@ -234,3 +234,97 @@ def test_full_checkpoint_stays_within_twice_the_state_size(setup, capsys):
     with capsys.disabled():
         print(f"\nfull checkpoint size / state size per materialization: {[round(r, 2) for r in ratios]}")
     assert max(ratios) <= 2.0
+
+
+def test_keys_of_a_failed_incremental_go_into_the_next_one(setup):
+    config, snapshots = setup
+    keys = [f"k{i}" for i in range(50)]
+    with load_storage(config, job_id="job") as storage:
+        backend = ChangelogKeyedStateBackend(
+            storage, "op", ALL, snapshot_dir=snapshots, full_materialization_every=10
+        )
+        fill(backend, keys, 1)
+        backend.materialize().result(timeout=30)
+        fill(backend, keys[:3], 2)
+        with failing_snapshot_store(backend), pytest.raises(StorageError, match="injected"):
+            backend.materialize().result(timeout=30)
+        ref = backend.materialize().result(timeout=30)
+        assert ref.entries == 3, "the incremental must hold the keys changed before the failed attempt"
+        snapshot = backend.checkpoint(1).result(timeout=30)
+        backend.notify_checkpoint_complete(snapshot)
+        expected = values(backend, keys)
+        restored = ChangelogKeyedStateBackend(storage, "op", ALL, epoch=1, snapshot_dir=snapshots)
+        restored.restore(snapshot, config)
+        assert values(restored, keys) == expected
+        restored.close()
+        backend.close()
+
+
+def test_resumed_backend_continues_the_chain_incrementally(setup):
+    """Warm path: a new backend (new epoch) over the same working copy reads nothing back."""
+    config, snapshots = setup
+    keys = [f"k{i}" for i in range(100)]
+    with load_storage(config, job_id="job") as storage:
+        first = ChangelogKeyedStateBackend(
+            storage, "op", ALL, snapshot_dir=snapshots, full_materialization_every=5
+        )
+        fill(first, keys, 1)
+        first.materialize().result(timeout=30)
+        fill(first, keys[:4], 2)
+        snapshot = first.checkpoint(1).result(timeout=30)
+        registrations = first.registrations()
+        delegate = first.delegate
+        first.close()
+
+        second = ChangelogKeyedStateBackend(
+            storage,
+            "op",
+            ALL,
+            epoch=1,
+            delegate=delegate,
+            snapshot_dir=snapshots,
+            full_materialization_every=5,
+        )
+        second.resume(snapshot, registrations)
+        fill(second, keys[4:6], 3)
+        ref = second.materialize().result(timeout=30)
+        assert ref.entries == 6, "keys changed in the resumed log and in this backend, nothing else"
+        snapshot2 = second.checkpoint(2).result(timeout=30)
+        assert snapshot2.materialized == (*snapshot.materialized, ref)
+        assert [h.epoch for h in snapshot2.handles] == [1], "the old log is covered by the new snapshot"
+        expected = values(second, keys)
+        second.close()
+
+        third = ChangelogKeyedStateBackend(storage, "op", ALL, epoch=2, snapshot_dir=snapshots)
+        third.restore(snapshot2, config)
+        assert values(third, keys) == expected
+        third.close()
+
+
+def test_materialization_metrics_use_flink_names(setup):
+    config, snapshots = setup
+    with load_storage(config, job_id="job") as storage:
+        backend = ChangelogKeyedStateBackend(storage, "op", ALL, snapshot_dir=snapshots)
+        fill(backend, ["a", "b", "c"], 1)
+        ref = backend.materialize().result(timeout=30)
+        with failing_snapshot_store(backend), pytest.raises(StorageError):
+            backend.materialize().result(timeout=30)
+        fill(backend, ["a"], 2)
+        first = backend.checkpoint(1).result(timeout=30)
+        metrics = backend.metrics()
+        assert metrics["numberOfStartedMaterialization"] == 2
+        assert metrics["numberOfCompletedMaterialization"] == 1
+        assert metrics["numberOfFailedMaterialization"] == 1
+        assert metrics["lastFullSizeOfMaterializedState"] == ref.size > 0
+        assert metrics["lastIncSizeOfMaterializedState"] == ref.size
+        assert metrics["lastFullSizeOfNonMaterializedState"] == first.handles[-1].size > 0
+        assert metrics["lastCheckpointDuration"] > 0
+        backend.checkpoint(2).result(timeout=30)
+        metrics = backend.metrics()
+        assert metrics["lastIncSizeOfMaterializedState"] == 0, "the snapshot was uploaded for checkpoint 1"
+        assert metrics["lastIncSizeOfNonMaterializedState"] == 0, "nothing changed since checkpoint 1"
+        backend.close()
+        restored = ChangelogKeyedStateBackend(storage, "op", ALL, epoch=1, snapshot_dir=snapshots)
+        restored.restore(first, config)
+        assert restored.metrics()["lastRestoreDuration"] > 0
+        restored.close()

@@ -1,0 +1,104 @@
+"""State TTL: expired values are invisible, writes restart the timer, full snapshots drop them."""
+
+import operator
+
+import pytest
+
+from dstl.backend.changelog import ChangelogKeyedStateBackend
+from dstl.spi import ConfigError, KeyGroupRange, load_storage
+
+ALL = KeyGroupRange(0, 128)
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1_000_000.0
+
+    def __call__(self):
+        return self.now
+
+
+@pytest.fixture
+def env(tmp_path):
+    config = {"dstl.storage": "local", "dstl.local.dir": str(tmp_path / "log")}
+    with load_storage(config, job_id="job") as storage:
+        yield config, storage, (tmp_path / "snapshots").as_uri()
+
+
+def test_every_kind_expires_after_its_ttl_and_writes_restart_the_timer(env):
+    _, storage, snapshots = env
+    clock = Clock()
+    backend = ChangelogKeyedStateBackend(storage, "op", ALL, snapshot_dir=snapshots, clock=clock)
+    value = backend.value_state("value", ttl=10)
+    items = backend.list_state("items", ttl=10)
+    pages = backend.map_state("pages", ttl=10)
+    total = backend.reducing_state("total", operator.add, ttl=10)
+    backend.set_current_key("u")
+    value.update("v1")
+    items.add("old")
+    pages.put("old", 1)
+    total.add(5)
+    clock.now += 6
+    value.update("v2")  # restarts the value's timer
+    items.add("new")
+    pages.put("new", 2)
+    clock.now += 6  # 12 s after the first writes, 6 s after the second
+    assert value.value() == "v2"
+    assert items.get() == ["new"]
+    assert dict(pages.items()) == {"new": 2}
+    assert pages.get("old") is None
+    assert not pages.contains("old")
+    assert total.get() is None
+    total.add(3)
+    assert total.get() == 3, "an expired value restarts the fold"
+    clock.now += 11
+    assert value.value() is None
+    assert items.get() == []
+    assert pages.is_empty()
+    backend.close()
+
+
+def test_full_snapshot_drops_expired_state_and_restore_keeps_the_rest(env):
+    config, storage, snapshots = env
+    clock = Clock()
+    backend = ChangelogKeyedStateBackend(storage, "op", ALL, snapshot_dir=snapshots, clock=clock)
+    value = backend.value_state("value", ttl=10)
+    for n in range(20):
+        backend.set_current_key(n)
+        value.update(n)
+    clock.now += 11
+    for n in range(5):
+        backend.set_current_key(n)
+        value.update(-n)
+    ref = backend.materialize().result(timeout=30)
+    assert ref.entries == 5, "the 15 expired values are not written to the full snapshot"
+    snapshot = backend.checkpoint(1).result(timeout=30)
+    backend.close()
+    restored = ChangelogKeyedStateBackend(storage, "op", ALL, epoch=1, snapshot_dir=snapshots, clock=clock)
+    restored.restore(snapshot, config)
+    value = restored.value_state("value", ttl=30)  # another duration is allowed
+    found = {}
+    for n in range(20):
+        restored.set_current_key(n)
+        found[n] = value.value()
+    assert found == {n: (-n if n < 5 else None) for n in range(20)}
+    restored.close()
+
+
+def test_turning_ttl_on_or_off_for_checkpointed_state_is_refused(env):
+    config, storage, _ = env
+    backend = ChangelogKeyedStateBackend(storage, "op", ALL)
+    backend.value_state("with_ttl", ttl=5)
+    backend.value_state("without")
+    backend.set_current_key("k")
+    snapshot = backend.checkpoint(1).result(timeout=30)
+    backend.close()
+    restored = ChangelogKeyedStateBackend(storage, "op", ALL, epoch=1)
+    restored.restore(snapshot, config)
+    with pytest.raises(ConfigError, match="'msgpack\\+ttl'.*TTL was on"):
+        restored.value_state("without", ttl=5)
+    with pytest.raises(ConfigError, match="with_ttl"):
+        restored.value_state("with_ttl")
+    with pytest.raises(ValueError, match="positive"):
+        restored.value_state("bad", ttl=0)
+    restored.close()
