@@ -31,3 +31,14 @@ def test_quick_run_on_kafka_uses_the_produce_floor(tmp_path):
     assert main(["--quick", "--storage", "kafka", "--results", str(tmp_path)]) == 0
     report = (tmp_path / "dstl-bench-kafka.md").read_text()
     assert "floor: raw produce+flush" in report
+
+
+def test_backend_bench_quick_run_compares_three_configurations(tmp_path):
+    from bench.backend_bench import main as backend_main
+
+    assert backend_main(["--quick", "--results", str(tmp_path)]) == 0
+    report = (tmp_path / "backend-bench.md").read_text()
+    for row in ("| changelog |", "| full snapshot |", "| incremental snapshot |"):
+        assert row in report
+    assert "lower than full snapshots" in report
+    assert (tmp_path / "backend-bench.png").stat().st_size > 1000
