@@ -137,6 +137,14 @@ class CheckpointCoordinator:
             self._subsume(self._retained.pop(0))
         return completed
 
+    def abort_from(self, checkpoint_id: int) -> None:
+        """Forget completed checkpoints ``>= checkpoint_id`` (their batch is being replayed).
+
+        What only they referenced is discarded; the older retained ones stay intact.
+        """
+        while self._retained and self._retained[-1].checkpoint_id >= checkpoint_id:
+            self._subsume(self._retained.pop())
+
     def _write(self, completed: CompletedCheckpoint) -> None:
         # Write under a temporary name, then move: readers never see half a document.
         final = self._path(completed.checkpoint_id)

@@ -68,6 +68,19 @@ BACKEND_OPTIONS = (
         "Number of key groups (the most instances an operator can be rescaled to).",
         minimum=1,
     ),
+    ConfigOption(
+        "dstl.spark.parallelism",
+        OptionType.INT,
+        2,
+        "Operator instances of a stateful Spark query (key-group ranges); change it to rescale.",
+        minimum=1,
+    ),
+    ConfigOption(
+        "dstl.spark.working-dir",
+        OptionType.STRING,
+        None,
+        "Local directory of the executors' working state (LMDB); default: the system temp dir.",
+    ),
 )
 
 

@@ -106,7 +106,7 @@ def _cmd_config(args: argparse.Namespace, console: Console) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace, console: Console) -> int:
-    from ._private.demo import run_demo
+    from dstl.backend.spark.demo import run_demo  # the main job lives with the Spark integration
 
     return run_demo(args, console)
 
@@ -124,11 +124,16 @@ def build_parser() -> argparse.ArgumentParser:
     config.add_argument("--markdown", action="store_true", help="print a Markdown table")
     config.add_argument("--update-readme", metavar="PATH", help="rewrite the table in a README")
     config.set_defaults(run=_cmd_config)
-    demo = sub.add_parser("demo", help="run the demo job on a storage")
+    demo = sub.add_parser(
+        "demo", help="run the main job: a PySpark streaming pipeline on the changelog backend"
+    )
     demo.add_argument("--storage", help="storage identifier (default: dstl.storage)")
     demo.add_argument("--seconds", type=float, default=10.0, help="bounded run time")
     demo.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
-    demo.add_argument("--verify", action="store_true", help="verify the result and print PASS/FAIL")
+    demo.add_argument(
+        "--verify", action="store_true", help="kill and restart the job mid-stream, then check it: PASS/FAIL"
+    )
+    demo.add_argument("--workdir", help="keep input, output and checkpoints here (default: a temp dir)")
     demo.set_defaults(run=_cmd_demo)
     try:
         from dstl.conformance.cli import add_conformance_parser

@@ -6,7 +6,12 @@ import uuid
 
 import pytest
 
-pytest_plugins = ["tests.fixtures.thirdparty", "tests.fixtures.s3", "tests.fixtures.kafka"]
+pytest_plugins = [
+    "tests.fixtures.thirdparty",
+    "tests.fixtures.s3",
+    "tests.fixtures.kafka",
+    "tests.fixtures.spark",
+]
 
 
 @pytest.fixture

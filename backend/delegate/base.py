@@ -38,5 +38,9 @@ class StateDelegate(ABC):
         """Names of the states holding entries."""
 
     @abstractmethod
+    def clear(self) -> None:
+        """Remove every entry (before a restore into a working copy that is not current)."""
+
+    @abstractmethod
     def snapshot(self) -> dict[str, dict[int, dict[bytes, Any]]]:
         """A consistent view ``state -> key group -> {key: entry}`` that later changes do not touch."""

@@ -38,6 +38,10 @@ class HeapDelegate(StateDelegate):
         """Names of the states holding entries."""
         return sorted(self._data)
 
+    def clear(self) -> None:
+        """Remove every entry."""
+        self._data.clear()
+
     def snapshot(self) -> dict[str, dict[int, dict[bytes, Any]]]:
         """Shallow copies suffice: entries are replaced on change, never mutated in place."""
         return {

@@ -81,6 +81,11 @@ class LmdbDelegate(StateDelegate):
         """Names of the states holding entries."""
         return sorted(self.snapshot())
 
+    def clear(self) -> None:
+        """Remove every entry (one write transaction; the file keeps its pages for reuse)."""
+        with self._env.begin(write=True) as txn:
+            txn.drop(self._env.open_db(), delete=False)
+
     def snapshot(self) -> dict[str, dict[int, dict[bytes, Any]]]:
         """Everything, read in one (MVCC) read transaction: a consistent view."""
         view: dict[str, dict[int, dict[bytes, Any]]] = {}

@@ -1,8 +1,6 @@
 """Key groups computed in Python equal Spark SQL's pmod(xxhash64(...), n), on real PySpark."""
 
 import itertools
-import os
-import shutil
 import sys
 
 import pytest
@@ -16,23 +14,6 @@ from dstl.backend.keygroups import (
 
 KEYS = ["", "a", "user-42", "ünïcødé ✓", "x" * 300]
 INTS = [0, 1, -1, 42, 2**31, -(2**31) - 1, 2**62, -(2**63), 2**63 - 1]
-
-
-@pytest.fixture(scope="module")
-def spark():
-    if shutil.which("java") is None:
-        pytest.skip("Java is not installed: PySpark cannot start")
-    pyspark_sql = pytest.importorskip("pyspark.sql")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    session = (
-        pyspark_sql.SparkSession.builder.master("local[1]")
-        .appName("dstl-keygroups-test")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "1")
-        .getOrCreate()
-    )
-    yield session
-    session.stop()
 
 
 def test_strings_ints_and_composites_agree_with_spark(spark):

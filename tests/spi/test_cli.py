@@ -28,7 +28,7 @@ def test_no_command_is_usage_error():
 
 def test_bad_config_is_usage_error_with_message():
     result = run_dstl(
-        ["demo", "--storage", "memory", "--seconds", "0.1", "--config", "dstl.memory.namespce=x"]
+        ["demo", "--storage", "local", "--seconds", "0.1", "--config", "dstl.memory.namespce=x"]
     )
     assert result.returncode == 2
     assert "did you mean 'dstl.memory.namespace'" in result.stdout
@@ -40,10 +40,10 @@ def test_unknown_storage_exit_code():
     assert "installed storages" in result.stdout
 
 
-def test_demo_verifies_on_memory():
-    result = run_dstl(["demo", "--storage", "memory", "--seconds", "1", "--verify"])
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "PASS" in result.stdout
+def test_demo_refuses_a_single_process_storage():
+    result = run_dstl(["demo", "--storage", "memory", "--seconds", "1"])
+    assert result.returncode == 2
+    assert "lives in one process" in result.stdout and "multi_process" in result.stdout
 
 
 def test_console_script_installed():

@@ -1,0 +1,1 @@
+"""Internals of the Spark integration (executor-side task, working copies)."""

@@ -1,0 +1,214 @@
+"""Executor side: process one operator instance's rows of a micro-batch and checkpoint its state.
+
+Runs inside ``applyInPandas`` once per instance that has rows in the batch. The
+previous checkpoint's snapshots come from the driver in the :class:`TaskPlan`;
+the result is the processor's rows plus one row carrying the new snapshot and
+the instance's figures.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from dstl.spi import Config, StateChangelogStorage, load_storage
+
+from ...changelog import BackendSnapshot, ChangelogKeyedStateBackend
+from ...keygroups import key_group_range_for_instance
+from ..placement import instance_name, snapshot_for_range
+from ..processor import StateContext, StatefulProcessor
+from .working_copy import WorkingCopy, snapshot_digest
+
+__all__ = [
+    "INSTANCE_COLUMN",
+    "KEY_GROUP_COLUMN",
+    "SNAPSHOT_COLUMN",
+    "STATS_COLUMN",
+    "TaskPlan",
+    "run_instance",
+]
+
+KEY_GROUP_COLUMN = "__dstl_key_group"
+INSTANCE_COLUMN = "__dstl_instance"
+SNAPSHOT_COLUMN = "__dstl_snapshot"
+STATS_COLUMN = "__dstl_stats"
+
+# Storages are thread-safe and batch the persists of many writers: one per config and process.
+_STORAGES: dict[str, StateChangelogStorage] = {}
+_EPOCH_RUN = 10**12  # epoch = run * 10^12 + Spark's task attempt id (unique, increasing within a run)
+
+
+@dataclass(frozen=True)
+class TaskPlan:
+    """What every task of one micro-batch needs (built on the driver, shipped to executors)."""
+
+    config: dict[str, Any]
+    job_id: str
+    operator_id: str
+    key_columns: tuple[str, ...]
+    output_columns: tuple[str, ...]
+    parallelism: int
+    max_parallelism: int
+    batch_id: int
+    run_id: int
+    working_dir: str
+    previous: dict[str, str] = field(default_factory=dict)  # instance name -> snapshot JSON
+    materialize: frozenset[int] = frozenset()  # instances whose state is materialized this batch
+
+
+def epoch_for(run_id: int, task_attempt_id: int) -> int:
+    """Writer epoch of a task: later runs, batches, retries and speculative attempts fence earlier ones.
+
+    Spark numbers task attempts across the application in the order it launches
+    them, so within a driver run a later attempt always has a higher id; the run
+    counter orders runs.
+    """
+    return run_id * _EPOCH_RUN + task_attempt_id
+
+
+def _storage(plan: TaskPlan) -> StateChangelogStorage:
+    key = json.dumps([plan.job_id, plan.config], sort_keys=True, default=str)
+    if key not in _STORAGES:
+        _STORAGES[key] = load_storage(plan.config, job_id=plan.job_id)
+    return _STORAGES[key]
+
+
+def _attempt() -> tuple[int, int]:
+    """``(task attempt id, attempt number)`` of the running Spark task."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    if context is None:
+        msg = "run_instance runs inside a Spark task (applyInPandas)"
+        raise RuntimeError(msg)
+    return context.taskAttemptId(), context.attemptNumber()
+
+
+def _plain(value: Any) -> Any:  # noqa: ANN401 - numpy scalars to the Python values the key hash knows
+    return value.item() if hasattr(value, "item") else value
+
+
+def _rows_of(result: Any, columns: tuple[str, ...]) -> list[dict[str, Any]]:  # noqa: ANN401
+    import pandas as pd
+
+    if result is None:
+        return []
+    if isinstance(result, pd.DataFrame):
+        frame = result
+    elif isinstance(result, Iterable):
+        frame = pd.DataFrame(list(result))
+    else:
+        msg = f"handle_input_rows must return a DataFrame, an iterable of dicts or None, not {type(result)}"
+        raise TypeError(msg)
+    missing = [c for c in columns if c not in frame.columns]
+    if missing and len(frame):
+        msg = f"handle_input_rows returned rows without the output columns {missing}"
+        raise ValueError(msg)
+    return frame.reindex(columns=list(columns)).to_dict("records")
+
+
+def run_instance(
+    plan: TaskPlan,
+    make_processor: Callable[[], StatefulProcessor],
+    rows: Any,  # noqa: ANN401 - pandas
+) -> Any:  # noqa: ANN401 - pandas
+    """Process ``rows`` (one instance's rows of the batch); returns output rows + the snapshot row."""
+    import pandas as pd
+
+    began = time.perf_counter()
+    instance = int(rows[INSTANCE_COLUMN].iloc[0])
+    key_groups = key_group_range_for_instance(instance, plan.parallelism, plan.max_parallelism)
+    name = instance_name(key_groups)
+    previous = snapshot_for_range(
+        {n: BackendSnapshot.from_json(text) for n, text in plan.previous.items()}, key_groups
+    )
+    cfg = Config.of(plan.config)
+    attempt_id, task_attempt = _attempt()
+    storage = _storage(plan)
+    copy = WorkingCopy(
+        f"{plan.working_dir}/{plan.job_id}/{plan.operator_id}",
+        name,
+        map_size=int(cfg["state.backend.lmdb.map-size"]),
+    )
+    with copy.exclusive():
+        stamp = copy.stamp()
+        warm = stamp is not None and stamp["digest"] == snapshot_digest(previous)
+        copy.invalidate()
+        backend = ChangelogKeyedStateBackend(
+            storage,
+            f"{plan.operator_id}.{name}",
+            key_groups,
+            max_parallelism=plan.max_parallelism,
+            epoch=epoch_for(plan.run_id, attempt_id),
+            delegate=copy.delegate,
+            snapshot_dir=cfg["state.checkpoints.dir"],
+            max_failures_allowed=int(cfg["state.changelog.max-failures-allowed"]),
+            full_materialization_every=int(cfg["state.changelog.materialization.full-every"]),
+        )
+        try:
+            restore_began = time.perf_counter()
+            if warm and previous is not None:
+                backend.resume(previous, stamp["registrations"])
+            elif not warm:
+                copy.delegate.clear()
+                if previous is not None:
+                    backend.restore(previous, cfg)
+            restore_seconds = time.perf_counter() - restore_began
+            processor = make_processor()
+            processor.init(StateContext(backend, plan.batch_id, task_attempt))
+            user_rows = rows.drop(columns=[KEY_GROUP_COLUMN, INSTANCE_COLUMN])
+            output: list[dict[str, Any]] = []
+            keys = 0
+            for raw_key, key_rows in user_rows.groupby(list(plan.key_columns), sort=False, dropna=False):
+                parts = raw_key if isinstance(raw_key, tuple) else (raw_key,)
+                key = _plain(parts[0]) if len(parts) == 1 else tuple(_plain(p) for p in parts)
+                backend.set_current_key(key)
+                output.extend(_rows_of(processor.handle_input_rows(key, key_rows), plan.output_columns))
+                keys += 1
+            processor.close()
+            materialized = instance in plan.materialize
+            if materialized:
+                backend.materialize().result()
+            snapshot = backend.checkpoint(plan.batch_id).result()
+            metrics = backend.metrics()
+            registrations = backend.registrations()
+        finally:
+            backend.close()
+        copy.mark(snapshot, registrations)
+    stats = {
+        "instance": name,
+        "rows": len(rows),
+        "keys": keys,
+        "warm": warm,
+        "materialized": materialized,
+        "restore_ms": round(restore_seconds * 1000, 3),
+        "checkpoint_ms": metrics["lastCheckpointDuration"],
+        "materialization_ms": metrics["lastDurationOfMaterialization"] if materialized else 0.0,
+        "persisted_bytes": metrics["lastIncSizeOfNonMaterializedState"]
+        + metrics["lastIncSizeOfMaterializedState"],
+        "full_bytes": metrics["lastFullSizeOfNonMaterializedState"]
+        + metrics["lastFullSizeOfMaterializedState"],
+        "task_ms": round((time.perf_counter() - began) * 1000, 3),
+        "attempt": task_attempt,
+    }
+    meta = {column: None for column in plan.output_columns}
+    meta[SNAPSHOT_COLUMN] = json.dumps({"name": name, "snapshot": json.loads(snapshot.to_json())})
+    meta[STATS_COLUMN] = json.dumps(stats)
+    frame = pd.DataFrame([*output, meta], columns=[*plan.output_columns, SNAPSHOT_COLUMN, STATS_COLUMN])
+    frame[SNAPSHOT_COLUMN] = frame[SNAPSHOT_COLUMN].astype(object)
+    frame[STATS_COLUMN] = frame[STATS_COLUMN].astype(object)
+    return frame
+
+
+def instance_function(
+    plan: TaskPlan, make_processor: Callable[[], StatefulProcessor]
+) -> Callable[[Any], Any]:
+    """The ``applyInPandas`` function of one batch (a plain function: Spark inspects its signature)."""
+
+    def process(rows):  # noqa: ANN001, ANN202 - no hints: Spark would try to infer an eval type
+        return run_instance(plan, make_processor, rows)
+
+    return process

@@ -1,0 +1,86 @@
+"""The working state of one operator instance on this host: an LMDB file, a lock, a stamp.
+
+Spark's Python workers are reused but not sticky to partitions, so the working
+copy lives on local disk where any worker of the host opens it. The *stamp*
+says which checkpoint the copy holds (a digest of that checkpoint's snapshot);
+a task whose previous checkpoint matches the stamp continues from the copy
+(warm path, nothing read back), any other task clears it and restores. The stamp
+is removed before the copy changes and written after the checkpoint, so a task
+that dies midway leaves no stamp and its successor restores.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from ...changelog import BackendSnapshot
+from ...delegate import LmdbDelegate
+
+__all__ = ["WorkingCopy", "snapshot_digest"]
+
+# One environment per path and process: LMDB forbids opening a file twice in a process.
+_DELEGATES: dict[str, LmdbDelegate] = {}
+EMPTY = "empty"
+
+
+def snapshot_digest(snapshot: BackendSnapshot | None) -> str:
+    """A digest of ``snapshot`` that survives a JSON round trip (``"empty"`` for no snapshot)."""
+    if snapshot is None:
+        return EMPTY
+    canonical = json.dumps(json.loads(snapshot.to_json()), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+class WorkingCopy:
+    """The LMDB working state of the instance named ``name`` under ``root``."""
+
+    def __init__(self, root: str | Path, name: str, *, map_size: int) -> None:
+        self.path = Path(root) / name
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._stamp = self.path / "dstl-stamp.json"
+        key = str(self.path.resolve())
+        if key not in _DELEGATES:
+            _DELEGATES[key] = LmdbDelegate(self.path / "state", map_size=map_size)
+        self.delegate = _DELEGATES[key]
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Hold the copy alone (a retried or speculative attempt of the same instance waits)."""
+        with open(self.path / "dstl.lock", "a+b") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def stamp(self) -> dict[str, Any] | None:
+        """``{"digest": ..., "registrations": {...}}`` of the checkpoint the copy holds, or ``None``."""
+        try:
+            doc = json.loads(self._stamp.read_text())
+        except (OSError, ValueError):
+            return None
+        if not isinstance(doc, dict) or not isinstance(doc.get("digest"), str):
+            return None
+        registrations = doc.get("registrations")
+        if not isinstance(registrations, dict):
+            return None
+        return {"digest": doc["digest"], "registrations": {k: tuple(v) for k, v in registrations.items()}}
+
+    def invalidate(self) -> None:
+        """The copy is about to change: until :meth:`mark`, it is at no checkpoint."""
+        self._stamp.unlink(missing_ok=True)
+
+    def mark(self, snapshot: BackendSnapshot, registrations: dict[str, tuple[str, str]]) -> None:
+        """The copy now holds exactly ``snapshot`` (written atomically)."""
+        temporary = self._stamp.with_suffix(f".tmp{os.getpid()}")
+        temporary.write_text(
+            json.dumps({"digest": snapshot_digest(snapshot), "registrations": registrations})
+        )
+        temporary.replace(self._stamp)

@@ -1,0 +1,287 @@
+"""``dstl demo``: run the pipeline on local[2] with a live table; ``--verify`` kills and restarts it.
+
+The job runs in a child process (``python -m dstl.backend.spark.demo.run job``) that
+prints one ``PROGRESS {json}`` line per batch; this process renders them. With
+``--verify`` the first child is SIGKILLed mid-stream, a second one continues
+from the checkpoints, and the sink's final per-user figures are compared with a
+batch recomputation over the same input files: PASS or FAIL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+__all__ = ["run_demo"]
+
+PROGRESS = "PROGRESS "
+ROWS_PER_FILE = 2000
+
+
+def spark_session(app: str = "dstl-demo") -> Any:  # noqa: ANN401 - SparkSession
+    """A local[2] session whose Python workers run this interpreter (tasks may be retried twice)."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    return (
+        SparkSession.builder.master("local[2,3]")
+        .appName(app)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.pyspark.python", sys.executable)
+        .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+        .getOrCreate()
+    )
+
+
+# -- the job (child process) -------------------------------------------------------------------------
+def _job(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="dstl-demo-job")
+    parser.add_argument("--workdir", required=True)
+    parser.add_argument("--seconds", type=float, required=True)
+    parser.add_argument("--config", default="{}")
+    args = parser.parse_args(argv)
+    from .pipeline import start_pipeline, write_input_file
+
+    workdir = Path(args.workdir)
+    inputs = workdir / "input"
+    next_file = len(list(inputs.glob("events-*.json"))) if inputs.exists() else 0
+    if next_file == 0:
+        write_input_file(inputs, 0, ROWS_PER_FILE)
+        next_file = 1
+    spark = spark_session()
+    spark.sparkContext.setLogLevel("ERROR")
+    query = start_pipeline(spark, workdir, json.loads(args.config))
+    query.add_listener(lambda p: print(PROGRESS + p.to_json(), flush=True))
+    stop = threading.Event()
+    written = 0
+
+    def generate() -> None:  # the stream's source: a new file when the query has (nearly) caught up
+        nonlocal next_file, written
+        while not stop.wait(0.25):
+            if written - len(query.progress) < 2:
+                write_input_file(inputs, next_file, ROWS_PER_FILE)
+                next_file += 1
+                written += 1
+
+    generator = threading.Thread(target=generate, daemon=True)
+    generator.start()
+    deadline = time.monotonic() + args.seconds
+    while time.monotonic() < deadline and query.exception() is None:
+        time.sleep(0.2)
+    stop.set()
+    generator.join()
+    if query.exception() is None:
+        query.process_all_available()  # finish every file written, then stop between batches
+    query.stop()
+    error = query.exception()
+    spark.stop()
+    if error is not None:
+        print(f"job failed: {error}", file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
+# -- the front end ----------------------------------------------------------------------------------
+def _table(rows: list[dict[str, Any]], title: str) -> Table:
+    table = Table(title=title)
+    columns = (
+        "run",
+        "batch",
+        "rows",
+        "keys",
+        "warm",
+        "restore ms",
+        "checkpoint ms",
+        "persisted KB",
+        "full KB",
+        "materialized",
+    )
+    for column in columns:
+        table.add_column(column, justify="right")
+    for row in rows[-12:]:
+        table.add_row(
+            str(row["run"]),
+            str(row["batch_id"]),
+            str(row["rows"]),
+            str(row["keys_touched"]),
+            f"{row['warm_instances']}/{row['instances']}",
+            f"{row['restore_ms']:.1f}",
+            f"{row['checkpoint_ms']:.1f}",
+            f"{row['persisted_bytes'] / 1024:.1f}",
+            f"{row['full_checkpoint_bytes'] / 1024:.1f}",
+            ",".join(row["materialized"]) or "-",
+        )
+    return table
+
+
+def _run_job(
+    workdir: Path,
+    seconds: float,
+    config: dict[str, str],
+    run: int,
+    rows: list,
+    live: Live,
+    title: str,
+    kill_after_batches: int | None = None,
+) -> int:
+    """Run one child job, streaming its progress into the table; SIGKILL it after N batches if asked."""
+    command = [
+        sys.executable,
+        "-m",
+        "dstl.backend.spark.demo.run",
+        "job",
+        "--workdir",
+        str(workdir),
+        "--seconds",
+        str(seconds),
+        "--config",
+        json.dumps(config),
+    ]
+    log_path = workdir / f"job-{run}.log"
+    workdir.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "w") as log_file:  # Spark's own output goes here, not over the table
+        child = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=log_file, text=True, start_new_session=True
+        )
+    batches = 0
+    assert child.stdout is not None
+    for line in child.stdout:
+        if not line.startswith(PROGRESS):
+            continue
+        rows.append({"run": run, **json.loads(line[len(PROGRESS) :])})
+        batches += 1
+        live.update(_table(rows, title))
+        if kill_after_batches is not None and batches >= kill_after_batches:
+            os.killpg(child.pid, signal.SIGKILL)  # the driver and its Python workers, mid-stream
+            break
+    code = child.wait()
+    if code != 0 and kill_after_batches is None:
+        tail = log_path.read_text().splitlines()[-15:]
+        live.console.print("\n".join(tail), markup=False, highlight=False)
+    return code
+
+
+def _compare(workdir: Path) -> dict[str, Any]:
+    """The sink's final per-user figures against the batch recomputation.
+
+    Runs in a child process, so Spark's output stays in its log.
+    """
+    from .pipeline import expected_state, final_state
+
+    spark = spark_session("dstl-demo-verify")
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        expected = expected_state(spark, workdir / "input")
+    finally:
+        spark.stop()
+    actual = final_state(workdir / "output")
+    wrong = sorted(u for u in expected if actual.get(u) != expected[u])
+    return {
+        "users": len(expected),
+        "events": sum(v["events"] for v in expected.values()),
+        "wrong": [{"user": u, "expected": expected[u], "actual": actual.get(u)} for u in wrong[:5]],
+        "wrong_count": len(wrong),
+        "unexpected": sorted(set(actual) - set(expected))[:5],
+    }
+
+
+def _verify(workdir: Path, console: Console) -> bool:
+    command = [sys.executable, "-m", "dstl.backend.spark.demo.run", "compare", "--workdir", str(workdir)]
+    with open(workdir / "verify.log", "w") as log_file:
+        done = subprocess.run(command, stdout=subprocess.PIPE, stderr=log_file, text=True, check=False)
+    if done.returncode != 0:
+        console.print(f"[bold red]FAIL[/]: the batch recomputation failed (see {workdir / 'verify.log'})")
+        return False
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    if result["wrong_count"] or result["unexpected"]:
+        for item in result["wrong"]:
+            console.print(f"[red]{item['user']}[/]: expected {item['expected']}, got {item['actual']}")
+        console.print(
+            f"[bold red]FAIL[/]: {result['wrong_count']} of {result['users']} users differ, "
+            f"unexpected users {result['unexpected']}"
+        )
+        return False
+    console.print(
+        f"[bold green]PASS[/]: {result['users']} users, {result['events']} events: totals, counts, recent "
+        "events, page counts and sliding windows equal the batch recomputation"
+    )
+    return True
+
+
+def run_demo(args: argparse.Namespace, console: Console) -> int:
+    """Entry point of ``dstl demo`` (see module docstring)."""
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        console.print("[red]the demo runs on PySpark: pip install 'dstl[spark]'[/]")
+        return 2
+    from dstl.spi import Config
+    from dstl.spi.config import parse_key_values
+
+    config = parse_key_values(args.config)
+    if args.storage:
+        config["dstl.storage"] = args.storage
+    config.setdefault("state.changelog.materialization.interval", "3s")
+    from ..query import check_storage_for_spark
+
+    check_storage_for_spark(Config.of(config))  # bad keys, values or storages fail before Spark starts
+    keep = getattr(args, "workdir", None)
+    workdir = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="dstl-demo-"))
+    storage = config.get("dstl.storage", "local")
+    title = f"dstl demo: PySpark local[2], storage {storage}, work dir {workdir}"
+    rows: list[dict[str, Any]] = []
+    try:
+        with Live(_table(rows, title), console=console, refresh_per_second=4) as live:
+            if args.verify:
+                half = max(args.seconds / 2, 4.0)
+                _run_job(
+                    workdir, half * 4, config, 1, rows, live, title, kill_after_batches=max(3, int(half))
+                )
+                console.print(
+                    "[yellow]job killed with SIGKILL mid-stream; restarting from its checkpoints[/]"
+                )
+                code = _run_job(workdir, half, config, 2, rows, live, title)
+            else:
+                code = _run_job(workdir, args.seconds, config, 1, rows, live, title)
+        if code != 0:
+            console.print(f"[red]the job exited with {code}[/]")
+            return 1
+        if not rows:
+            console.print("[red]no batch completed[/]")
+            return 1
+        if args.verify:
+            return 0 if _verify(workdir, console) else 1
+        console.print(f"{len(rows)} batches; output in {workdir / 'output'}")
+        return 0
+    finally:
+        if not keep and args.verify:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "job":
+        raise SystemExit(_job(sys.argv[2:]))
+    if len(sys.argv) == 4 and sys.argv[1] == "compare" and sys.argv[2] == "--workdir":
+        print(json.dumps(_compare(Path(sys.argv[3]))), flush=True)
+        raise SystemExit(0)
+    usage = "usage: python -m dstl.backend.spark.demo.run job|compare --workdir DIR [--seconds N]"
+    raise SystemExit(usage)

@@ -1,0 +1,84 @@
+"""Stable placement: which operator instance owns which key groups, and the Spark columns routing rows.
+
+Instance ``i`` of ``parallelism`` owns the contiguous key groups
+:func:`~dstl.backend.keygroups.key_group_range_for_instance` gives; a row's
+instance is ``key_group * parallelism div max_parallelism`` (Flink's formula),
+computed in Spark SQL from the same ``xxhash64`` as the Python backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from dstl.spi import KeyGroupRange
+
+from ..changelog import BackendSnapshot
+from ..keygroups import key_group_range_for_instance, spark_key_group_expr
+
+__all__ = [
+    "instance_name",
+    "instance_for_key_group",
+    "parse_instance_name",
+    "routing_exprs",
+    "snapshot_for_range",
+]
+
+
+def instance_for_key_group(key_group: int, parallelism: int, max_parallelism: int) -> int:
+    """The operator instance that owns ``key_group``."""
+    return key_group * parallelism // max_parallelism
+
+
+def routing_exprs(key_columns: list[str], parallelism: int, max_parallelism: int) -> tuple[str, str]:
+    """Spark SQL expressions of a row's key group and of its operator instance."""
+    key_group = spark_key_group_expr(key_columns, max_parallelism)
+    return key_group, f"cast(div({key_group} * {parallelism}, {max_parallelism}) as int)"
+
+
+def instance_name(key_groups: KeyGroupRange) -> str:
+    """Name of an instance's snapshot in a checkpoint (its key groups, so rescaling can match them)."""
+    return f"kg{key_groups.start}-{key_groups.end}"
+
+
+def parse_instance_name(name: str) -> KeyGroupRange:
+    """Inverse of :func:`instance_name` (names come from checkpoint files: validated)."""
+    try:
+        start, end = name.removeprefix("kg").split("-")
+        return KeyGroupRange(int(start), int(end))
+    except ValueError as exc:
+        msg = f"checkpoint entry {name!r} is not an instance name like 'kg0-64'"
+        raise ValueError(msg) from exc
+
+
+def instance_ranges(parallelism: int, max_parallelism: int) -> list[KeyGroupRange]:
+    """The key groups of every instance."""
+    return [key_group_range_for_instance(i, parallelism, max_parallelism) for i in range(parallelism)]
+
+
+def snapshot_for_range(
+    snapshots: Mapping[str, BackendSnapshot], key_groups: KeyGroupRange
+) -> BackendSnapshot | None:
+    """What instance ``key_groups`` restores from.
+
+    Its own snapshot, or after rescaling the union of every snapshot that overlaps
+    it (restore filters by key group).
+    """
+    same = snapshots.get(instance_name(key_groups))
+    if same is not None:
+        return same
+    overlapping = [
+        snapshot
+        for name, snapshot in sorted(snapshots.items())
+        if _overlaps(parse_instance_name(name), key_groups)
+    ]
+    if not overlapping:
+        return None
+    return BackendSnapshot(
+        max(s.checkpoint_id for s in overlapping),
+        tuple(h for s in overlapping for h in s.handles),
+        tuple(m for s in overlapping for m in s.materialized),
+    )
+
+
+def _overlaps(a: KeyGroupRange, b: KeyGroupRange) -> bool:
+    return a.start < b.end and b.start < a.end

@@ -1,0 +1,86 @@
+"""The user's side: a stateful processor and the context that hands out its state.
+
+Close to PySpark's ``transformWithStateInPandas``: :meth:`StatefulProcessor.init`
+registers states through the context, :meth:`StatefulProcessor.handle_input_rows`
+is called once per key with that key's rows of the micro-batch (pandas) and
+returns the rows to emit. State accessed in ``handle_input_rows`` is the current
+key's.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from ..changelog import ChangelogKeyedStateBackend
+    from ..state import ListState, MapState, ReducingState, ValueState
+
+__all__ = ["StateContext", "StatefulProcessor"]
+
+
+class StateContext:
+    """Hands out keyed state to a processor, and tells it where it runs.
+
+    :ivar batch_id: the micro-batch being processed.
+    :ivar key_groups: the key groups of this operator instance.
+    :ivar attempt: Spark's task attempt number (0 on the first attempt).
+    """
+
+    def __init__(self, backend: ChangelogKeyedStateBackend, batch_id: int, attempt: int) -> None:
+        self._backend = backend
+        self.batch_id = batch_id
+        self.attempt = attempt
+        self.key_groups = backend.key_groups
+
+    def get_value_state(
+        self, name: str, *, ttl: float | None = None, serializer: str = "msgpack"
+    ) -> ValueState:
+        """A value per key (``ttl``: seconds after a write at which it expires)."""
+        return self._backend.value_state(name, serializer, ttl=ttl)
+
+    def get_list_state(
+        self, name: str, *, ttl: float | None = None, serializer: str = "msgpack"
+    ) -> ListState:
+        """A list per key."""
+        return self._backend.list_state(name, serializer, ttl=ttl)
+
+    def get_map_state(self, name: str, *, ttl: float | None = None, serializer: str = "msgpack") -> MapState:
+        """A map per key (map keys are plain data)."""
+        return self._backend.map_state(name, serializer, ttl=ttl)
+
+    def get_reducing_state(
+        self,
+        name: str,
+        reduce: Callable[[Any, Any], Any],
+        *,
+        ttl: float | None = None,
+        serializer: str = "msgpack",
+    ) -> ReducingState:
+        """A value per key folded with ``reduce``."""
+        return self._backend.reducing_state(name, reduce, serializer, ttl=ttl)
+
+
+class StatefulProcessor(ABC):
+    """Per-key logic over keyed state; one instance per operator instance and micro-batch.
+
+    Instances are created on executors (the class is shipped by Spark's pickler),
+    so keep constructor arguments small and picklable.
+    """
+
+    @abstractmethod
+    def init(self, context: StateContext) -> None:
+        """Register the states this processor uses (called before any rows)."""
+
+    @abstractmethod
+    def handle_input_rows(self, key: Any, rows: pd.DataFrame) -> pd.DataFrame | Iterable[dict] | None:  # noqa: ANN401
+        """Process one key's rows of the micro-batch; return the rows to emit (or ``None``).
+
+        :param key: the key value (a tuple when the key has several columns).
+        """
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Called after the instance's rows of the batch were processed (before the checkpoint)."""

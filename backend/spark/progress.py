@@ -1,0 +1,59 @@
+"""Per-batch figures of a stateful query: what the caller sees, listeners get and the log shows."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import Any
+
+__all__ = ["BatchProgress"]
+
+
+@dataclass(frozen=True)
+class BatchProgress:
+    """One micro-batch: input, state work, and what its checkpoint cost and holds.
+
+    :ivar checkpoint_ms: the slowest instance's checkpoint (persist) duration.
+    :ivar restore_ms: the slowest instance's restore (0 on the warm path).
+    :ivar persisted_bytes: bytes uploaded for this checkpoint (log + new snapshots).
+    :ivar full_checkpoint_bytes: bytes a restore of this checkpoint reads (every instance).
+    :ivar warm_instances: instances that continued from their working copy.
+    :ivar materialized: instances that materialized their state in this batch.
+    """
+
+    batch_id: int
+    rows: int
+    keys_touched: int
+    instances: int
+    warm_instances: int
+    materialized: tuple[str, ...]
+    restore_ms: float
+    checkpoint_ms: float
+    materialization_ms: float
+    persisted_bytes: int
+    full_checkpoint_bytes: int
+    batch_ms: float
+
+    @classmethod
+    def from_instances(
+        cls, batch_id: int, stats: list[dict[str, Any]], full_checkpoint_bytes: int, batch_ms: float
+    ) -> BatchProgress:
+        """Aggregate the figures the instances reported."""
+        return cls(
+            batch_id=batch_id,
+            rows=sum(s["rows"] for s in stats),
+            keys_touched=sum(s["keys"] for s in stats),
+            instances=len(stats),
+            warm_instances=sum(1 for s in stats if s["warm"]),
+            materialized=tuple(s["instance"] for s in stats if s["materialized"]),
+            restore_ms=max((s["restore_ms"] for s in stats), default=0.0),
+            checkpoint_ms=max((s["checkpoint_ms"] for s in stats), default=0.0),
+            materialization_ms=max((s["materialization_ms"] for s in stats), default=0.0),
+            persisted_bytes=sum(s["persisted_bytes"] for s in stats),
+            full_checkpoint_bytes=full_checkpoint_bytes,
+            batch_ms=round(batch_ms, 3),
+        )
+
+    def to_json(self) -> str:
+        """For logs and progress files."""
+        return json.dumps(asdict(self))

@@ -1,0 +1,371 @@
+"""Driver side: run a stateful processor over a streaming DataFrame with the changelog backend.
+
+Each micro-batch (``foreachBatch``):
+
+1. checkpoint ``batch_id - 1`` is the base (a replayed batch drops anything newer);
+2. rows are routed by key group to their operator instance (stable placement) and
+   every instance with rows runs as one ``applyInPandas`` group: warm working copy
+   or restore, the processor, persist → its snapshot;
+3. the result is pinned with ``localCheckpoint`` so the processor never runs twice
+   for one attempt, the rows go to the sink, and only then checkpoint ``batch_id``
+   is completed (instances without rows carry their snapshot forward).
+
+Spark's own checkpoint location tracks the source offsets; a batch replayed after
+a crash restarts from checkpoint ``batch_id - 1``, so state and sink are exactly once
+as long as the sink overwrites a replayed batch (:class:`ParquetBatchSink` does).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dstl.spi import Config, ConfigError
+
+from ..changelog import BackendSnapshot
+from ..coordinator import CheckpointCoordinator, CompletedCheckpoint
+from ._private.task import (
+    INSTANCE_COLUMN,
+    KEY_GROUP_COLUMN,
+    SNAPSHOT_COLUMN,
+    STATS_COLUMN,
+    TaskPlan,
+    instance_function,
+)
+from .placement import instance_name, instance_ranges, routing_exprs, snapshot_for_range
+from .processor import StatefulProcessor
+from .progress import BatchProgress
+from .sinks import ParquetBatchSink
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+    from pyspark.sql.streaming import StreamingQuery
+
+__all__ = ["StatefulQuery", "check_storage_for_spark", "transform_with_state"]
+
+log = logging.getLogger(__name__)
+
+Sink = Callable[["DataFrame", int], None]
+
+
+def _uri(path: str) -> str:
+    return path if "://" in path else Path(path).resolve().as_uri()
+
+
+def _job_config(spark_conf: Any, config: Mapping[str, Any] | None, checkpoint_location: str) -> Config:  # noqa: ANN401
+    """The Spark conf's ``spark.dstl.*``/``spark.state.*``, then ``config``; defaults under the checkpoint."""
+    cfg = Config.from_spark_conf(spark_conf, extra=dict(config or {}))
+    check_storage_for_spark(cfg)
+    defaults: dict[str, Any] = {}
+    if not cfg.get("state.checkpoints.dir"):
+        defaults["state.checkpoints.dir"] = _uri(f"{checkpoint_location}/dstl-state")
+    if not cfg.get("dstl.local.dir"):  # also after a switch away from local: its handles stay readable
+        defaults["dstl.local.dir"] = str(Path(checkpoint_location).resolve() / "dstl-changelog")
+    return cfg.with_values(defaults) if defaults else cfg
+
+
+def check_storage_for_spark(cfg: Config) -> None:
+    """Refuse storages that live in one process: Spark tasks run in separate Python workers.
+
+    :raises UnknownStorageError: when the storage is not installed.
+    :raises ConfigError: when it lacks the ``multi_process`` capability.
+    """
+    from dstl.spi.plugins import get_registry
+
+    storage = cfg["dstl.storage"]
+    if "multi_process" not in get_registry().get(storage).capabilities:
+        msg = (
+            f"storage {storage!r} lives in one process, but Spark runs tasks in separate Python workers "
+            "and a restarted driver is a new process: use local, filesystem, kafka or another storage "
+            "with the 'multi_process' capability (dstl storages lists them)"
+        )
+        raise ConfigError(msg)
+
+
+def _next_run_id(coordinator_dir: str, job_id: str) -> int:
+    """A counter bumped at every driver start: writer epochs of a new run fence the old run's."""
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(coordinator_dir)
+    path = f"{root.rstrip('/')}/{job_id}/runs"
+    run = int(fs.cat_file(path).decode()) + 1 if fs.exists(path) else 1
+    fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+    fs.pipe_file(path, str(run).encode())
+    return run
+
+
+class StatefulQuery:
+    """A running stateful query: the Spark query plus per-batch progress and listeners."""
+
+    def __init__(self, runner: _BatchRunner, query: StreamingQuery) -> None:
+        self._runner = runner
+        self.query = query
+
+    @property
+    def progress(self) -> list[BatchProgress]:
+        """Figures of every batch completed by this run, oldest first."""
+        return list(self._runner.progress)
+
+    def add_listener(self, listener: Callable[[BatchProgress], None]) -> None:
+        """Call ``listener`` after every completed batch (on the query's thread; keep it short)."""
+        self._runner.listeners.append(listener)
+
+    def wait_for_batches(self, count: int, timeout: float) -> bool:
+        """Wait until this run completed ``count`` batches; ``False`` on timeout or query failure."""
+        deadline = time.monotonic() + timeout
+        with self._runner.completed:
+            while len(self._runner.progress) < count:
+                if self.query.exception() is not None or not self.query.isActive:
+                    return False
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._runner.completed.wait(min(remaining, 0.5))
+        return True
+
+    def process_all_available(self) -> None:
+        """Block until every input available now is processed (then :meth:`stop` ends between batches)."""
+        self.query.processAllAvailable()
+
+    def await_termination(self, timeout: float | None = None) -> bool:
+        """Wait for the query to end (e.g. an ``availableNow`` trigger ran out of input)."""
+        return (
+            bool(self.query.awaitTermination(timeout))
+            if timeout is not None
+            else self.query.awaitTermination()
+        )
+
+    def stop(self) -> None:
+        """Stop the Spark query."""
+        self.query.stop()
+
+    def exception(self) -> Exception | None:
+        """The query's failure, if any."""
+        return self.query.exception()
+
+    def latest_checkpoint(self) -> CompletedCheckpoint | None:
+        """The newest completed state checkpoint."""
+        return self._runner.coordinator.latest()
+
+
+@dataclass(frozen=True)
+class _QuerySpec:
+    """What the caller asked for: the operator, its keys, processor, output and sink."""
+
+    job_id: str
+    operator_id: str
+    key_columns: tuple[str, ...]
+    output_schema: Any  # StructType
+    make_processor: Callable[[], StatefulProcessor]
+    sink: Sink
+
+
+class _BatchRunner:
+    """The ``foreachBatch`` function and the driver-side state it keeps between batches."""
+
+    def __init__(self, cfg: Config, spec: _QuerySpec) -> None:
+        self.cfg = cfg
+        self.spec = spec
+        job_id = spec.job_id
+        self.parallelism = int(cfg["dstl.spark.parallelism"])
+        self.max_parallelism = int(cfg["state.backend.max-parallelism"])
+        if self.parallelism > self.max_parallelism:
+            msg = (
+                f"dstl.spark.parallelism={self.parallelism} exceeds state.backend.max-parallelism="
+                f"{self.max_parallelism}: raise the latter (only possible before the first checkpoint)"
+            )
+            raise ConfigError(msg)
+        directory = cfg["state.checkpoints.dir"]
+        # A replayed batch restarts from checkpoint batch_id - 1, which must therefore be retained.
+        self.coordinator = CheckpointCoordinator(
+            directory, job_id, num_retained=max(2, int(cfg["state.checkpoints.num-retained"])), config=cfg
+        )
+        self.coordinator.recover()
+        self.run_id = _next_run_id(directory, job_id)
+        self.working_dir = cfg.get("dstl.spark.working-dir") or f"{tempfile.gettempdir()}/dstl-working"
+        self.interval = float(cfg["state.changelog.materialization.interval"])
+        started = time.monotonic()
+        self.materialized_at = {instance_name(r): started for r in self.ranges}
+        self.progress: list[BatchProgress] = []
+        self.listeners: list[Callable[[BatchProgress], None]] = []
+        self.completed = threading.Condition()
+
+    @property
+    def ranges(self) -> list:
+        return instance_ranges(self.parallelism, self.max_parallelism)
+
+    def _base(self, batch_id: int) -> CompletedCheckpoint | None:
+        latest = self.coordinator.latest()
+        if latest is not None and latest.checkpoint_id >= batch_id:
+            log.info("batch %d is replayed: dropping checkpoints from %d on", batch_id, batch_id)
+            self.coordinator.abort_from(batch_id)
+        return self.coordinator.latest()
+
+    def _due_for_materialization(self) -> frozenset[int]:
+        """At most one instance per batch, the one waiting longest (spreads the cost over batches)."""
+        now = time.monotonic()
+        oldest = min(self.materialized_at, key=self.materialized_at.__getitem__)
+        if now - self.materialized_at[oldest] < self.interval:
+            return frozenset()
+        return frozenset(i for i, r in enumerate(self.ranges) if instance_name(r) == oldest)
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        from pyspark.sql import functions as F  # noqa: N812
+        from pyspark.sql.types import StringType, StructField, StructType
+
+        began = time.perf_counter()
+        base = self._base(batch_id)
+        previous = dict(base.snapshots) if base else {}
+        plan = TaskPlan(
+            config=self.cfg.raw(),
+            job_id=self.spec.job_id,
+            operator_id=self.spec.operator_id,
+            key_columns=self.spec.key_columns,
+            output_columns=tuple(self.spec.output_schema.fieldNames()),
+            parallelism=self.parallelism,
+            max_parallelism=self.max_parallelism,
+            batch_id=batch_id,
+            run_id=self.run_id,
+            working_dir=self.working_dir,
+            previous={name: snapshot.to_json() for name, snapshot in previous.items()},
+            materialize=self._due_for_materialization(),
+        )
+        key_group, instance = routing_exprs(
+            list(self.spec.key_columns), self.parallelism, self.max_parallelism
+        )
+        schema = StructType(
+            [
+                *self.spec.output_schema.fields,
+                StructField(SNAPSHOT_COLUMN, StringType(), True),
+                StructField(STATS_COLUMN, StringType(), True),
+            ]
+        )
+        routed = _hash_ready(batch, self.spec.key_columns)
+        routed = routed.withColumn(KEY_GROUP_COLUMN, F.expr(key_group)).withColumn(
+            INSTANCE_COLUMN, F.expr(instance)
+        )
+        result = (
+            routed.groupBy(INSTANCE_COLUMN)
+            .applyInPandas(instance_function(plan, self.spec.make_processor), schema)
+            .localCheckpoint(eager=True)
+        )
+        reports = (
+            result.where(F.col(SNAPSHOT_COLUMN).isNotNull()).select(SNAPSHOT_COLUMN, STATS_COLUMN).collect()
+        )
+        self.spec.sink(
+            result.where(F.col(SNAPSHOT_COLUMN).isNull()).drop(SNAPSHOT_COLUMN, STATS_COLUMN), batch_id
+        )
+        snapshots: dict[str, BackendSnapshot] = {}
+        for key_groups in self.ranges:  # instances without rows carry their state forward
+            carried = snapshot_for_range(previous, key_groups)
+            if carried is not None:
+                snapshots[instance_name(key_groups)] = carried
+        stats = []
+        for row in reports:
+            doc = json.loads(row[SNAPSHOT_COLUMN])
+            snapshots[doc["name"]] = BackendSnapshot.from_json(json.dumps(doc["snapshot"]))
+            stats.append(json.loads(row[STATS_COLUMN]))
+        completed = self.coordinator.complete(batch_id, snapshots)
+        now = time.monotonic()
+        for item in stats:
+            if item["materialized"]:
+                self.materialized_at[item["instance"]] = now
+        full = sum(
+            sum(h.size for h in s.handles) + sum(m.size for m in s.materialized)
+            for s in completed.snapshots.values()
+        )
+        progress = BatchProgress.from_instances(batch_id, stats, full, (time.perf_counter() - began) * 1000)
+        log.info("dstl batch %s", progress.to_json())
+        with self.completed:
+            self.progress.append(progress)
+            self.completed.notify_all()
+        for listener in self.listeners:
+            listener(progress)
+
+
+def _hash_ready(frame: DataFrame, key_columns: tuple[str, ...]) -> DataFrame:
+    """Key columns widened to the types the Python key hash mirrors (bigint, double)."""
+    from pyspark.sql.types import ByteType, FloatType, IntegerType, ShortType
+
+    names = set(frame.columns)
+    missing = [c for c in key_columns if c not in names]
+    if missing:
+        msg = f"key columns {missing} are not in the stream's columns {sorted(names)}"
+        raise ConfigError(msg)
+    for field in frame.schema.fields:
+        if field.name in key_columns:
+            if isinstance(field.dataType, ByteType | ShortType | IntegerType):
+                frame = frame.withColumn(field.name, frame[field.name].cast("bigint"))
+            elif isinstance(field.dataType, FloatType):
+                frame = frame.withColumn(field.name, frame[field.name].cast("double"))
+    return frame
+
+
+def transform_with_state(  # noqa: PLR0913
+    frame: DataFrame,
+    *,
+    key_columns: list[str],
+    processor: Callable[[], StatefulProcessor],
+    output_schema: Any,  # noqa: ANN401 - StructType or DDL string
+    sink: Sink | str,
+    checkpoint_location: str,
+    config: Mapping[str, Any] | None = None,
+    job_id: str = "job",
+    operator_id: str = "stateful",
+    trigger: Mapping[str, Any] | None = None,
+    query_name: str | None = None,
+) -> StatefulQuery:
+    """Start a streaming query whose per-key state lives in the changelog backend.
+
+    :param processor: a :class:`StatefulProcessor` subclass (or a zero-argument
+        factory); one is created per operator instance and batch on the executors.
+    :param output_schema: the rows ``handle_input_rows`` returns (columns nullable).
+    :param sink: ``(DataFrame, batch_id) -> None`` that overwrites a replayed batch,
+        or a path for :class:`ParquetBatchSink`.
+    :param checkpoint_location: Spark's checkpoint (source offsets); state checkpoints
+        and the ``local`` storage default to directories under it.
+    :param config: ``dstl.*``/``state.*`` keys on top of the Spark conf's ``spark.dstl.*``/``spark.state.*``.
+    :param trigger: keyword arguments of ``DataStreamWriter.trigger``
+        (e.g. ``{"availableNow": True}``).
+    """
+    from pyspark.sql.types import StructType
+
+    spark = frame.sparkSession
+    cfg = _job_config(
+        dict(spark.sparkContext.getConf().getAll()) | _session_conf(spark), config, checkpoint_location
+    )
+    schema = output_schema if isinstance(output_schema, StructType) else StructType.fromDDL(output_schema)
+    runner = _BatchRunner(
+        cfg,
+        _QuerySpec(
+            job_id,
+            operator_id,
+            tuple(key_columns),
+            schema,
+            processor,
+            ParquetBatchSink(sink) if isinstance(sink, str) else sink,
+        ),
+    )
+    writer = frame.writeStream.foreachBatch(runner).option("checkpointLocation", checkpoint_location)
+    if trigger:
+        writer = writer.trigger(**trigger)
+    if query_name:
+        writer = writer.queryName(query_name)
+    return StatefulQuery(runner, writer.start())
+
+
+def _session_conf(spark: Any) -> dict[str, str]:  # noqa: ANN401
+    """``spark.dstl.*``/``spark.state.*`` keys set on the session (``spark.conf.set``)."""
+    try:
+        everything = spark.conf.getAll
+        items = everything() if callable(everything) else everything
+        return {k: v for k, v in dict(items).items() if k.startswith(("spark.dstl.", "spark.state."))}
+    except Exception:  # noqa: BLE001 - older PySpark has no getAll on the session conf
+        return {}

@@ -1,0 +1,36 @@
+"""The main job end to end on every storage: SIGKILL mid-stream, restart, PASS vs a batch recomputation."""
+
+import subprocess
+import sys
+
+import pytest
+
+
+def run_demo(tmp_path, config):
+    command = [sys.executable, "-m", "dstl.spi.cli", "demo", "--seconds", "6", "--verify"]
+    command += ["--workdir", str(tmp_path / "demo")]
+    for key, value in config.items():
+        command += ["--config", f"{key}={value}"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0 and "PASS" in done.stdout, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "killed with SIGKILL" in done.stdout
+    return done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("storage", ["local", "filesystem"])
+def test_driver_killed_and_restarted_gives_exact_state(tmp_path, storage):
+    config = {"dstl.storage": storage}
+    if storage == "filesystem":
+        config["dstl.dfs.base-path"] = (tmp_path / "dfs").as_uri()
+    run_demo(tmp_path, config)
+
+
+@pytest.mark.slow
+def test_driver_kill_on_s3(tmp_path, s3_config):
+    run_demo(tmp_path, s3_config)
+
+
+@pytest.mark.slow
+def test_driver_kill_on_kafka(tmp_path, kafka_config):
+    run_demo(tmp_path, kafka_config)

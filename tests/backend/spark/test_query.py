@@ -1,0 +1,117 @@
+"""Stateful queries on real PySpark (local[2]): exact state under task failures, rescale, storage switch.
+
+Each run processes every input file written so far (``availableNow``) and stops;
+the next run continues from the checkpoints. The sink's final per-user figures
+must equal a batch recomputation over all input.
+"""
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+from dstl.backend.spark.demo.pipeline import (
+    DemoProcessor,
+    expected_state,
+    final_state,
+    start_pipeline,
+    write_input_file,
+)
+
+ROWS = 400
+
+
+def run(spark, workdir, config, files, processor=None):
+    """Write input files up to ``files`` and process everything; returns the run's progress."""
+    existing = len(list((workdir / "input").glob("events-*.json"))) if (workdir / "input").exists() else 0
+    for index in range(existing, files):
+        write_input_file(workdir / "input", index, ROWS)
+    query = start_pipeline(spark, workdir, config, trigger={"availableNow": True}, processor=processor)
+    query.await_termination(timeout=300)
+    assert query.exception() is None, query.exception()
+    return query.progress
+
+
+def assert_exact(spark, workdir):
+    expected = expected_state(spark, workdir / "input")
+    actual = final_state(workdir / "output")
+    wrong = [u for u in expected if actual.get(u) != expected[u]]
+    assert not wrong, (
+        f"{len(wrong)} users differ, e.g. {wrong[0]}: {actual.get(wrong[0])} != {expected[wrong[0]]}"
+    )
+    assert set(actual) == set(expected)
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    return tmp_path / "job"
+
+
+def local_config(tmp_path, **extra):
+    return {
+        "dstl.storage": "local",
+        "dstl.spark.working-dir": str(tmp_path / "working"),
+        "state.changelog.materialization.interval": "0s",
+        **extra,
+    }
+
+
+class FlakyProcessor(DemoProcessor):
+    """Fails the first attempt of every task in odd batches (after changing state), and says so."""
+
+    def __init__(self, marker_dir: str):
+        self.marker_dir = Path(marker_dir)
+
+    def init(self, context):
+        super().init(context)
+        self.context = context
+
+    def handle_input_rows(self, key, rows):
+        output = list(super().handle_input_rows(key, rows))
+        if self.context.batch_id % 2 == 1 and self.context.attempt == 0:
+            (self.marker_dir / f"failed-{self.context.batch_id}-{uuid.uuid4().hex}").touch()
+            raise RuntimeError("injected task failure")
+        return output
+
+
+def test_exact_state_when_tasks_fail_on_their_first_attempt(spark, workdir, tmp_path):
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    marker_dir = str(markers)
+    progress = run(spark, workdir, local_config(tmp_path), 6, processor=lambda: FlakyProcessor(marker_dir))
+    assert len(progress) == 6
+    assert len(list(markers.iterdir())) >= 3, "the failures were not injected"
+    assert_exact(spark, workdir)
+
+
+def test_warm_path_and_materialization_then_restart(spark, workdir, tmp_path):
+    config = local_config(tmp_path)
+    first = run(spark, workdir, config, 4)
+    assert [p.warm_instances for p in first[1:]] == [p.instances for p in first[1:]], (
+        "working copies not reused"
+    )
+    assert any(p.materialized for p in first), "no instance materialized its state"
+    assert all(p.persisted_bytes > 0 and p.full_checkpoint_bytes > 0 for p in first)
+    # A new working dir: the restarted run has no working copy and restores from the checkpoint.
+    second = run(spark, workdir, {**config, "dstl.spark.working-dir": str(tmp_path / "other")}, 7)
+    assert second[0].warm_instances == 0 and second[0].restore_ms > 0
+    assert_exact(spark, workdir)
+
+
+@pytest.mark.parametrize("parallelisms", [(2, 3, 1)])
+def test_rescale_keeps_the_state(spark, workdir, tmp_path, parallelisms):
+    for step, parallelism in enumerate(parallelisms, start=1):
+        progress = run(
+            spark, workdir, local_config(tmp_path, **{"dstl.spark.parallelism": parallelism}), 3 * step
+        )
+        assert max(p.instances for p in progress) == parallelism
+    assert_exact(spark, workdir)
+
+
+def test_job_checkpointed_on_local_continues_on_kafka(spark, workdir, tmp_path, kafka_config):
+    run(spark, workdir, local_config(tmp_path), 3)
+    on_kafka = {**local_config(tmp_path), **kafka_config}
+    run(spark, workdir, on_kafka, 6)
+    # Restore driven by handles of both storages, with no working copy to lean on.
+    run(spark, workdir, {**on_kafka, "dstl.spark.working-dir": str(tmp_path / "fresh")}, 8)
+    assert_exact(spark, workdir)
