@@ -4,13 +4,15 @@ Close to PySpark's ``transformWithStateInPandas``: :meth:`StatefulProcessor.init
 registers states through the context, :meth:`StatefulProcessor.handle_input_rows`
 is called once per key with that key's rows of the micro-batch (pandas) and
 returns the rows to emit. State accessed in ``handle_input_rows`` is the current
-key's.
+key's. A processor that would rather see all of an instance's rows at once
+overrides :meth:`StatefulProcessor.handle_input_batch` and binds keys itself with
+:meth:`StateContext.set_current_key`.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -30,11 +32,18 @@ class StateContext:
     :ivar attempt: Spark's task attempt number (0 on the first attempt).
     """
 
-    def __init__(self, backend: ChangelogKeyedStateBackend, batch_id: int, attempt: int) -> None:
+    def __init__(
+        self, backend: ChangelogKeyedStateBackend, batch_id: int, attempt: int, key_columns: tuple[str, ...]
+    ) -> None:
         self._backend = backend
         self.batch_id = batch_id
         self.attempt = attempt
         self.key_groups = backend.key_groups
+        self.key_columns = key_columns
+
+    def set_current_key(self, key: Any) -> None:  # noqa: ANN401
+        """Bind state access to ``key`` (a tuple when the key has several columns)."""
+        self._backend.set_current_key(key)
 
     def get_value_state(
         self, name: str, *, ttl: float | None = None, serializer: str = "msgpack"
@@ -82,5 +91,28 @@ class StatefulProcessor(ABC):
         :param key: the key value (a tuple when the key has several columns).
         """
 
+    def handle_input_batch(self, rows: pd.DataFrame, context: StateContext) -> Iterator[dict]:
+        """Process all of this instance's rows of the batch; by default, key by key.
+
+        Override it to process the rows in one pass (call ``context.set_current_key``
+        before touching state); return or yield the rows to emit.
+        """
+        for raw_key, key_rows in rows.groupby(list(context.key_columns), sort=False, dropna=False):
+            parts = raw_key if isinstance(raw_key, tuple) else (raw_key,)
+            key = plain(parts[0]) if len(parts) == 1 else tuple(plain(p) for p in parts)
+            context.set_current_key(key)
+            result = self.handle_input_rows(key, key_rows)
+            if result is None:
+                continue
+            if hasattr(result, "to_dict"):  # a pandas DataFrame
+                yield from result.to_dict("records")
+            else:
+                yield from result
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Called after the instance's rows of the batch were processed (before the checkpoint)."""
+
+
+def plain(value: Any) -> Any:  # noqa: ANN401
+    """Numpy scalars as the Python values the key hash knows (``int``, ``float``, ``str``...)."""
+    return value.item() if hasattr(value, "item") else value

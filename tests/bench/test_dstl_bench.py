@@ -42,3 +42,14 @@ def test_backend_bench_quick_run_compares_three_configurations(tmp_path):
         assert row in report
     assert "lower than full snapshots" in report
     assert (tmp_path / "backend-bench.png").stat().st_size > 1000
+
+
+def test_spark_bench_measures_the_warm_path(spark, tmp_path):
+    from bench.spark_bench import measure
+
+    progress = measure(spark, 3000, 200, 3, tmp_path)
+    assert [p.keys_touched for p in progress] == [3000, 200, 200, 200]
+    assert all(p.warm_instances == p.instances for p in progress[1:]), (
+        "later batches must reuse working copies"
+    )
+    assert all(p.restore_ms < 5 and p.checkpoint_ms > 0 for p in progress[1:]), progress

@@ -87,10 +87,6 @@ def _attempt() -> tuple[int, int]:
     return context.taskAttemptId(), context.attemptNumber()
 
 
-def _plain(value: Any) -> Any:  # noqa: ANN401 - numpy scalars to the Python values the key hash knows
-    return value.item() if hasattr(value, "item") else value
-
-
 def _rows_of(result: Any, columns: tuple[str, ...]) -> list[dict[str, Any]]:  # noqa: ANN401
     import pandas as pd
 
@@ -158,16 +154,11 @@ def run_instance(
                     backend.restore(previous, cfg)
             restore_seconds = time.perf_counter() - restore_began
             processor = make_processor()
-            processor.init(StateContext(backend, plan.batch_id, task_attempt))
+            context = StateContext(backend, plan.batch_id, task_attempt, plan.key_columns)
+            processor.init(context)
             user_rows = rows.drop(columns=[KEY_GROUP_COLUMN, INSTANCE_COLUMN])
-            output: list[dict[str, Any]] = []
-            keys = 0
-            for raw_key, key_rows in user_rows.groupby(list(plan.key_columns), sort=False, dropna=False):
-                parts = raw_key if isinstance(raw_key, tuple) else (raw_key,)
-                key = _plain(parts[0]) if len(parts) == 1 else tuple(_plain(p) for p in parts)
-                backend.set_current_key(key)
-                output.extend(_rows_of(processor.handle_input_rows(key, key_rows), plan.output_columns))
-                keys += 1
+            output = _rows_of(processor.handle_input_batch(user_rows, context), plan.output_columns)
+            keys = int(user_rows.groupby(list(plan.key_columns), sort=False, dropna=False).ngroups)
             processor.close()
             materialized = instance in plan.materialize
             if materialized:
