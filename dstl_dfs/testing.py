@@ -4,8 +4,10 @@
   port, with a bucket, for as long as the context lasts.
 - :class:`FaultInjectingProxy`: an HTTP proxy on loopback in front of an S3
   endpoint that stalls or fails a chosen fraction of PUT requests.
+- :func:`minio_endpoint`: MinIO in a container (testcontainers), where a Docker
+  engine is reachable (:func:`docker_unavailable_reason` says why not).
 
-Both need the test extras (``pip install 'dstl[test]'``).
+They need the test extras (``pip install 'dstl[test]'``; MinIO also ``dstl[docker]``).
 """
 
 from __future__ import annotations
@@ -22,9 +24,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-__all__ = ["FaultInjectingProxy", "S3Endpoint", "free_port", "moto_s3_server", "wait_for_port"]
+__all__ = [
+    "FaultInjectingProxy",
+    "S3Endpoint",
+    "docker_unavailable_reason",
+    "free_port",
+    "minio_endpoint",
+    "moto_s3_server",
+    "wait_for_port",
+]
 
-_CREDENTIALS = {"dstl.dfs.s3.access-key-id": "testing", "dstl.dfs.s3.secret-access-key": "testing"}
+MINIO_IMAGE = "minio/minio:RELEASE.2025-04-22T22-12-26Z"
 
 
 def free_port() -> int:
@@ -40,6 +50,8 @@ class S3Endpoint:
 
     url: str
     bucket: str
+    access_key: str = "testing"  # test services only: moto accepts any key
+    secret_key: str = "testing"
 
     def config(self, prefix: str = "dstl") -> dict[str, str]:
         """Dstl config that points the ``filesystem`` storage at the bucket."""
@@ -47,7 +59,8 @@ class S3Endpoint:
             "dstl.dfs.base-path": f"s3://{self.bucket}/{prefix}",
             "dstl.dfs.s3.endpoint-url": self.url,
             "dstl.dfs.s3.region": "us-east-1",
-            **_CREDENTIALS,
+            "dstl.dfs.s3.access-key-id": self.access_key,
+            "dstl.dfs.s3.secret-access-key": self.secret_key,
         }
 
     def client(self):  # noqa: ANN201 - boto3 client
@@ -58,8 +71,8 @@ class S3Endpoint:
             "s3",
             endpoint_url=self.url,
             region_name="us-east-1",
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
+            aws_access_key_id=self.access_key,
+            aws_secret_access_key=self.secret_key,
         )
 
 
@@ -89,6 +102,50 @@ def moto_s3_server(bucket: str = "dstl-test") -> Iterator[S3Endpoint]:
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait(10)
+
+
+def docker_unavailable_reason() -> str | None:
+    """Why containers cannot be started here, or ``None`` when a Docker engine answers."""
+    try:
+        import docker
+    except ImportError:
+        return "the docker package is not installed (pip install 'dstl[docker]')"
+    try:
+        docker.from_env(timeout=5).ping()
+    except Exception as exc:  # noqa: BLE001 - any failure means: no usable engine
+        return f"no Docker engine is reachable ({type(exc).__name__}: {exc})"
+    return None
+
+
+@contextlib.contextmanager
+def minio_endpoint(bucket: str = "dstl-test", image: str = MINIO_IMAGE) -> Iterator[S3Endpoint]:
+    """MinIO in a container with ``bucket`` created (testcontainers); removed on exit."""
+    import urllib.request
+
+    from testcontainers.core.container import DockerContainer
+
+    user, password = "minioadmin", "minioadmin"  # MinIO's local development defaults
+    container = (
+        DockerContainer(image)
+        .with_command("server /data")
+        .with_env("MINIO_ROOT_USER", user)
+        .with_env("MINIO_ROOT_PASSWORD", password)
+        .with_exposed_ports(9000)
+    )
+    with container:
+        url = f"http://{container.get_container_host_ip()}:{container.get_exposed_port(9000)}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/minio/health/live", timeout=2):  # noqa: S310 - our URL
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+        endpoint = S3Endpoint(url, bucket, user, password)
+        endpoint.client().create_bucket(Bucket=bucket)
+        yield endpoint
 
 
 def wait_for_port(port: int, timeout: float = 30.0, process: subprocess.Popen | None = None) -> None:

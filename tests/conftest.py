@@ -11,6 +11,7 @@ pytest_plugins = [
     "tests.fixtures.s3",
     "tests.fixtures.kafka",
     "tests.fixtures.spark",
+    "tests.fixtures.docker",
 ]
 
 

@@ -33,23 +33,31 @@ ROWS_PER_FILE = 2000
 
 
 def spark_session(app: str = "dstl-demo") -> Any:  # noqa: ANN401 - SparkSession
-    """A local[2] session whose Python workers run this interpreter (tasks may be retried twice)."""
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    """A local[2] session (tasks may be retried twice) whose Python workers run this interpreter.
+
+    ``DSTL_SPARK_MASTER`` points it at a cluster instead (docker/compose.yaml does);
+    the cluster's workers then run their own Python with dstl installed.
+    """
     from pyspark.sql import SparkSession
 
-    return (
-        SparkSession.builder.master("local[2,3]")
+    master = os.environ.get("DSTL_SPARK_MASTER", "local[2,3]")
+    builder = (
+        SparkSession.builder.master(master)
         .appName(app)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.pyspark.python", sys.executable)
         .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.host", "127.0.0.1")
-        .getOrCreate()
     )
+    if master.startswith("local"):
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+        os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+        builder = (
+            builder.config("spark.pyspark.python", sys.executable)
+            .config("spark.driver.bindAddress", "127.0.0.1")
+            .config("spark.driver.host", "127.0.0.1")
+        )
+    return builder.getOrCreate()
 
 
 # -- the job (child process) -------------------------------------------------------------------------
@@ -247,7 +255,8 @@ def run_demo(args: argparse.Namespace, console: Console) -> int:
     keep = getattr(args, "workdir", None)
     workdir = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="dstl-demo-"))
     storage = config.get("dstl.storage", "local")
-    title = f"dstl demo: PySpark local[2], storage {storage}, work dir {workdir}"
+    master = os.environ.get("DSTL_SPARK_MASTER", "local[2]")
+    title = f"dstl demo: PySpark {master}, storage {storage}, work dir {workdir}"
     rows: list[dict[str, Any]] = []
     try:
         with Live(_table(rows, title), console=console, refresh_per_second=4) as live:
