@@ -27,6 +27,21 @@ BACKEND_OPTIONS = (
         "How often the working state is materialized so the log before it can be truncated.",
     ),
     ConfigOption(
+        "state.changelog.materialization.max-log-ratio",
+        OptionType.FLOAT,
+        1.0,
+        "Also materialize when the log a restore would replay exceeds this multiple of the materialized "
+        "state (at least 1 MiB): bounds space and recovery for workloads that churn state. 0 turns it off.",
+        minimum=0,
+    ),
+    ConfigOption(
+        "state.changelog.squash-updates",
+        OptionType.BOOL,
+        False,
+        "Log only the last of several replacing updates (value put, clear, list set) of a key between "
+        "checkpoints: less log for hot keys and windows, the appends move to checkpoint time.",
+    ),
+    ConfigOption(
         "state.changelog.materialization.full-every",
         OptionType.INT,
         5,

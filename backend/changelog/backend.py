@@ -47,6 +47,9 @@ from .records import Op, decode_change, decode_registration, encode_change, enco
 
 __all__ = ["BackendSnapshot", "ChangelogKeyedStateBackend"]
 
+_REPLACING = frozenset({Op.VALUE_PUT, Op.CLEAR, Op.LIST_SET})  # the entry after them ignores what came before
+_MIN_MATERIALIZED_FOR_RATIO = 1 << 20  # below this the log may grow to ratio x 1 MiB before materializing
+
 _STATE_CLASSES = {
     StateKind.VALUE: ValueState,
     StateKind.LIST: ListState,
@@ -146,6 +149,8 @@ class ChangelogKeyedStateBackend:
         materialization_interval: float | None = None,
         full_materialization_every: int = 1,
         clock: Callable[[], float] = time.time,
+        max_log_ratio: float = 0.0,
+        squash_updates: bool = False,
     ) -> None:
         if not KeyGroupRange(0, max_parallelism).contains_range(key_groups):
             msg = f"key groups {key_groups} exceed max_parallelism {max_parallelism}"
@@ -164,6 +169,11 @@ class ChangelogKeyedStateBackend:
         self._restored_refs: tuple[MaterializationRef, ...] = ()
         self.materializer = Materializer(self, snapshot_dir, max_failures_allowed, full_materialization_every)
         self._interval = materialization_interval
+        self._max_log_ratio = max_log_ratio if snapshot_dir else 0.0
+        # Squashing: a change that replaces a key's entry waits here until the next checkpoint,
+        # materialization or non-replacing change of that entry; a newer one replaces it.
+        self._squash = squash_updates
+        self._pending: dict[tuple[int, int, bytes], bytes] = {}
         self._last_materialization_start = time.monotonic()
         self._truncated_to = self._log_start
         self.clock = clock  # wall clock of state TTL (injectable for tests)
@@ -198,6 +208,8 @@ class ChangelogKeyedStateBackend:
             materialization_interval=float(cfg["state.changelog.materialization.interval"])
             if snapshot_dir
             else None,
+            max_log_ratio=float(cfg["state.changelog.materialization.max-log-ratio"]),
+            squash_updates=bool(cfg["state.changelog.squash-updates"]),
         )
 
     # -- keys --------------------------------------------------------------------------------
@@ -220,7 +232,15 @@ class ChangelogKeyedStateBackend:
 
     def _apply(self, op: Op, state_id: int, state: str, *args: Any) -> None:  # noqa: ANN401
         key_group, key = self._current()
-        self.writer.append(key_group, encode_change(op, state_id, key, *args))
+        record = encode_change(op, state_id, key, *args)
+        if self._squash and op in _REPLACING:
+            self._pending[(key_group, state_id, key)] = record
+        else:
+            if self._pending:  # an earlier replacing change of this entry goes first
+                earlier = self._pending.pop((key_group, state_id, key), None)
+                if earlier is not None:
+                    self.writer.append(key_group, earlier)
+            self.writer.append(key_group, record)
         _apply_to(self.delegate, state, key_group, key, op, list(args))
         self.materializer.changed(state, key_group, key)
 
@@ -303,7 +323,7 @@ class ChangelogKeyedStateBackend:
             ``max_failures_allowed`` times in a row (the log would grow without bound).
         """
         self.materializer.check_health()
-        self._maybe_materialize()
+        self.maybe_materialize()
         began = time.perf_counter()
         own = self.materializer.own_latest
         if own is not None:  # materialized by this backend: its log continues from there
@@ -312,6 +332,7 @@ class ChangelogKeyedStateBackend:
             start, refs = self._log_start, self.materializer.chain or self._restored_refs
             base = self._restored_handles
         result: Future[BackendSnapshot] = Future()
+        self.flush_pending()
         persisted = self.writer.persist(start, checkpoint_id)
 
         def done(future: Future[ChangelogHandle]) -> None:
@@ -325,12 +346,30 @@ class ChangelogKeyedStateBackend:
         persisted.add_done_callback(done)
         return result
 
-    def _maybe_materialize(self) -> None:
-        """Start a background materialization when the interval has passed (never blocks)."""
-        if self._interval is None or time.monotonic() - self._last_materialization_start < self._interval:
-            return
-        self._last_materialization_start = time.monotonic()
-        self.materializer.start()  # failures surface through check_health()
+    def flush_pending(self) -> None:
+        """Append the squashed changes waiting for the next checkpoint (see ``squash_updates``)."""
+        pending, self._pending = self._pending, {}
+        for (key_group, _, _), record in pending.items():
+            self.writer.append(key_group, record)
+
+    def maybe_materialize(self) -> None:
+        """Start a background materialization when due (never blocks).
+
+        Due when the interval has passed, or when the log a restore would replay has
+        grown beyond ``max_log_ratio`` times the materialized state: workloads that
+        churn state (windows) would otherwise keep far more log than state.
+        """
+        interval_due = (
+            self._interval is not None
+            and time.monotonic() - self._last_materialization_start >= self._interval
+        )
+        metrics = self._metrics
+        log_due = self._max_log_ratio > 0 and metrics.full_non_materialized > self._max_log_ratio * max(
+            metrics.full_materialized, _MIN_MATERIALIZED_FOR_RATIO
+        )
+        if interval_due or (log_due and not self.materializer.running):
+            self._last_materialization_start = time.monotonic()
+            self.materializer.start()  # failures surface through check_health()
 
     def materialize(self) -> Future[MaterializationRef]:
         """Snapshot the working state in the background (at most one at a time)."""

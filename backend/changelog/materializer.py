@@ -78,6 +78,11 @@ class Materializer:
         self._dirty.add((state, key_group, key))
 
     @property
+    def running(self) -> bool:
+        """Whether a materialization is in progress."""
+        return self._running is not None and not self._running.done()
+
+    @property
     def own_latest(self) -> MaterializationRef | None:
         """The newest snapshot of the chain if this materializer uploaded it (the log continues there)."""
         latest = self.latest
@@ -127,6 +132,7 @@ class Materializer:
                 return self._running
             backend = self._backend
             began = time.perf_counter()
+            backend.flush_pending()  # squashed changes belong before the snapshot's SQN
             sqn = backend.writer.next_sqn()
             # The log after the snapshot must describe its states by itself.
             backend._log_registrations()

@@ -208,13 +208,25 @@ class _BatchRunner:
             self.coordinator.abort_from(batch_id)
         return self.coordinator.latest()
 
-    def _due_for_materialization(self) -> frozenset[int]:
-        """At most one instance per batch, the one waiting longest (spreads the cost over batches)."""
+    def _due_for_materialization(self, previous: Mapping[str, BackendSnapshot]) -> frozenset[int]:
+        """At most one instance per batch (spreads the cost over batches).
+
+        First an instance whose log outgrew ``max-log-ratio`` times its materialized
+        state, else the one past the interval that waited longest.
+        """
+        ratio = float(self.cfg["state.changelog.materialization.max-log-ratio"])
+        names = [instance_name(r) for r in self.ranges]
+        for index, name in enumerate(names):
+            snapshot = previous.get(name)
+            if ratio > 0 and snapshot is not None:
+                log_bytes = sum(h.size for h in snapshot.handles)
+                if log_bytes > ratio * max(sum(m.size for m in snapshot.materialized), 1 << 20):
+                    return frozenset({index})
         now = time.monotonic()
-        oldest = min(self.materialized_at, key=self.materialized_at.__getitem__)
-        if now - self.materialized_at[oldest] < self.interval:
+        oldest = min(names, key=lambda name: self.materialized_at.get(name, now))
+        if now - self.materialized_at.get(oldest, now) < self.interval:
             return frozenset()
-        return frozenset(i for i, r in enumerate(self.ranges) if instance_name(r) == oldest)
+        return frozenset({names.index(oldest)})
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         from pyspark.sql import functions as F  # noqa: N812
@@ -235,7 +247,7 @@ class _BatchRunner:
             run_id=self.run_id,
             working_dir=self.working_dir,
             previous={name: snapshot.to_json() for name, snapshot in previous.items()},
-            materialize=self._due_for_materialization(),
+            materialize=self._due_for_materialization(previous),
         )
         key_group, instance = routing_exprs(
             list(self.spec.key_columns), self.parallelism, self.max_parallelism

@@ -42,9 +42,10 @@ OPERATIONS = [
 class BackendModel(RuleBasedStateMachine):
     """Backend ops vs a dict model; crash = restore the latest completed checkpoint."""
 
-    def __init__(self, config: dict, workdir):
+    def __init__(self, config: dict, workdir, squash: bool = False):
         super().__init__()
         self.config = config
+        self.squash = squash
         self.snapshots = (workdir / f"chk-{uuid.uuid4().hex}").as_uri()
         self.job = f"model-{uuid.uuid4().hex[:8]}"
         self.storage = load_storage(config, job_id=self.job)
@@ -64,6 +65,7 @@ class BackendModel(RuleBasedStateMachine):
             snapshot_dir=self.snapshots,
             max_failures_allowed=1000,
             full_materialization_every=3,
+            squash_updates=self.squash,
         )
         self.value = backend.value_state("value")
         self.items = backend.list_state("items")
@@ -191,8 +193,9 @@ SETTINGS = settings(
 )
 
 
-def test_restore_equals_model_at_latest_checkpoint(storage_config, tmp_path):
-    run_state_machine_as_test(lambda: BackendModel(storage_config, tmp_path), settings=SETTINGS)
+@pytest.mark.parametrize("squash", [False, True], ids=["log-every-update", "squash-updates"])
+def test_restore_equals_model_at_latest_checkpoint(storage_config, tmp_path, squash):
+    run_state_machine_as_test(lambda: BackendModel(storage_config, tmp_path, squash), settings=SETTINGS)
 
 
 def test_restore_equals_model_on_service_storages(service_storage_config, tmp_path):

@@ -139,3 +139,31 @@ def test_reducing_state_needs_a_reduce_function(storage_config):
         total.add(3)
         assert total.get() == 5
         backend.close()
+
+
+def test_squashing_logs_only_the_last_replacing_update_of_a_key(storage_config):
+    sizes = {}
+    with load_storage(storage_config, job_id="job") as storage:
+        for squash in (False, True):
+            backend = ChangelogKeyedStateBackend(storage, f"op-{squash}", ALL, squash_updates=squash)
+            value, items = backend.value_state("v"), backend.list_state("l")
+            for round_ in range(50):
+                for key in range(20):
+                    backend.set_current_key(key)
+                    value.update(round_)
+            backend.set_current_key(0)
+            items.update([1])  # replacing, squashed...
+            items.add(2)  # ...then flushed before this non-replacing change
+            snapshot = backend.checkpoint(1).result(timeout=30)
+            sizes[squash] = snapshot.handles[-1].size
+            backend.close()
+            restored = ChangelogKeyedStateBackend(storage, f"op-{squash}", ALL, epoch=1)
+            restored.restore(snapshot, storage_config)
+            value, items = restored.value_state("v"), restored.list_state("l")
+            for key in range(20):
+                restored.set_current_key(key)
+                assert value.value() == 49
+            restored.set_current_key(0)
+            assert items.get() == [1, 2]
+            restored.close()
+    assert sizes[True] * 10 < sizes[False], sizes

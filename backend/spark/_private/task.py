@@ -143,6 +143,7 @@ def run_instance(
             snapshot_dir=cfg["state.checkpoints.dir"],
             max_failures_allowed=int(cfg["state.changelog.max-failures-allowed"]),
             full_materialization_every=int(cfg["state.changelog.materialization.full-every"]),
+            squash_updates=bool(cfg["state.changelog.squash-updates"]),
         )
         try:
             restore_began = time.perf_counter()
