@@ -31,6 +31,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import Progress
 
+from bench.checkpointing import take_checkpoint
 from bench.dstl_bench import PERCENTILES, _markdown, _table, percentile
 from dstl.backend.changelog import ChangelogKeyedStateBackend
 from dstl.spi import KeyGroupRange, load_storage
@@ -87,26 +88,12 @@ def run_mode(
         progress.update(task, description=mode)
         for checkpoint_id in range(1, checkpoints + 1):
             _update(backend, state, rng.sample(range(keys), int(keys * fraction)), checkpoint_id)
-            if mode == "changelog":
-                if checkpoint_id % every == 0:
-                    backend.materialize()  # background; the next checkpoints use it once done
-                began = time.perf_counter()
-                snapshot = backend.checkpoint(checkpoint_id).result(timeout=600)
-                elapsed = time.perf_counter() - began
-                backend.notify_checkpoint_complete(snapshot)
-                metrics = backend.metrics()
-                result.checkpointed.append(
-                    metrics["lastIncSizeOfMaterializedState"] + metrics["lastIncSizeOfNonMaterializedState"]
-                )
-                result.full_sizes.append(
-                    metrics["lastFullSizeOfMaterializedState"] + metrics["lastFullSizeOfNonMaterializedState"]
-                )
-            else:
-                began = time.perf_counter()
-                ref = backend.materialize().result(timeout=600)
-                elapsed = time.perf_counter() - began
-                result.checkpointed.append(ref.size)
-                result.full_sizes.append(sum(r.size for r in backend.materializer.chain))
+            if mode == "changelog" and checkpoint_id % every == 0:
+                backend.materialize()  # background; the next checkpoints use it once done
+            figures = take_checkpoint(backend, checkpoint_id, mode)
+            result.checkpointed.append(figures.checkpointed)
+            result.full_sizes.append(figures.full_size)
+            elapsed = figures.seconds
             result.durations_ms.append(elapsed * 1000)
             progress.advance(task)
         backend.close()

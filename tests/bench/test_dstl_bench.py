@@ -53,3 +53,28 @@ def test_spark_bench_measures_the_warm_path(spark, tmp_path):
         "later batches must reuse working copies"
     )
     assert all(p.restore_ms < 5 and p.checkpoint_ms > 0 for p in progress[1:]), progress
+
+
+def test_paper_bench_small_preset_reports_every_configuration_and_target(tmp_path):
+    from bench.paper_bench import CONFIGURATIONS
+    from bench.paper_bench import main as paper_main
+
+    assert paper_main(["--preset", "small", "--no-spark", "--results", str(tmp_path)]) == 0
+    report = (tmp_path / "paper-small.md").read_text()
+    for workload in ("## value", "## window"):
+        assert workload in report
+    for configuration in CONFIGURATIONS:
+        assert report.count(f"| {configuration} |") == 2, configuration
+    assert "recovery" in report and ("MET" in report)
+    assert (tmp_path / "paper-small.png").stat().st_size > 1000
+
+
+def test_spark_stores_comparison_runs_the_same_job_on_three_engines(spark, tmp_path):
+    from bench.spark_stores import compare
+
+    try:
+        results = compare(spark, tmp_path, batches=2, rows=300)
+    finally:
+        spark.conf.unset("spark.sql.streaming.stateStore.providerClass")
+    assert [r.rows for r in results] == [600, 600, 600]
+    assert all(len(r.commit_ms) == 2 for r in results)
