@@ -55,6 +55,7 @@ class ChangeSetReader(StateChangelogReader):
             msg = f"handle of storage {handle.storage_id!r} cannot be read by storage {self._storage_id!r}"
             raise StorageError(msg)
         wanted = [loc for loc in handle.location_dicts if loc.get("sqn") in handle.sqn_range]
+        lowest, highest = (key_groups.start, key_groups.end) if key_groups is not None else (0, 0)
         for loc in sorted(wanted, key=lambda entry: entry["sqn"]):  # type: ignore[arg-type,return-value]
             fetched = self._fetch(handle, loc)
             decoded = decode_change_set(
@@ -70,5 +71,5 @@ class ChangeSetReader(StateChangelogReader):
                     msg, location=fetched.location, offset=fetched.base_offset + fetched.offset
                 )
             for key_group, change in decoded.changes:
-                if key_groups is None or key_group < 0 or key_group in key_groups:
+                if key_groups is None or key_group < 0 or lowest <= key_group < highest:
                     yield StateChange(key_group, change, decoded.sqn)

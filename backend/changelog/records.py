@@ -26,11 +26,17 @@ def encode_change(op: Op, state_id: int, key: bytes, *args: Any) -> bytes:  # no
     return msgpack.packb([int(op), state_id, key, *args], use_bin_type=True)
 
 
+_OPS = tuple(Op)  # index -> member: cheaper than Op(value) on the replay path
+
+
 def decode_change(data: bytes, *, where: str) -> tuple[Op, int, bytes, list[Any]]:
     """``(op, state id, key, arguments)``; :class:`CorruptedError` on anything else."""
     try:
         op, state_id, key, *args = msgpack.unpackb(data, raw=False, strict_map_key=False)
-        return Op(op), int(state_id), bytes(key), args
+        if type(op) is not int or not 0 <= op < len(_OPS) or type(key) is not bytes:
+            msg = f"op {op!r} or key of type {type(key).__name__} is not a state change"
+            raise TypeError(msg)
+        return _OPS[op], int(state_id), key, args
     except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
         msg = f"undecodable state change record: {exc}"
         raise CorruptedError(msg, location=where) from exc

@@ -22,7 +22,13 @@ class HeapDelegate(StateDelegate):
 
     def put(self, state: str, key_group: int, key: bytes, entry: Any) -> None:  # noqa: ANN401
         """Store ``entry``."""
-        self._data.setdefault(state, {}).setdefault(key_group, {})[key] = entry
+        groups = self._data.get(state)  # get before setdefault: no throwaway dicts on the hot path
+        if groups is None:
+            groups = self._data[state] = {}
+        group = groups.get(key_group)
+        if group is None:
+            group = groups[key_group] = {}
+        group[key] = entry
 
     def delete(self, state: str, key_group: int, key: bytes) -> None:
         """Remove the entry."""
