@@ -424,7 +424,12 @@ class ChangelogKeyedStateBackend:
             for handle in snapshot.handles:
                 self._replay(storage_of(handle), handle)
 
-    def resume(self, snapshot: BackendSnapshot, registrations: Mapping[str, tuple[str, str]]) -> None:
+    def resume(
+        self,
+        snapshot: BackendSnapshot,
+        registrations: Mapping[str, tuple[str, str]],
+        config: Config | Mapping[str, Any] | None = None,
+    ) -> None:
         """Continue from ``snapshot`` when the delegate already holds exactly its state (warm path).
 
         Nothing is read: the caller vouches that the working copy is at ``snapshot``
@@ -433,16 +438,19 @@ class ChangelogKeyedStateBackend:
         log only if an incremental materialization runs.
 
         :param registrations: ``name -> (kind, serializer)`` of the states in ``snapshot``.
+        :param config: opens the storages of handles from another storage (as in :meth:`restore`).
         """
         self._restored_kinds.update(registrations)
         self._restored_handles = tuple(snapshot.handles)
         self._restored_refs = tuple(snapshot.materialized)
-        self.materializer.resumed(snapshot.materialized, lambda: self._changed_keys(snapshot.handles))
+        self.materializer.resumed(snapshot.materialized, lambda: self._changed_keys(snapshot.handles, config))
 
-    def _changed_keys(self, handles: tuple[ChangelogHandle, ...]) -> set[tuple[str, int, bytes]]:
+    def _changed_keys(
+        self, handles: tuple[ChangelogHandle, ...], config: Config | Mapping[str, Any] | None
+    ) -> set[tuple[str, int, bytes]]:
         """``(state, key group, key)`` of every change in ``handles`` (for incrementals after resume)."""
         changed: set[tuple[str, int, bytes]] = set()
-        with self._storages(None) as storage_of:
+        with self._storages(config) as storage_of:
             for handle in handles:
                 self._visit_log(
                     storage_of(handle), handle, lambda name, kg, key, op, args: changed.add((name, kg, key))

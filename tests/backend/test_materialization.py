@@ -328,3 +328,32 @@ def test_materialization_metrics_use_flink_names(setup):
         restored.restore(first, config)
         assert restored.metrics()["lastRestoreDuration"] > 0
         restored.close()
+
+
+def test_resume_after_a_storage_switch_reads_the_old_log_with_its_config(setup, memory_config):
+    """Warm path right after a switch: the incremental needs keys from the previous storage's log."""
+    config, snapshots = setup
+    keys = [f"k{i}" for i in range(100)]
+    with load_storage(config, job_id="job") as local, load_storage(memory_config, job_id="job") as memory:
+        first = ChangelogKeyedStateBackend(
+            local, "op", ALL, snapshot_dir=snapshots, full_materialization_every=5
+        )
+        fill(first, keys, 1)
+        first.materialize().result(timeout=30)
+        fill(first, keys[:4], 2)
+        snapshot = first.checkpoint(1).result(timeout=30)
+        registrations, delegate = first.registrations(), first.delegate
+        first.close()
+        second = ChangelogKeyedStateBackend(
+            memory,
+            "op",
+            ALL,
+            epoch=1,
+            delegate=delegate,
+            snapshot_dir=snapshots,
+            full_materialization_every=5,
+        )
+        second.resume(snapshot, registrations, config)
+        ref = second.materialize().result(timeout=30)
+        assert ref.entries == 4, "the keys changed in the local log since the snapshot"
+        second.close()

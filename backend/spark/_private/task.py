@@ -148,7 +148,7 @@ def run_instance(
         try:
             restore_began = time.perf_counter()
             if warm and previous is not None:
-                backend.resume(previous, stamp["registrations"])
+                backend.resume(previous, stamp["registrations"], cfg)
             elif not warm:
                 copy.delegate.clear()
                 if previous is not None:
