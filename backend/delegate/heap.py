@@ -16,9 +16,15 @@ class HeapDelegate(StateDelegate):
     def __init__(self) -> None:
         self._data: dict[str, dict[int, dict[bytes, Any]]] = {}
 
+    def _group(self, state: str, key_group: int) -> dict[bytes, Any] | None:
+        """The entries of a state in a key group (no throwaway dicts: get runs on every state read)."""
+        groups = self._data.get(state)
+        return None if groups is None else groups.get(key_group)
+
     def get(self, state: str, key_group: int, key: bytes) -> Any | None:  # noqa: ANN401
         """The entry, or ``None``."""
-        return self._data.get(state, {}).get(key_group, {}).get(key)
+        group = self._group(state, key_group)
+        return None if group is None else group.get(key)
 
     def put(self, state: str, key_group: int, key: bytes, entry: Any) -> None:  # noqa: ANN401
         """Store ``entry``."""
@@ -32,7 +38,7 @@ class HeapDelegate(StateDelegate):
 
     def delete(self, state: str, key_group: int, key: bytes) -> None:
         """Remove the entry."""
-        group = self._data.get(state, {}).get(key_group)
+        group = self._group(state, key_group)
         if group is not None:
             group.pop(key, None)
 
