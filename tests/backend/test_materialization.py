@@ -357,3 +357,22 @@ def test_resume_after_a_storage_switch_reads_the_old_log_with_its_config(setup, 
         ref = second.materialize().result(timeout=30)
         assert ref.entries == 4, "the keys changed in the local log since the snapshot"
         second.close()
+
+
+def test_log_outgrowing_the_materialized_state_starts_a_materialization(setup):
+    config, snapshots = setup
+    with load_storage(config, job_id="job") as storage:
+        backend = ChangelogKeyedStateBackend(storage, "op", ALL, snapshot_dir=snapshots, max_log_ratio=0.05)
+        fill(backend, ["a"], 0)
+        backend.materialize().result(timeout=30)
+        backend.checkpoint(1).result(timeout=30)
+        backend.maybe_materialize()
+        assert backend.materializer.started == 1, "a log of one change is below the ratio"
+        for round_ in range(1, 400):  # ~70 KB of log: beyond 0.05 x max(state, 1 MiB)
+            fill(backend, ["a"], f"{round_}-{'x' * 150}")
+        backend.checkpoint(2).result(timeout=30)
+        backend.maybe_materialize()
+        assert backend.materializer.started == 2
+        backend.materializer.close()
+        assert backend.checkpoint(3).result(timeout=30).handles[-1].size < 1000, "the log restarted after it"
+        backend.close()
