@@ -40,10 +40,12 @@ class StateContext:
         self.attempt = attempt
         self.key_groups = backend.key_groups
         self.key_columns = key_columns
+        self.keys_touched: set[Any] = set()
 
     def set_current_key(self, key: Any) -> None:  # noqa: ANN401
         """Bind state access to ``key`` (a tuple when the key has several columns)."""
         self._backend.set_current_key(key)
+        self.keys_touched.add(key)
 
     def get_value_state(
         self, name: str, *, ttl: float | None = None, serializer: str = "msgpack"

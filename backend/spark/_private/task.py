@@ -159,7 +159,7 @@ def run_instance(
             processor.init(context)
             user_rows = rows.drop(columns=[KEY_GROUP_COLUMN, INSTANCE_COLUMN])
             output = _rows_of(processor.handle_input_batch(user_rows, context), plan.output_columns)
-            keys = int(user_rows.groupby(list(plan.key_columns), sort=False, dropna=False).ngroups)
+            keys = len(context.keys_touched)
             processor.close()
             materialized = instance in plan.materialize
             if materialized:
