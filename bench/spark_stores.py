@@ -112,7 +112,15 @@ def run_dstl(spark: Any, inputs: Path, workdir: Path) -> StoreResult:  # noqa: A
     return result
 
 
-def _spark_query_result(engine: str, query: Any) -> StoreResult:  # noqa: ANN401
+def _spark_query_result(engine: str, output: Any, checkpoint: Path) -> StoreResult:  # noqa: ANN401
+    """Run ``output`` (a stateful DataFrame) to the end of the input; its per-batch state commit."""
+    query = (
+        output.writeStream.format("noop")
+        .outputMode("update")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
     query.awaitTermination()
     if query.exception() is not None:
         raise query.exception()
@@ -138,17 +146,12 @@ def run_apply_in_pandas_with_state(spark: Any, inputs: Path, workdir: Path) -> S
         yield _counts(key, range(rows), previous)
 
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", HDFS)
-    query = (
+    output = (
         _source(spark, inputs)
         .groupBy("k")
         .applyInPandasWithState(count, "k string, n long", "n long", "update", GroupStateTimeout.NoTimeout)
-        .writeStream.format("noop")
-        .outputMode("update")
-        .option("checkpointLocation", str(workdir / "hdfs-checkpoint"))
-        .trigger(availableNow=True)
-        .start()
     )
-    return _spark_query_result("applyInPandasWithState (HDFS store)", query)
+    return _spark_query_result("applyInPandasWithState (HDFS store)", output, workdir / "hdfs-checkpoint")
 
 
 def run_transform_with_state_rocksdb(spark: Any, inputs: Path, workdir: Path) -> StoreResult:  # noqa: ANN401
@@ -170,17 +173,14 @@ def run_transform_with_state_rocksdb(spark: Any, inputs: Path, workdir: Path) ->
 
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
     spark.conf.set("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
-    query = (
+    output = (
         _source(spark, inputs)
         .groupBy("k")
         .transformWithStateInPandas(Count(), "k string, n long", "Update", "None")
-        .writeStream.format("noop")
-        .outputMode("update")
-        .option("checkpointLocation", str(workdir / "rocksdb-checkpoint"))
-        .trigger(availableNow=True)
-        .start()
     )
-    return _spark_query_result("transformWithStateInPandas (RocksDB, changelog)", query)
+    return _spark_query_result(
+        "transformWithStateInPandas (RocksDB, changelog)", output, workdir / "rocksdb-checkpoint"
+    )
 
 
 ENGINES = (run_dstl, run_apply_in_pandas_with_state, run_transform_with_state_rocksdb)
