@@ -260,24 +260,22 @@ def test_keys_of_a_failed_incremental_go_into_the_next_one(setup):
         backend.close()
 
 
-def test_resumed_backend_continues_the_chain_incrementally(setup):
-    """Warm path: a new backend (new epoch) over the same working copy reads nothing back."""
-    config, snapshots = setup
-    keys = [f"k{i}" for i in range(100)]
-    with load_storage(config, job_id="job") as storage:
-        first = ChangelogKeyedStateBackend(
-            storage, "op", ALL, snapshot_dir=snapshots, full_materialization_every=5
-        )
-        fill(first, keys, 1)
-        first.materialize().result(timeout=30)
-        fill(first, keys[:4], 2)
-        snapshot = first.checkpoint(1).result(timeout=30)
-        registrations = first.registrations()
-        delegate = first.delegate
-        first.close()
+def warm_handover(storage, snapshots, keys):
+    """A materialized backend changes ``keys[:4]`` and checkpoints; its successor (epoch 1) gets its
+    working copy. Returns ``(snapshot, registrations, successor factory)``."""
+    first = ChangelogKeyedStateBackend(
+        storage, "op", ALL, snapshot_dir=snapshots, full_materialization_every=5
+    )
+    fill(first, keys, 1)
+    first.materialize().result(timeout=30)
+    fill(first, keys[:4], 2)
+    snapshot = first.checkpoint(1).result(timeout=30)
+    registrations, delegate = first.registrations(), first.delegate
+    first.close()
 
-        second = ChangelogKeyedStateBackend(
-            storage,
+    def successor(on_storage):
+        return ChangelogKeyedStateBackend(
+            on_storage,
             "op",
             ALL,
             epoch=1,
@@ -285,6 +283,17 @@ def test_resumed_backend_continues_the_chain_incrementally(setup):
             snapshot_dir=snapshots,
             full_materialization_every=5,
         )
+
+    return snapshot, registrations, successor
+
+
+def test_resumed_backend_continues_the_chain_incrementally(setup):
+    """Warm path: a new backend (new epoch) over the same working copy reads nothing back."""
+    config, snapshots = setup
+    keys = [f"k{i}" for i in range(100)]
+    with load_storage(config, job_id="job") as storage:
+        snapshot, registrations, successor = warm_handover(storage, snapshots, keys)
+        second = successor(storage)
         second.resume(snapshot, registrations)
         fill(second, keys[4:6], 3)
         ref = second.materialize().result(timeout=30)
@@ -335,24 +344,8 @@ def test_resume_after_a_storage_switch_reads_the_old_log_with_its_config(setup, 
     config, snapshots = setup
     keys = [f"k{i}" for i in range(100)]
     with load_storage(config, job_id="job") as local, load_storage(memory_config, job_id="job") as memory:
-        first = ChangelogKeyedStateBackend(
-            local, "op", ALL, snapshot_dir=snapshots, full_materialization_every=5
-        )
-        fill(first, keys, 1)
-        first.materialize().result(timeout=30)
-        fill(first, keys[:4], 2)
-        snapshot = first.checkpoint(1).result(timeout=30)
-        registrations, delegate = first.registrations(), first.delegate
-        first.close()
-        second = ChangelogKeyedStateBackend(
-            memory,
-            "op",
-            ALL,
-            epoch=1,
-            delegate=delegate,
-            snapshot_dir=snapshots,
-            full_materialization_every=5,
-        )
+        snapshot, registrations, successor = warm_handover(local, snapshots, keys)
+        second = successor(memory)
         second.resume(snapshot, registrations, config)
         ref = second.materialize().result(timeout=30)
         assert ref.entries == 4, "the keys changed in the local log since the snapshot"
