@@ -8,7 +8,7 @@ plugin discovery. Storages are found through the entry-point group
 from __future__ import annotations
 
 from .changeset_format import DecodedChangeSet, decode_change_set, encode_change_set, iter_change_sets
-from .changeset_reader import ChangeSetReader, FetchedChangeSet
+from .changeset_reader import ChangeSetReader, FetchedChangeSet, decode_fetched
 from .changeset_storage import ChangeSetStorage
 from .changeset_writer import ChangeSet, ChangeSetWriter, WriterState, log_id_for
 from .config import Config
@@ -77,6 +77,7 @@ __all__ = [
     "WriterState",
     "check_relative_path",
     "decode_change_set",
+    "decode_fetched",
     "encode_change_set",
     "get_registry",
     "hookimpl",

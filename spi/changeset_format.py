@@ -86,17 +86,24 @@ def frame_change_set(
 
 
 def decode_change_set(
-    buf: bytes | memoryview, offset: int, *, location: str, base_offset: int = 0
+    buf: bytes | memoryview,
+    offset: int,
+    *,
+    location: str,
+    base_offset: int = 0,
+    key_groups: tuple[int, int] | None = None,
 ) -> DecodedChangeSet:
     """Decode and verify the change set that starts at ``offset`` of ``buf``.
 
     :param base_offset: position of ``buf`` in the stored object, added to the
         offset that errors report.
+    :param key_groups: ``(start, end)``: keep only changes of those key groups and
+        metadata records (the whole body is still verified).
     :raises CorruptedError: naming ``location`` and the offset on any damage,
         including a buffer that ends inside the change set.
     """
     try:
-        return _decode(memoryview(buf), offset, location)
+        return _decode(memoryview(buf), offset, location, key_groups)
     except CorruptedError as exc:
         if not base_offset:
             raise
@@ -104,7 +111,9 @@ def decode_change_set(
         raise CorruptedError(message, location=location, offset=base_offset + offset) from exc
 
 
-def _decode(view: memoryview, offset: int, location: str) -> DecodedChangeSet:
+def _decode(
+    view: memoryview, offset: int, location: str, key_groups: tuple[int, int] | None
+) -> DecodedChangeSet:
     end_header = offset + _HEADER.size
     if offset < 0 or end_header + _CRC.size > len(view):
         msg = "change set header truncated"
@@ -137,7 +146,8 @@ def _decode(view: memoryview, offset: int, location: str) -> DecodedChangeSet:
     except (UnicodeDecodeError, zlib.error) as exc:
         msg = f"change set undecodable after checksum: {exc}"
         raise CorruptedError(msg, location=location, offset=offset) from exc
-    return DecodedChangeSet(log_id, epoch, sqn, _items(body, count, location, offset), body_end - offset)
+    changes = _items(body, count, location, offset, key_groups)
+    return DecodedChangeSet(log_id, epoch, sqn, changes, body_end - offset)
 
 
 def decode_body(body: bytes, count: int) -> list[tuple[int, bytes]]:
@@ -145,21 +155,31 @@ def decode_body(body: bytes, count: int) -> list[tuple[int, bytes]]:
     return _items(body, count, "in-memory body", 0)
 
 
-def _items(body: bytes, count: int, location: str, offset: int) -> list[tuple[int, bytes]]:
+def _items(
+    body: bytes, count: int, location: str, offset: int, window: tuple[int, int] | None = None
+) -> list[tuple[int, bytes]]:
+    # The restore path runs this once per change: locals only, one pass, filtering included.
+    lowest, highest = window if window is not None else (-(1 << 31), 1 << 31)
     changes: list[tuple[int, bytes]] = []
+    append = changes.append
+    unpack = _ITEM.unpack_from
+    item_size = _ITEM.size
+    end = len(body)
     pos = 0
     for _ in range(count):
-        if pos + _ITEM.size > len(body):
+        if pos + item_size > end:
             msg = "change-set body shorter than its change count"
             raise CorruptedError(msg, location=location, offset=offset)
-        key_group, length = _ITEM.unpack_from(body, pos)
-        pos += _ITEM.size
-        if pos + length > len(body):
+        key_group, length = unpack(body, pos)
+        pos += item_size
+        stop = pos + length
+        if stop > end:
             msg = "change length runs past the change-set body"
             raise CorruptedError(msg, location=location, offset=offset)
-        changes.append((key_group, body[pos : pos + length]))
-        pos += length
-    if pos != len(body):
+        if lowest <= key_group < highest or key_group < 0:  # metadata records (< 0) always
+            append((key_group, body[pos:stop]))
+        pos = stop
+    if pos != end:
         msg = "trailing bytes in change-set body"
         raise CorruptedError(msg, location=location, offset=offset)
     return changes

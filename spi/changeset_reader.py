@@ -9,7 +9,7 @@ the one the handle names live here once.
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from .changeset_format import decode_change_set
@@ -18,7 +18,7 @@ from .handle import ChangelogHandle, LocationValue
 from .reader import StateChangelogReader
 from .types import KeyGroupRange, StateChange
 
-__all__ = ["ChangeSetReader", "FetchedChangeSet"]
+__all__ = ["ChangeSetReader", "FetchedChangeSet", "decode_fetched"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,25 +51,66 @@ class ChangeSetReader(StateChangelogReader):
 
     def read(self, handle: ChangelogHandle, key_groups: KeyGroupRange | None = None) -> Iterator[StateChange]:
         """Yield the handle's changes; see :class:`StateChangelogReader`."""
+        for sqn, changes in decode_fetched(handle, self._fetch_each(handle), key_groups):  # streamed
+            for key_group, change in changes:
+                yield StateChange(key_group, change, sqn)
+
+    def read_change_sets(
+        self, handle: ChangelogHandle, key_groups: KeyGroupRange | None = None
+    ) -> Iterator[tuple[int, list[tuple[int, bytes]]]]:
+        """The decoded change sets themselves; see :meth:`StateChangelogReader.read_change_sets`."""
+        if not self.fetches_change_sets:  # a subclass reads its own way: follow it
+            yield from super().read_change_sets(handle, key_groups)
+            return
+        yield from decode_fetched(handle, self.fetch_change_sets(handle), key_groups)
+
+    @property
+    def fetches_change_sets(self) -> bool:
+        """Whether :meth:`fetch_change_sets` + :func:`decode_fetched` read as :meth:`read` does."""
+        return type(self).read is ChangeSetReader.read
+
+    def fetch_change_sets(self, handle: ChangelogHandle) -> list[tuple[int, FetchedChangeSet]]:
+        """The I/O half of a read: ``(sqn, fetched bytes)`` of each change set, in SQN order.
+
+        :func:`decode_fetched` is the other half (CPU only, so it may run elsewhere,
+        e.g. in a forked process, while this process does other work).
+        """
+        return list(self._fetch_each(handle))
+
+    def _fetch_each(self, handle: ChangelogHandle) -> Iterator[tuple[int, FetchedChangeSet]]:
+        """``(sqn, fetched)`` per change set, lazily; storages that fetch in bulk wrap it."""
         if handle.storage_id != self._storage_id:
             msg = f"handle of storage {handle.storage_id!r} cannot be read by storage {self._storage_id!r}"
             raise StorageError(msg)
         wanted = [loc for loc in handle.location_dicts if loc.get("sqn") in handle.sqn_range]
-        lowest, highest = (key_groups.start, key_groups.end) if key_groups is not None else (0, 0)
         for loc in sorted(wanted, key=lambda entry: entry["sqn"]):  # type: ignore[arg-type,return-value]
-            fetched = self._fetch(handle, loc)
-            decoded = decode_change_set(
-                fetched.buffer, fetched.offset, location=fetched.location, base_offset=fetched.base_offset
+            yield int(loc["sqn"]), self._fetch(handle, loc)  # type: ignore[arg-type]
+
+
+def decode_fetched(
+    handle: ChangelogHandle,
+    fetched: Iterable[tuple[int, FetchedChangeSet]],
+    key_groups: KeyGroupRange | None = None,
+) -> Iterator[tuple[int, list[tuple[int, bytes]]]]:
+    """Verify and decode fetched change sets: ``(sqn, [(key_group, data), ...])`` of ``key_groups``.
+
+    :raises CorruptedError: when a change set fails its checksum or is not the one the handle names.
+    """
+    window = (key_groups.start, key_groups.end) if key_groups is not None else None
+    for sqn, change_set in fetched:
+        decoded = decode_change_set(
+            change_set.buffer,
+            change_set.offset,
+            location=change_set.location,
+            base_offset=change_set.base_offset,
+            key_groups=window,
+        )
+        if (decoded.log_id, decoded.epoch, decoded.sqn) != (handle.log_id, handle.epoch, sqn):
+            msg = (
+                f"stored change set belongs to log {decoded.log_id!r} epoch {decoded.epoch} SQN "
+                f"{decoded.sqn}, not to the handle's log {handle.log_id!r} epoch {handle.epoch} SQN {sqn}"
             )
-            if (decoded.log_id, decoded.epoch, decoded.sqn) != (handle.log_id, handle.epoch, loc["sqn"]):
-                msg = (
-                    f"stored change set belongs to log {decoded.log_id!r} epoch {decoded.epoch} SQN "
-                    f"{decoded.sqn}, not to the handle's log {handle.log_id!r} epoch {handle.epoch} "
-                    f"SQN {loc['sqn']}"
-                )
-                raise CorruptedError(
-                    msg, location=fetched.location, offset=fetched.base_offset + fetched.offset
-                )
-            for key_group, change in decoded.changes:
-                if key_groups is None or key_group < 0 or lowest <= key_group < highest:
-                    yield StateChange(key_group, change, decoded.sqn)
+            raise CorruptedError(
+                msg, location=change_set.location, offset=change_set.base_offset + change_set.offset
+            )
+        yield sqn, decoded.changes

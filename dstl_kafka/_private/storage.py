@@ -19,7 +19,6 @@ from dstl.spi import (
     CorruptedError,
     FetchedChangeSet,
     KeyGroupRange,
-    StateChange,
     StorageError,
 )
 from dstl.spi.handle import Location, LocationValue
@@ -114,12 +113,12 @@ class KafkaReader(ChangeSetReader):
         self._storage = storage
         self._fetched: dict[tuple[str, int, int, str, int], bytes] = {}
 
-    def read(self, handle: ChangelogHandle, key_groups: KeyGroupRange | None = None) -> Iterator[StateChange]:
-        """Prefetch the handle's partition ranges, then yield its changes in SQN order."""
+    def _fetch_each(self, handle: ChangelogHandle) -> Iterator[tuple[int, FetchedChangeSet]]:
+        """Prefetch the handle's partition ranges, then hand out its change sets in SQN order."""
         if handle.storage_id == IDENTIFIER:
             self._fetched = self._prefetch(handle)
         try:
-            yield from super().read(handle, key_groups)
+            yield from super()._fetch_each(handle)
         finally:
             self._fetched = {}
 
