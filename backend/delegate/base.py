@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 __all__ = ["StateDelegate"]
@@ -28,6 +28,18 @@ class StateDelegate(ABC):
     @abstractmethod
     def delete(self, state: str, key_group: int, key: bytes) -> None:
         """Remove the entry (no-op when absent)."""
+
+    def write_batch(self, state: str, key_group: int, entries: Iterable[tuple[bytes, Any]]) -> None:
+        """Store each ``(key, entry)`` of one state and key group; an entry of ``None`` removes the key.
+
+        Restores hand whole snapshot sections and squashed logs over this way;
+        delegates override it to write them in one go.
+        """
+        for key, entry in entries:
+            if entry is None:
+                self.delete(state, key_group, key)
+            else:
+                self.put(state, key_group, key, entry)
 
     @abstractmethod
     def entries(self, state: str, key_group: int) -> Iterator[tuple[bytes, Any]]:

@@ -89,3 +89,13 @@ def test_delegate_chosen_by_config(tmp_path):
             ChangelogKeyedStateBackend.from_config(
                 storage, "op3", ALL, {**config, "state.backend.delegate": "rocks"}
             )
+
+
+def test_write_batch_stores_entries_and_none_removes(make_delegate):
+    delegate = make_delegate()
+    delegate.put("s", 7, b"old", b"1")
+    delegate.put("s", 7, b"kept", b"2")
+    delegate.write_batch("s", 7, [(b"old", None), (b"new", [b"a"]), (b"back", None), (b"back", {b"m": b"v"})])
+    delegate.write_batch("s", 8, iter([(b"gone", b"x"), (b"gone", None)]))  # a one-pass iterable
+    assert dict(delegate.entries("s", 7)) == {b"kept": b"2", b"new": [b"a"], b"back": {b"m": b"v"}}
+    assert dict(delegate.entries("s", 8)) == {}
