@@ -42,6 +42,15 @@ BACKEND_OPTIONS = (
         "checkpoints: less log for hot keys and windows, the appends move to checkpoint time.",
     ),
     ConfigOption(
+        "state.changelog.restore.fork-replay-from",
+        OptionType.SIZE,
+        parse_size("1mb"),
+        "A restore decodes and squashes logs of at least this size in a forked process while it loads "
+        "the snapshots, then applies the result at snapshot speed: recovery close to a snapshot-only "
+        "restore on two or more cores. 0 turns it off (also off where os.fork does not exist).",
+        minimum=0,
+    ),
+    ConfigOption(
         "state.changelog.materialization.full-every",
         OptionType.INT,
         5,

@@ -44,7 +44,8 @@ from ..state import (
 )
 from .materializer import Materializer
 from .metrics import BackendMetrics
-from .records import Op, decode_change, decode_registration, encode_change, encode_registration
+from .records import Op, encode_change, encode_registration
+from .replay import apply_change, replay, visit
 
 __all__ = ["BackendSnapshot", "ChangelogKeyedStateBackend"]
 
@@ -106,29 +107,6 @@ def _lmdb_delegate(
     return LmdbDelegate(path, map_size=int(cfg["state.backend.lmdb.map-size"]))
 
 
-def _apply_to(
-    delegate: StateDelegate, state: str, key_group: int, key: bytes, op: Op, args: list[Any]
-) -> None:
-    """Apply one change to the delegate (shared by live mutations and replay)."""
-    if op is Op.VALUE_PUT:
-        delegate.put(state, key_group, key, args[0])
-    elif op is Op.CLEAR:
-        delegate.delete(state, key_group, key)
-    elif op is Op.LIST_ADD:
-        delegate.put(state, key_group, key, [*(delegate.get(state, key_group, key) or []), args[0]])
-    elif op is Op.LIST_SET:
-        delegate.put(state, key_group, key, list(args[0]))
-    elif op is Op.MAP_PUT:
-        delegate.put(state, key_group, key, {**(delegate.get(state, key_group, key) or {}), args[0]: args[1]})
-    elif op is Op.MAP_REMOVE:
-        entry = dict(delegate.get(state, key_group, key) or {})
-        entry.pop(args[0], None)
-        if entry:
-            delegate.put(state, key_group, key, entry)
-        else:
-            delegate.delete(state, key_group, key)
-
-
 @contextmanager
 def _bulk_load() -> Iterator[None]:
     """Pause the cyclic garbage collector while a restore creates millions of acyclic objects.
@@ -168,6 +146,7 @@ class ChangelogKeyedStateBackend:
         clock: Callable[[], float] = time.time,
         max_log_ratio: float = 0.0,
         squash_updates: bool = False,
+        fork_replay_from: int = 1 << 20,
     ) -> None:
         if not KeyGroupRange(0, max_parallelism).contains_range(key_groups):
             msg = f"key groups {key_groups} exceed max_parallelism {max_parallelism}"
@@ -190,6 +169,7 @@ class ChangelogKeyedStateBackend:
         # Squashing: a change that replaces a key's entry waits here until the next checkpoint,
         # materialization or non-replacing change of that entry; a newer one replaces it.
         self._squash = squash_updates
+        self._fork_replay_from = fork_replay_from
         self._pending: dict[tuple[int, int, bytes], bytes] = {}
         self._last_materialization_start = time.monotonic()
         self._truncated_to = self._log_start
@@ -227,6 +207,7 @@ class ChangelogKeyedStateBackend:
             else None,
             max_log_ratio=float(cfg["state.changelog.materialization.max-log-ratio"]),
             squash_updates=bool(cfg["state.changelog.squash-updates"]),
+            fork_replay_from=int(cfg["state.changelog.restore.fork-replay-from"]),
         )
 
     # -- keys --------------------------------------------------------------------------------
@@ -258,7 +239,7 @@ class ChangelogKeyedStateBackend:
                 if earlier is not None:
                     self.writer.append(key_group, earlier)
             self.writer.append(key_group, record)
-        _apply_to(self.delegate, state, key_group, key, op, list(args))
+        apply_change(self.delegate, state, key_group, key, op, list(args))
         self.materializer.changed(state, key_group, key)
 
     # -- registration ----------------------------------------------------------------------------
@@ -417,12 +398,23 @@ class ChangelogKeyedStateBackend:
         self._metrics.restore_seconds = time.perf_counter() - began
 
     def _load(self, snapshot: BackendSnapshot, config: Config | Mapping[str, Any] | None) -> None:
-        for ref in snapshot.materialized:
-            for name, (kind, serializer) in self.materializer.load(ref).items():
-                self._restored_kinds[name] = (kind, serializer)
+        def load_snapshots() -> None:
+            for ref in snapshot.materialized:
+                for name, (kind, serializer) in self.materializer.load(ref).items():
+                    self._restored_kinds[name] = (kind, serializer)
+
         with self._storages(config) as storage_of:
-            for handle in snapshot.handles:
-                self._replay(storage_of(handle), handle)
+            sources = [(storage_of(handle).create_reader(), handle) for handle in snapshot.handles]
+            replay(
+                sources,
+                self.key_groups,
+                self.delegate,
+                self._registered,
+                load_snapshots,
+                fork_from=self._fork_replay_from,
+            )
+            for reader, _ in sources:
+                reader.close()
 
     def resume(
         self,
@@ -452,8 +444,12 @@ class ChangelogKeyedStateBackend:
         changed: set[tuple[str, int, bytes]] = set()
         with self._storages(config) as storage_of:
             for handle in handles:
-                self._visit_log(
-                    storage_of(handle), handle, lambda name, kg, key, op, args: changed.add((name, kg, key))
+                visit(
+                    storage_of(handle).create_reader(),
+                    handle,
+                    self.key_groups,
+                    lambda name, kg, key: changed.add((name, kg, key)),
+                    self._registered,
                 )
         return changed
 
@@ -481,37 +477,8 @@ class ChangelogKeyedStateBackend:
         """Flink-named metrics of the latest checkpoint, restore and materializations."""
         return self._metrics.as_dict(self.materializer)
 
-    def _replay(self, storage: StateChangelogStorage, handle: ChangelogHandle) -> None:
-        delegate = self.delegate
-
-        def apply(name: str, key_group: int, key: bytes, op: Op, args: list[Any]) -> None:
-            if op is Op.VALUE_PUT:  # most changes: skip the dispatch
-                delegate.put(name, key_group, key, args[0])
-            else:
-                _apply_to(delegate, name, key_group, key, op, args)
-
-        self._visit_log(storage, handle, apply)
-
-    def _visit_log(
-        self,
-        storage: StateChangelogStorage,
-        handle: ChangelogHandle,
-        visit: Callable[[str, int, bytes, Op, list[Any]], None],
-    ) -> None:
-        """Call ``visit`` for every change of this backend's key groups in ``handle``."""
-        names: dict[int, str] = {}
-        where = f"{handle.storage_id}:{handle.log_id}"
-        for change in storage.create_reader().read(handle, self.key_groups):
-            if change.is_meta:
-                state_id, name, kind, serializer = decode_registration(change.data, where=where)
-                names[state_id] = name
-                self._restored_kinds[name] = (kind, serializer)
-                continue
-            op, state_id, key, args = decode_change(change.data, where=where)
-            if state_id not in names:
-                msg = f"change for unregistered state id {state_id} in log {handle.log_id!r}"
-                raise InvalidHandleError(msg)
-            visit(names[state_id], change.key_group, key, op, args)
+    def _registered(self, name: str, kind: str, serializer: str) -> None:
+        self._restored_kinds[name] = (kind, serializer)
 
     def _log_registrations(self) -> None:
         for state in self._states.values():

@@ -8,6 +8,8 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Future
+from itertools import groupby
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from dstl.spi import ConfigError, StorageError
@@ -237,12 +239,11 @@ class Materializer:
                 raise StorageError(msg) from exc
 
         meta, sections = read_sections(read_range, backend.key_groups, where=f"{self._dir}/{ref.path}")
+        write_batch = backend.delegate.write_batch
         for key_group, entries in sections:
-            for state, key, entry in entries:
-                if entry is None:
-                    backend.delegate.delete(state, key_group, key)
-                else:
-                    backend.delegate.put(state, key_group, key, entry)
+            # A section lists each state's entries together (see materialize): one batch per state.
+            for state, same_state in groupby(entries, key=itemgetter(0)):
+                write_batch(state, key_group, [(key, entry) for _, key, entry in same_state])
         return {
             name: (kind, serializer) for name, (kind, serializer) in meta.get("registrations", {}).items()
         }

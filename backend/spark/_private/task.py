@@ -144,6 +144,7 @@ def run_instance(
             max_failures_allowed=int(cfg["state.changelog.max-failures-allowed"]),
             full_materialization_every=int(cfg["state.changelog.materialization.full-every"]),
             squash_updates=bool(cfg["state.changelog.squash-updates"]),
+            fork_replay_from=int(cfg["state.changelog.restore.fork-replay-from"]),
         )
         try:
             restore_began = time.perf_counter()
