@@ -248,7 +248,9 @@ def main(argv: list[str] | None = None) -> int:
         f"(value: {preset.new_key_share:.0%} new keys; window: {preset.window_keys:,} keys, "
         f"window {preset.window} / slide {preset.slide} checkpoint intervals); changelog configurations "
         f"materialize when the log exceeds {preset.max_log_ratio} x the materialized state and "
-        f"squash repeated updates ({preset.squash_updates}); snapshots on file://.",
+        f"squash repeated updates ({preset.squash_updates}); snapshots on file://. Recovery: median "
+        f"of {preset.recovery_repeat} fresh processes each restoring the last checkpoint "
+        "(`restore()` alone: interpreter start excluded).",
         "",
     ]
     for workload, results in by_workload.items():
