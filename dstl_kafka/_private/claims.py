@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from concurrent.futures import Future
 
 from dstl.spi import FencedError, StorageError
 
@@ -27,35 +26,32 @@ class ClaimsTracker:
 
     def __init__(self, factory: ClientFactory, topic: str, job_id: str) -> None:
         from confluent_kafka import Consumer
-        from confluent_kafka.admin import AdminClient
 
         self._factory = factory
         self._topic = topic
         self._job = job_id
         self._consumer = Consumer(factory.consumer_config(), logger=log)
-        self._admin = AdminClient(factory.admin_config(), logger=log)
         self._lock = threading.Lock()
         self._read_to: dict[int, int] = {}
         self.owners: dict[str, tuple[int, str]] = {}
 
-    def end_offset(self, partition: int) -> Future[int]:
-        """Ask (asynchronously) for the end offset of a claims partition."""
-        from confluent_kafka import TopicPartition
-        from confluent_kafka.admin import OffsetSpec
+    def end_offset(self, partition: int) -> int:
+        """The end offset of a claims partition, asked of the broker now (blocks for one round trip).
 
-        spot = TopicPartition(self._topic, partition)
-        answer = self._admin.list_offsets({spot: OffsetSpec.latest()}, request_timeout=self._factory.timeout)
-        result: Future[int] = Future()
+        Called while the persist's records are in flight: the request travels
+        alongside them, and the GIL is released while librdkafka waits.
+        """
+        from confluent_kafka import KafkaException, TopicPartition
 
-        def done(future: Future) -> None:  # type: ignore[type-arg]
-            if future.exception() is not None:
-                msg = f"cannot read the end of claims {self._topic}[{partition}]: {future.exception()}"
-                result.set_exception(StorageError(msg, retriable=True))
-            else:
-                result.set_result(future.result().offset)
-
-        answer[spot].add_done_callback(done)
-        return result
+        with self._lock:
+            try:
+                _, latest = self._consumer.get_watermark_offsets(
+                    TopicPartition(self._topic, partition), timeout=self._factory.timeout, cached=False
+                )
+            except KafkaException as exc:
+                msg = f"cannot read the end of claims {self._topic}[{partition}]: {exc}"
+                raise StorageError(msg, retriable=True) from exc
+        return int(latest)
 
     def refresh(self, partition: int, high: int | None = None) -> None:
         """Read claims appended to ``partition`` since the last refresh (up to ``high``)."""

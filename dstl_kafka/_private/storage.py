@@ -38,12 +38,11 @@ class KafkaWriter(ChangeSetWriter):
     _storage: KafkaStorage
 
     def _upload(self, change_sets: Sequence[ChangeSet], checkpoint_id: int) -> Future[list[Location]]:
-        """Produce and flush in the persisting thread; the claims check runs meanwhile.
+        """Produce, ask for the claims partition's end, flush: all in the persisting thread.
 
-        The end offset of the claims partition is requested first (served by
-        librdkafka's thread), the records are produced and flushed here (delivery
-        reports are served in this thread: no hand-off), then the already answered
-        end offset tells whether any claim arrived since the last look.
+        The end-offset request travels while the records are in flight, and the
+        delivery reports are served in this thread (no hand-off to another thread);
+        the end offset then tells whether any claim arrived since the last look.
         """
         storage = self._storage
         partition = storage.partition(self.log_id)
@@ -63,7 +62,6 @@ class KafkaWriter(ChangeSetWriter):
                 offsets[cs_index][chunk_index] = message.offset()
 
         try:
-            claims_end = storage.claims.end_offset(claims_partition)
             for cs_index, (sqn, parts) in enumerate(pieces):
                 for chunk_index, part in enumerate(parts):
                     storage._produce(
@@ -73,6 +71,7 @@ class KafkaWriter(ChangeSetWriter):
                         headers=headers(self.log_id, self.epoch, self._token, sqn, chunk_index, len(parts)),
                         on_delivery=partial(delivered, cs_index, chunk_index),
                     )
+            end = storage.claims.end_offset(claims_partition)  # while the records are in flight
             if (
                 storage._producer.flush(storage.factory.timeout)
                 or errors
@@ -81,7 +80,6 @@ class KafkaWriter(ChangeSetWriter):
                 detail = errors[0] if errors else "not delivered in time"
                 msg = f"producing to {storage.topic}[{partition}] failed: {detail}"
                 raise StorageError(msg, retriable=True)
-            end = claims_end.result(timeout=storage.factory.timeout)
             storage.claims.check(claims_partition, self.log_id, self.epoch, self._token, end)
         except BaseException as exc:  # noqa: BLE001 - the persist's future carries it
             storage.metrics.inc("upload_failures")
