@@ -248,7 +248,8 @@ def main(argv: list[str] | None = None) -> int:
         f"(value: {preset.new_key_share:.0%} new keys; window: {preset.window_keys:,} keys, "
         f"window {preset.window} / slide {preset.slide} checkpoint intervals); changelog configurations "
         f"materialize when the log exceeds {preset.max_log_ratio} x the materialized state and "
-        f"squash repeated updates ({preset.squash_updates}); snapshots on file://. Recovery: median "
+        f"squash repeated updates ({preset.squash_updates}: window only, value keys are mostly new); "
+        "snapshots on file://. Recovery: median "
         f"of {preset.recovery_repeat} fresh processes each restoring the last checkpoint "
         "(`restore()` alone: interpreter start excluded).",
         "",
@@ -270,7 +271,14 @@ def main(argv: list[str] | None = None) -> int:
     verdicts = _verdicts(by_workload, args.preset)
     lines += ["## Targets", "", *verdicts, ""]
     if spark_rows:
-        columns = ["engine", "commit p50 ms", "commit p99 ms", "batch p50 ms", "records/s"]
+        columns = [
+            "engine",
+            "commit p50 ms",
+            "commit p99 ms",
+            "batch p50 ms",
+            "records/s",
+            "state on disk MB",
+        ]
         console.print(_table("The same Spark job on three state stores", columns, spark_rows))
         lines += ["## Spark job, per-batch state commit", "", *_markdown(columns, spark_rows), ""]
     for line in verdicts:

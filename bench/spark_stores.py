@@ -9,7 +9,9 @@ updated), ``rows`` rows per micro-batch, processed key by key (pandas) on:
   checkpointing (``spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled``).
 
 Per batch: the state commit time (Spark: ``stateOperators[].commitTimeMs``; dstl:
-the slowest instance's persist) and the batch duration.
+the slowest instance's persist) and the batch duration. At the end: the bytes of
+state the checkpoint holds on disk (Spark: ``<checkpoint>/state``, with its default
+retention of 100 batches; dstl: its log and snapshots, retention 2 checkpoints).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class StoreResult:
     commit_ms: list[float] = field(default_factory=list)
     batch_ms: list[float] = field(default_factory=list)
     rows: int = 0
+    state_bytes: int = 0  # what the checkpoint holds for the state at the end, on disk
 
     @property
     def records_per_s(self) -> float:
@@ -60,6 +63,11 @@ def write_inputs(directory: Path, batches: int, rows: int, new_share: float = 0.
         path.write_text("".join(json.dumps({"k": f"k{k}"}) + "\n" for k in keys))
         os.utime(path, (FILE_TIME + index, FILE_TIME + index))
         path.replace(directory / f"f{index:05d}.json")
+
+
+def _dir_bytes(*directories: Path) -> int:
+    """Bytes of the files under ``directories``."""
+    return sum(f.stat().st_size for d in directories for f in d.rglob("*") if f.is_file())
 
 
 def _source(spark: Any, inputs: Path) -> Any:  # noqa: ANN401
@@ -109,6 +117,8 @@ def run_dstl(spark: Any, inputs: Path, workdir: Path) -> StoreResult:  # noqa: A
         result.commit_ms.append(batch.checkpoint_ms)
         result.batch_ms.append(float(duration))  # Spark's own trigger duration, as for the other engines
         result.rows += batch.rows
+    checkpoint = workdir / "dstl-checkpoint"
+    result.state_bytes = _dir_bytes(checkpoint / "dstl-state", checkpoint / "dstl-changelog")
     return result
 
 
@@ -132,6 +142,7 @@ def _spark_query_result(engine: str, output: Any, checkpoint: Path) -> StoreResu
         result.commit_ms.append(float(sum(op.commitTimeMs for op in operators)))
         result.batch_ms.append(float(progress.batchDuration))
         result.rows += progress.numInputRows
+    result.state_bytes = _dir_bytes(checkpoint / "state")
     return result
 
 
@@ -197,7 +208,8 @@ def compare(spark: Any, workdir: Path, batches: int, rows: int) -> list[StoreRes
 
 
 def summary_rows(results: list[StoreResult]) -> list[list[str]]:
-    """Table rows: commit p50/p99, batch p50, records/s (the first batch, JVM warm-up, is left out)."""
+    """Table rows: commit p50/p99, batch p50, records/s, state on disk (the first batch, JVM warm-up, is
+    left out of the commit and batch figures)."""
     from bench.dstl_bench import percentile
 
     rows = []
@@ -210,6 +222,7 @@ def summary_rows(results: list[StoreResult]) -> list[list[str]]:
                 f"{percentile(commits, 99):.1f}",
                 f"{statistics.median(batches):.0f}",
                 f"{r.records_per_s:,.0f}",
+                f"{r.state_bytes / 1e6:.2f}",
             ]
         )
     return rows

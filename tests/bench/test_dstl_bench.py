@@ -78,3 +78,4 @@ def test_spark_stores_comparison_runs_the_same_job_on_three_engines(spark, tmp_p
         spark.conf.unset("spark.sql.streaming.stateStore.providerClass")
     assert [r.rows for r in results] == [600, 600, 600]
     assert all(len(r.commit_ms) == 2 for r in results)
+    assert all(r.state_bytes > 0 for r in results), [(r.engine, r.state_bytes) for r in results]
