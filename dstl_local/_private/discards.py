@@ -55,6 +55,24 @@ class DiscardTracker:
                 file.write("".join(f"{offset} {length}\n" for offset, length in sorted(ranges)))
         return [segment for segment in entries if self.collect(segment)]
 
+    def fully_discarded(self, segment: str, size: int) -> bool:
+        """Whether discards cover the first ``size`` bytes of ``segment`` (its whole content so far)."""
+        return size > 0 and self._covered(self._dir / (segment + DISCARDED_SUFFIX)) >= size
+
+    @staticmethod
+    def _covered(discarded: Path) -> int:
+        """Bytes the discard file covers (each change set counted once)."""
+        covered: dict[int, int] = {}
+        try:
+            lines = discarded.read_text(encoding="ascii").splitlines()
+        except FileNotFoundError:
+            return 0
+        for line in lines:
+            offset, _, length = line.partition(" ")
+            if offset.isdigit() and length.isdigit():
+                covered[int(offset)] = int(length)
+        return sum(covered.values())
+
     def collect(self, segment: str) -> bool:
         """Delete ``segment`` if nothing needs it any more; True when deleted."""
         path = self._dir / segment
@@ -68,12 +86,7 @@ class DiscardTracker:
             discarded = path.with_name(segment + DISCARDED_SUFFIX)
             if not (path.exists() and sealed.exists() and discarded.exists()):
                 return False
-            covered: dict[int, int] = {}
-            for line in discarded.read_text(encoding="ascii").splitlines():
-                offset, _, length = line.partition(" ")
-                if offset.isdigit() and length.isdigit():
-                    covered[int(offset)] = int(length)
-            if sum(covered.values()) < path.stat().st_size:
+            if self._covered(discarded) < path.stat().st_size:
                 return False
             path.unlink()
             discarded.unlink(missing_ok=True)

@@ -266,7 +266,22 @@ class LocalStorage(ChangeSetStorage):
         for segments_dir, entries in by_job.items():
             tracker = self._discards if segments_dir == self.segments_dir else DiscardTracker(segments_dir)
             deleted += len(tracker.discard(entries))
+        deleted += self._roll_if_discarded()
         self._metrics.inc("deleted_objects", deleted)
+
+    def _roll_if_discarded(self) -> int:
+        """Seal the active segment once everything in it was discarded, so that it can be deleted.
+
+        Otherwise a job whose log is truncated at every checkpoint would keep up to
+        ``dstl.local.segment-size`` of dead log per instance on disk.
+        """
+        with self._segment_lock:
+            active = self._active
+            if active is None or not self._discards.fully_discarded(active.name, active.size):
+                return 0
+            active.seal()
+            self._active = None
+        return int(self._discards.collect(active.name))
 
     def list_objects(self) -> list[str]:
         """Segment files of this job."""

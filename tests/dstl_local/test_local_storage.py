@@ -162,6 +162,24 @@ def test_segments_roll_and_are_deleted_only_when_fully_discarded(tmp_path):
     assert kept_segment in load_storage(config, job_id="job").list_objects(), "a needed segment was deleted"
 
 
+def test_a_fully_discarded_active_segment_is_sealed_and_deleted(local_config):
+    with load_storage(local_config, job_id="job") as storage:  # 64 MB segments: nothing rolls by size
+        writer = storage.create_writer("op", KG)
+        handles = []
+        for round_ in range(3):
+            writer.append(0, b"x" * 1000)
+            handles.append(persist(writer, writer.next_sqn() - 1, round_ + 1))
+        (segment,) = storage.list_objects()
+        storage.discard(handles[:2])
+        assert storage.list_objects() == [segment], "deleted while a change set in it is still needed"
+        writer.truncate(handles[2].sqn_range.end)
+        storage.discard(handles[2:])
+        assert storage.list_objects() == [], "dead log stayed on disk"
+        writer.append(0, b"after")
+        assert read_data(storage, persist(writer, writer.next_sqn() - 1, 4)) == [b"after"]
+        assert len(storage.list_objects()) == 1
+
+
 def test_discard_waits_for_writers_that_still_reuse_a_change_set(local_config):
     with load_storage({**local_config, "dstl.local.segment-size": "4kb"}, job_id="job") as storage:
         writer = storage.create_writer("op", KG)
