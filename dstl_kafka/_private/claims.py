@@ -41,32 +41,30 @@ class ClaimsTracker:
         Called while the persist's records are in flight: the request travels
         alongside them, and the GIL is released while librdkafka waits.
         """
+        with self._lock:
+            return self._watermarks(partition)[1]
+
+    def _watermarks(self, partition: int) -> tuple[int, int]:
+        """Low and high offsets of a claims partition, from the broker (hold ``_lock``)."""
         from confluent_kafka import KafkaException, TopicPartition
 
-        with self._lock:
-            try:
-                _, latest = self._consumer.get_watermark_offsets(
-                    TopicPartition(self._topic, partition), timeout=self._factory.timeout, cached=False
-                )
-            except KafkaException as exc:
-                msg = f"cannot read the end of claims {self._topic}[{partition}]: {exc}"
-                raise StorageError(msg, retriable=True) from exc
-        return int(latest)
+        try:
+            low, high = self._consumer.get_watermark_offsets(
+                TopicPartition(self._topic, partition), timeout=self._factory.timeout, cached=False
+            )
+        except KafkaException as exc:
+            msg = f"cannot read the offsets of claims {self._topic}[{partition}]: {exc}"
+            raise StorageError(msg, retriable=True) from exc
+        return int(low), int(high)
 
     def refresh(self, partition: int, high: int | None = None) -> None:
         """Read claims appended to ``partition`` since the last refresh (up to ``high``)."""
-        from confluent_kafka import KafkaException, TopicPartition
+        from confluent_kafka import TopicPartition
 
         if high is not None and high <= self._read_to.get(partition, 0):
             return  # nothing new: the common case of every persist
         with self._lock:
-            try:
-                low, latest = self._consumer.get_watermark_offsets(
-                    TopicPartition(self._topic, partition), timeout=self._factory.timeout, cached=False
-                )
-            except KafkaException as exc:
-                msg = f"cannot read claims of {self._topic}[{partition}]: {exc}"
-                raise StorageError(msg, retriable=True) from exc
+            low, latest = self._watermarks(partition)
             high = latest if high is None else max(high, latest)
             start = max(low, self._read_to.get(partition, 0))
             if high <= start:
