@@ -61,11 +61,49 @@ def spark_session(app: str = "dstl-demo") -> Any:  # noqa: ANN401 - SparkSession
 
 
 # -- the job (child process) -------------------------------------------------------------------------
+def job_command(workdir: Path, seconds: float, config: dict[str, str]) -> list[str]:
+    """The child job's command line; its config goes to a file only the owner can read.
+
+    A secret in the config (an S3 secret key) would show in ``ps`` on a command line.
+    """
+    path = workdir / "job-config.json"
+    path.unlink(missing_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as file:
+        json.dump(config, file)
+    module = "dstl.backend.spark.demo.run"
+    return [
+        sys.executable,
+        "-m",
+        module,
+        "job",
+        "--workdir",
+        str(workdir),
+        "--seconds",
+        str(seconds),
+        "--config-file",
+        str(path),
+    ]
+
+
+def _read_config(path: str | None) -> dict[str, str]:
+    """The options the parent wrote (a JSON object of strings)."""
+    if path is None:
+        return {}
+    config = json.loads(Path(path).read_text())
+    if not isinstance(config, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in config.items()
+    ):
+        msg = f"{path}: the job config must be a JSON object of strings"
+        raise SystemExit(msg)
+    return config
+
+
 def _job(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="dstl-demo-job")
     parser.add_argument("--workdir", required=True)
     parser.add_argument("--seconds", type=float, required=True)
-    parser.add_argument("--config", default="{}")
+    parser.add_argument("--config-file", help="JSON object of options (written 0600 by the parent)")
     args = parser.parse_args(argv)
     from .pipeline import start_pipeline, write_input_file
 
@@ -77,7 +115,7 @@ def _job(argv: list[str]) -> int:
         next_file = 1
     spark = spark_session()
     spark.sparkContext.setLogLevel("ERROR")
-    query = start_pipeline(spark, workdir, json.loads(args.config))
+    query = start_pipeline(spark, workdir, _read_config(args.config_file))
     query.add_listener(lambda p: print(PROGRESS + p.to_json(), flush=True))
     stop = threading.Event()
     written = 0
@@ -152,20 +190,9 @@ def _run_job(
     kill_after_batches: int | None = None,
 ) -> int:
     """Run one child job, streaming its progress into the table; SIGKILL it after N batches if asked."""
-    command = [
-        sys.executable,
-        "-m",
-        "dstl.backend.spark.demo.run",
-        "job",
-        "--workdir",
-        str(workdir),
-        "--seconds",
-        str(seconds),
-        "--config",
-        json.dumps(config),
-    ]
-    log_path = workdir / f"job-{run}.log"
     workdir.mkdir(parents=True, exist_ok=True)
+    command = job_command(workdir, seconds, config)
+    log_path = workdir / f"job-{run}.log"
     with open(log_path, "w") as log_file:  # Spark's own output goes here, not over the table
         child = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=log_file, text=True, start_new_session=True

@@ -1,5 +1,6 @@
 """The main job end to end on every storage: SIGKILL mid-stream, restart, PASS vs a batch recomputation."""
 
+import os
 import subprocess
 import sys
 
@@ -34,3 +35,19 @@ def test_driver_kill_on_s3(tmp_path, s3_config):
 @pytest.mark.slow
 def test_driver_kill_on_kafka(tmp_path, kafka_config):
     run_demo(tmp_path, kafka_config)
+
+
+def test_the_job_gets_its_config_from_a_private_file_not_its_command_line(tmp_path):
+    from dstl.backend.spark.demo.run import _read_config, job_command
+
+    secret = "s3-secret-that-ps-must-not-show"
+    command = job_command(tmp_path, 5, {"dstl.storage": "filesystem", "dstl.dfs.s3.secret-key": secret})
+    assert not any(secret in part for part in command)
+    path = command[command.index("--config-file") + 1]
+    assert oct(os.stat(path).st_mode & 0o777) == "0o600"
+    assert _read_config(path)["dstl.dfs.s3.secret-key"] == secret
+    job_command(tmp_path, 5, {})  # a second run replaces the file
+    assert _read_config(path) == {}
+    (tmp_path / "bad.json").write_text('{"a": 1}')
+    with pytest.raises(SystemExit, match="JSON object of strings"):
+        _read_config(str(tmp_path / "bad.json"))
