@@ -69,8 +69,11 @@ class WorkingCopy:
         if not isinstance(doc, dict) or not isinstance(doc.get("digest"), str):
             return None
         registrations = doc.get("registrations")
-        if not isinstance(registrations, dict):
-            return None
+        if not isinstance(registrations, dict) or not all(
+            isinstance(kinds, list) and len(kinds) == 2 and all(isinstance(part, str) for part in kinds)
+            for kinds in registrations.values()
+        ):
+            return None  # damaged or hand-edited: the copy is at no known checkpoint, restore it
         return {"digest": doc["digest"], "registrations": {k: tuple(v) for k, v in registrations.items()}}
 
     def invalidate(self) -> None:
