@@ -27,16 +27,21 @@ def encode_change(op: Op, state_id: int, key: bytes, *args: Any) -> bytes:  # no
 
 
 _OPS = tuple(Op)  # index -> member: cheaper than Op(value) on the replay path
+_ARITY = (1, 0, 1, 1, 2, 1)  # arguments each op carries, by op
 
 
 def decode_change(data: bytes, *, where: str) -> tuple[Op, int, bytes, list[Any]]:
     """``(op, state id, key, arguments)``; :class:`CorruptedError` on anything else."""
     try:
         op, state_id, key, *args = msgpack.unpackb(data, raw=False, strict_map_key=False)
-        if type(op) is not int or not 0 <= op < len(_OPS) or type(key) is not bytes:
-            msg = f"op {op!r} or key of type {type(key).__name__} is not a state change"
+        well_typed = type(op) is int and type(state_id) is int and type(key) is bytes
+        if not well_typed or not 0 <= op < len(_OPS):
+            msg = f"op {op!r}, state id {state_id!r} or key {type(key).__name__} is not a state change"
             raise TypeError(msg)
-        return _OPS[op], int(state_id), key, args
+        if len(args) != _ARITY[op]:
+            msg = f"{_OPS[op].name} carries {_ARITY[op]} argument(s), not {len(args)}"
+            raise TypeError(msg)
+        return _OPS[op], state_id, key, args
     except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
         msg = f"undecodable state change record: {exc}"
         raise CorruptedError(msg, location=where) from exc

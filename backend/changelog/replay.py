@@ -175,12 +175,13 @@ def squash(logs: Iterable[FetchedLog], base: Callable[[str, int, bytes], Any] | 
                     and len(record) == 4
                     and record[0] == _VALUE_PUT
                     and type(record[0]) is int
+                    and type(record[1]) is int
                     and type(record[2]) is bytes
                 ):  # a value put: most changes, no general decoding
                     state_id, key, op, args = record[1], record[2], _OP_VALUE_PUT, None
                 else:
                     op, state_id, key, args = decode_change(data, where=names.where)
-                if state_id != last_state_id or key_group != last_key_group or type(state_id) is not int:
+                if state_id != last_state_id or key_group != last_key_group:
                     name = names.name(state_id)
                     batch = batches.get((name, key_group))
                     if batch is None:

@@ -1,11 +1,14 @@
 """Restore replays logs here or in a forked process: same state either way, damage still reported."""
 
 import os
+import uuid
 from pathlib import Path
 
+import msgpack
 import pytest
 
-from dstl.backend.changelog import ChangelogKeyedStateBackend
+from dstl.backend.changelog import BackendSnapshot, ChangelogKeyedStateBackend
+from dstl.backend.changelog.records import encode_registration
 from dstl.backend.changelog.replay import SquashedLog
 from dstl.spi import CorruptedError, KeyGroupRange, load_storage
 from tests.backend.test_changelog_backend import populate, read_back
@@ -112,3 +115,25 @@ def test_squashed_log_round_trips_through_its_encoding():
         unsquashed=[("recent", 5, b"k3", 2, [b"x"])],
     )
     assert SquashedLog.decode(squashed.encode()) == squashed
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        [0, [1], b"k", b"v"],  # a state id that is not an integer (unhashable)
+        [0, "1", b"k", b"v"],  # ... a string that int() would have accepted
+        [0, 1, b"k"],  # a value put without its value
+        [4, 1, b"k", b"only-the-map-key"],  # a map put without its value
+    ],
+)
+@pytest.mark.parametrize("fork_from", [0, 1])
+def test_a_malformed_record_is_reported_as_corrupted(record, fork_from):
+    config = {"dstl.storage": "memory", "dstl.memory.namespace": f"bad-{uuid.uuid4().hex}"}
+    with load_storage(config, job_id="job") as storage:
+        writer = storage.create_writer("op", ALL)
+        writer.append_meta(encode_registration(1, "totals", "value", "msgpack"))
+        writer.append(3, msgpack.packb(record, use_bin_type=True))
+        handle = writer.persist(writer.initial_sqn(), 1).result(timeout=10)
+        restored = ChangelogKeyedStateBackend(storage, "op", ALL, epoch=1, fork_replay_from=fork_from)
+        with pytest.raises(CorruptedError, match="undecodable state change record"):
+            restored.restore(BackendSnapshot(1, (handle,)), config)
