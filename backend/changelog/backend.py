@@ -12,7 +12,7 @@ from __future__ import annotations
 import gc
 import json
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -24,6 +24,7 @@ from dstl.spi import (
     ConfigError,
     InvalidHandleError,
     KeyGroupRange,
+    StateChangelogReader,
     StateChangelogStorage,
     storage_for_handle,
 )
@@ -403,8 +404,7 @@ class ChangelogKeyedStateBackend:
                 for name, (kind, serializer) in self.materializer.load(ref).items():
                     self._restored_kinds[name] = (kind, serializer)
 
-        with self._storages(config) as storage_of:
-            sources = [(storage_of(handle).create_reader(), handle) for handle in snapshot.handles]
+        with self._readers(snapshot.handles, config) as sources:
             replay(
                 sources,
                 self.key_groups,
@@ -413,8 +413,6 @@ class ChangelogKeyedStateBackend:
                 load_snapshots,
                 fork_from=self._fork_replay_from,
             )
-            for reader, _ in sources:
-                reader.close()
 
     def resume(
         self,
@@ -442,10 +440,10 @@ class ChangelogKeyedStateBackend:
     ) -> set[tuple[str, int, bytes]]:
         """``(state, key group, key)`` of every change in ``handles`` (for incrementals after resume)."""
         changed: set[tuple[str, int, bytes]] = set()
-        with self._storages(config) as storage_of:
-            for handle in handles:
+        with self._readers(handles, config) as sources:
+            for reader, handle in sources:
                 visit(
-                    storage_of(handle).create_reader(),
+                    reader,
                     handle,
                     self.key_groups,
                     lambda name, kg, key: changed.add((name, kg, key)),
@@ -454,22 +452,30 @@ class ChangelogKeyedStateBackend:
         return changed
 
     @contextmanager
-    def _storages(
-        self, config: Config | Mapping[str, Any] | None
-    ) -> Iterator[Callable[[ChangelogHandle], StateChangelogStorage]]:
-        """The storage of each handle: this backend's own, or one opened for it (closed after)."""
+    def _readers(
+        self, handles: Iterable[ChangelogHandle], config: Config | Mapping[str, Any] | None
+    ) -> Iterator[list[tuple[StateChangelogReader, ChangelogHandle]]]:
+        """A reader for each handle, of its own storage: this backend's, or one opened for it.
+
+        Readers and opened storages are closed on exit.
+        """
         opened: dict[str, StateChangelogStorage] = {}
-
-        def storage_of(handle: ChangelogHandle) -> StateChangelogStorage:
-            if handle.storage_id == self.storage.identifier:
-                return self.storage
-            if handle.storage_id not in opened:
-                opened[handle.storage_id] = storage_for_handle(handle, config, job_id="restore")
-            return opened[handle.storage_id]
-
+        readers: dict[str, StateChangelogReader] = {}
         try:
-            yield storage_of
+            pairs = []
+            for handle in handles:
+                if handle.storage_id not in readers:
+                    storage = self.storage
+                    if handle.storage_id != storage.identifier:
+                        storage = opened[handle.storage_id] = storage_for_handle(
+                            handle, config, job_id="restore"
+                        )
+                    readers[handle.storage_id] = storage.create_reader()
+                pairs.append((readers[handle.storage_id], handle))
+            yield pairs
         finally:
+            for reader in readers.values():
+                reader.close()
             for storage in opened.values():
                 storage.close()
 
