@@ -266,18 +266,25 @@ class LocalStorage(ChangeSetStorage):
         for segments_dir, entries in by_job.items():
             tracker = self._discards if segments_dir == self.segments_dir else DiscardTracker(segments_dir)
             deleted += len(tracker.discard(entries))
-        deleted += self._roll_if_discarded()
+        deleted += self._roll_if_discarded(by_job.get(self.segments_dir, {}))
         self._metrics.inc("deleted_objects", deleted)
 
-    def _roll_if_discarded(self) -> int:
+    def _roll_if_discarded(self, touched: dict[str, set[tuple[int, int]]]) -> int:
         """Seal the active segment once everything in it was discarded, so that it can be deleted.
 
         Otherwise a job whose log is truncated at every checkpoint would keep up to
-        ``dstl.local.segment-size`` of dead log per instance on disk.
+        ``dstl.local.segment-size`` of dead log per instance on disk. The discard file is
+        read outside the segment lock (commits wait on it), and only when this discard
+        touched the active segment.
         """
+        active = self._active
+        if active is None or active.name not in touched:
+            return 0
+        size = active.size
+        if not self._discards.fully_discarded(active.name, size):
+            return 0
         with self._segment_lock:
-            active = self._active
-            if active is None or not self._discards.fully_discarded(active.name, active.size):
+            if self._active is not active or active.size != size:  # a commit came in meanwhile
                 return 0
             active.seal()
             self._active = None
