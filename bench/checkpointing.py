@@ -6,6 +6,12 @@ import time
 from dataclasses import dataclass
 
 from dstl.backend.changelog import BackendSnapshot, ChangelogKeyedStateBackend
+from dstl.backend.delegate import StateDelegate
+
+
+def entry_count(delegate: StateDelegate) -> int:
+    """Entries the delegate holds, over every state and key group."""
+    return sum(len(group) for groups in delegate.snapshot().values() for group in groups.values())
 
 
 @dataclass(frozen=True)

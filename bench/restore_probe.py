@@ -6,7 +6,10 @@ heap) as much as the restore. A recovery starts from an empty process, so each
 probe is one: it restores once and reports the seconds of ``restore()`` alone
 (interpreter start and imports excluded, as a long-lived worker has them already).
 
-    python -m bench.restore_probe REQUEST.json   # prints {"seconds": ..., "entries": ...}
+    python -m bench.restore_probe REQUEST.json [--size]   # prints {"seconds", "entries"[, "state_bytes"]}
+
+With ``--size`` the probe then (untimed) writes the restored state as one full
+snapshot: its size is the "size of the state" the report compares checkpoints with.
 """
 
 from __future__ import annotations
@@ -17,11 +20,22 @@ import subprocess
 import sys
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.checkpointing import entry_count
 from dstl.backend.changelog import BackendSnapshot, ChangelogKeyedStateBackend
 from dstl.spi import KeyGroupRange, load_storage
+
+
+@dataclass(frozen=True)
+class RestoreFigures:
+    """Median restore seconds, the entries every restore produced, the state's full-snapshot bytes."""
+
+    seconds: float
+    entries: int
+    state_bytes: int
 
 
 def measure(
@@ -33,8 +47,8 @@ def measure(
     *,
     repeat: int = 3,
     timeout: float = 600,
-) -> tuple[float, int]:
-    """Median restore seconds over ``repeat`` fresh processes, and the entries restored."""
+) -> RestoreFigures:
+    """Restore in ``repeat`` fresh processes (the first also sizes the state)."""
     request = workdir / f"restore-{snapshot.checkpoint_id}.json"
     request.write_text(
         json.dumps(
@@ -47,10 +61,16 @@ def measure(
         )
     )
     request.chmod(0o600)  # the storage config may hold credentials
-    seconds, entries = [], set()
-    for _ in range(repeat):
+    seconds, entries, state_bytes = [], set(), 0
+    for attempt in range(repeat):
         done = subprocess.run(
-            [sys.executable, "-m", "bench.restore_probe", str(request)],
+            [
+                sys.executable,
+                "-m",
+                "bench.restore_probe",
+                str(request),
+                *(["--size"] if attempt == 0 else []),
+            ],
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -62,13 +82,14 @@ def measure(
         report = json.loads(done.stdout.strip().splitlines()[-1])
         seconds.append(report["seconds"])
         entries.add(report["entries"])
+        state_bytes = report.get("state_bytes", state_bytes)
     if len(entries) != 1:
         msg = f"restores disagree on the number of entries: {sorted(entries)}"
         raise AssertionError(msg)
-    return statistics.median(seconds), entries.pop()
+    return RestoreFigures(statistics.median(seconds), entries.pop(), state_bytes)
 
 
-def _probe(request: dict[str, Any]) -> dict[str, Any]:
+def _probe(request: dict[str, Any], *, size: bool) -> dict[str, Any]:
     snapshot = BackendSnapshot.from_json(request["snapshot"])
     key_groups = KeyGroupRange(*request["key_groups"])
     # A job of its own: the probe's writer (every backend has one) touches nothing of the checkpoint's.
@@ -78,12 +99,12 @@ def _probe(request: dict[str, Any]) -> dict[str, Any]:
         )
         began = time.perf_counter()
         backend.restore(snapshot, request["storage"])
-        seconds = time.perf_counter() - began
-        view = backend.delegate.snapshot()
-        entries = sum(len(group) for groups in view.values() for group in groups.values())
+        report = {"seconds": time.perf_counter() - began, "entries": entry_count(backend.delegate)}
+        if size:  # the first materialization after a restore is a full snapshot
+            report["state_bytes"] = backend.materialize().result(timeout=600).size
         backend.close()
-    return {"seconds": seconds, "entries": entries}
+    return report
 
 
 if __name__ == "__main__":
-    print(json.dumps(_probe(json.loads(Path(sys.argv[1]).read_text()))))
+    print(json.dumps(_probe(json.loads(Path(sys.argv[1]).read_text()), size="--size" in sys.argv[2:])))
