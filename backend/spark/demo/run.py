@@ -61,8 +61,8 @@ def spark_session(app: str = "dstl-demo") -> Any:  # noqa: ANN401 - SparkSession
 
 
 # -- the job (child process) -------------------------------------------------------------------------
-def job_command(workdir: Path, seconds: float, config: dict[str, str]) -> list[str]:
-    """The child job's command line; its config goes to a file only the owner can read.
+def job_command(workdir: Path, seconds: float, config: dict[str, str]) -> tuple[list[str], Path]:
+    """The child job's command line, and the file only the owner can read that holds its config.
 
     A secret in the config (an S3 secret key) would show in ``ps`` on a command line.
     """
@@ -72,7 +72,7 @@ def job_command(workdir: Path, seconds: float, config: dict[str, str]) -> list[s
     with os.fdopen(descriptor, "w") as file:
         json.dump(config, file)
     module = "dstl.backend.spark.demo.run"
-    return [
+    command = [
         sys.executable,
         "-m",
         module,
@@ -84,6 +84,7 @@ def job_command(workdir: Path, seconds: float, config: dict[str, str]) -> list[s
         "--config-file",
         str(path),
     ]
+    return command, path
 
 
 def _read_config(path: str | None) -> dict[str, str]:
@@ -191,7 +192,7 @@ def _run_job(
 ) -> int:
     """Run one child job, streaming its progress into the table; SIGKILL it after N batches if asked."""
     workdir.mkdir(parents=True, exist_ok=True)
-    command = job_command(workdir, seconds, config)
+    command, config_file = job_command(workdir, seconds, config)
     log_path = workdir / f"job-{run}.log"
     with open(log_path, "w") as log_file:  # Spark's own output goes here, not over the table
         child = subprocess.Popen(
@@ -209,6 +210,7 @@ def _run_job(
             os.killpg(child.pid, signal.SIGKILL)  # the driver and its Python workers, mid-stream
             break
     code = child.wait()
+    config_file.unlink(missing_ok=True)  # it may hold secrets
     if code != 0 and kill_after_batches is None:
         tail = log_path.read_text().splitlines()[-15:]
         live.console.print("\n".join(tail), markup=False, highlight=False)

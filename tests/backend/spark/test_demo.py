@@ -15,6 +15,7 @@ def run_demo(tmp_path, config):
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0 and "PASS" in done.stdout, done.stdout[-3000:] + done.stderr[-3000:]
     assert "killed with SIGKILL" in done.stdout
+    assert not (tmp_path / "demo" / "job-config.json").exists(), "the job's config (secrets) stayed on disk"
     return done.stdout
 
 
@@ -41,9 +42,9 @@ def test_the_job_gets_its_config_from_a_private_file_not_its_command_line(tmp_pa
     from dstl.backend.spark.demo.run import _read_config, job_command
 
     secret = "s3-secret-that-ps-must-not-show"
-    command = job_command(tmp_path, 5, {"dstl.storage": "filesystem", "dstl.dfs.s3.secret-key": secret})
+    command, path = job_command(tmp_path, 5, {"dstl.storage": "filesystem", "dstl.dfs.s3.secret-key": secret})
     assert not any(secret in part for part in command)
-    path = command[command.index("--config-file") + 1]
+    assert command[command.index("--config-file") + 1] == str(path)
     assert oct(os.stat(path).st_mode & 0o777) == "0o600"
     assert _read_config(path)["dstl.dfs.s3.secret-key"] == secret
     job_command(tmp_path, 5, {})  # a second run replaces the file
