@@ -243,7 +243,7 @@ class Materializer:
         for key_group, entries in sections:
             # A section lists each state's entries together (see materialize): one batch per state.
             for state, same_state in groupby(entries, key=itemgetter(0)):
-                write_batch(state, key_group, [(key, entry) for _, key, entry in same_state])
+                write_batch(state, key_group, {key: entry for _, key, entry in same_state})
         return {
             name: (kind, serializer) for name, (kind, serializer) in meta.get("registrations", {}).items()
         }

@@ -125,7 +125,7 @@ class SquashedLog:
         for registration in self.registrations:
             registered(*registration)
         for (name, key_group), batch in self.batches.items():
-            delegate.write_batch(name, key_group, batch.items())
+            delegate.write_batch(name, key_group, batch)
         for name, key_group, key, op, args in self.unsquashed:
             apply_change(delegate, name, key_group, key, _OPS[op], args)
 

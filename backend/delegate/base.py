@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 __all__ = ["StateDelegate"]
@@ -29,13 +29,13 @@ class StateDelegate(ABC):
     def delete(self, state: str, key_group: int, key: bytes) -> None:
         """Remove the entry (no-op when absent)."""
 
-    def write_batch(self, state: str, key_group: int, entries: Iterable[tuple[bytes, Any]]) -> None:
-        """Store each ``(key, entry)`` of one state and key group; an entry of ``None`` removes the key.
+    def write_batch(self, state: str, key_group: int, entries: Mapping[bytes, Any]) -> None:
+        """Store ``key -> entry`` of one state and key group; an entry of ``None`` removes the key.
 
         Restores hand whole snapshot sections and squashed logs over this way;
         delegates override it to write them in one go.
         """
-        for key, entry in entries:
+        for key, entry in entries.items():
             if entry is None:
                 self.delete(state, key_group, key)
             else:

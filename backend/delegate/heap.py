@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from .base import StateDelegate
@@ -36,20 +36,19 @@ class HeapDelegate(StateDelegate):
             group = groups[key_group] = {}
         group[key] = entry
 
-    def write_batch(self, state: str, key_group: int, entries: Iterable[tuple[bytes, Any]]) -> None:
-        """One dict update, then the removals (an entry of ``None`` removes its key)."""
+    def write_batch(self, state: str, key_group: int, entries: Mapping[bytes, Any]) -> None:
+        """One dict update; removals (``None`` entries) only when there are any (checked in C)."""
         groups = self._data.get(state)
         if groups is None:
             groups = self._data[state] = {}
         group = groups.get(key_group)
         if group is None:
             group = groups[key_group] = {}
-        if not isinstance(entries, Collection):
-            entries = list(entries)  # read twice below
         group.update(entries)
-        for key, entry in entries:
-            if entry is None and group.get(key) is None:  # the key's last entry removes it
-                group.pop(key, None)
+        if None in entries.values():
+            for key, entry in entries.items():
+                if entry is None:
+                    del group[key]
 
     def delete(self, state: str, key_group: int, key: bytes) -> None:
         """Remove the entry."""

@@ -9,7 +9,7 @@ Durability is the DSTL's job, so the environment is written without fsync.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -57,13 +57,13 @@ class LmdbDelegate(StateDelegate):
         with self._env.begin(write=True) as txn:
             txn.put(self._key(state, key_group, key), msgpack.packb(entry, use_bin_type=True))
 
-    def write_batch(self, state: str, key_group: int, entries: Iterable[tuple[bytes, Any]]) -> None:
+    def write_batch(self, state: str, key_group: int, entries: Mapping[bytes, Any]) -> None:
         """All in one write transaction (a transaction per entry would dominate a restore)."""
         prefix = _prefix(state, key_group)
         self._key(state, key_group, b"")  # validates the state name
         packb = msgpack.packb
         with self._env.begin(write=True) as txn:
-            for key, entry in entries:
+            for key, entry in entries.items():
                 if entry is None:
                     txn.delete(prefix + key)
                 else:

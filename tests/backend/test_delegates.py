@@ -95,7 +95,7 @@ def test_write_batch_stores_entries_and_none_removes(make_delegate):
     delegate = make_delegate()
     delegate.put("s", 7, b"old", b"1")
     delegate.put("s", 7, b"kept", b"2")
-    delegate.write_batch("s", 7, [(b"old", None), (b"new", [b"a"]), (b"back", None), (b"back", {b"m": b"v"})])
-    delegate.write_batch("s", 8, iter([(b"gone", b"x"), (b"gone", None)]))  # a one-pass iterable
+    delegate.write_batch("s", 7, {b"old": None, b"new": [b"a"], b"back": {b"m": b"v"}})
+    delegate.write_batch("s", 8, {b"gone": None})  # removing what is not there
     assert dict(delegate.entries("s", 7)) == {b"kept": b"2", b"new": [b"a"], b"back": {b"m": b"v"}}
     assert dict(delegate.entries("s", 8)) == {}
