@@ -2,10 +2,12 @@
 
 A writer claims its log when it is created: ``init_transactions`` on a
 transactional producer whose id is derived from job and log (fencing older
-transactional claimers), then a committed claim record ``epoch token``. Each
-persist checks, in parallel with its produce, whether the claims partition grew
-since the writer last looked; only then are the new claims read. The greatest
-``(epoch, token)`` claimed for a log owns it.
+transactional claimers), then a committed claim record ``epoch token``. After
+the commit the storage leaves a marker in the log's data partition (see
+``ledger``), so a persist has to ask for the claims only when a foreign record
+landed in its partition. Asking means: the claims partition's end offset, and
+only if it grew, the new claims. The greatest ``(epoch, token)`` claimed for a log
+owns it.
 """
 
 from __future__ import annotations
@@ -31,6 +33,12 @@ class ClaimsTracker:
         self._topic = topic
         self._job = job_id
         self._consumer = Consumer(factory.consumer_config(), logger=log)
+        # End offsets must count records of open transactions too: a read_committed
+        # end offset is the last stable offset, which stops short of a committed
+        # claim behind another claimer's open transaction (and Tansu answers 0 then).
+        self._offsets = Consumer(
+            factory.consumer_config(**{"isolation.level": "read_uncommitted"}), logger=log
+        )
         self._lock = threading.Lock()
         self._read_to: dict[int, int] = {}
         self.owners: dict[str, tuple[int, str]] = {}
@@ -38,8 +46,9 @@ class ClaimsTracker:
     def end_offset(self, partition: int) -> int:
         """The end offset of a claims partition, asked of the broker now (blocks for one round trip).
 
-        Called while the persist's records are in flight: the request travels
-        alongside them, and the GIL is released while librdkafka waits.
+        Counts records of open transactions. Every claim committed before the call
+        lies below it. The GIL is released while librdkafka waits, so a persist
+        asks while its own records are in flight.
         """
         with self._lock:
             return self._watermarks(partition)[1]
@@ -49,7 +58,7 @@ class ClaimsTracker:
         from confluent_kafka import KafkaException, TopicPartition
 
         try:
-            low, high = self._consumer.get_watermark_offsets(
+            low, high = self._offsets.get_watermark_offsets(
                 TopicPartition(self._topic, partition), timeout=self._factory.timeout, cached=False
             )
         except KafkaException as exc:
@@ -71,23 +80,37 @@ class ClaimsTracker:
                 self._read_to[partition] = max(start, high)
                 return
             self._consumer.assign([TopicPartition(self._topic, partition, start)])
-            deadline = time.monotonic() + self._factory.timeout
-            position = start
-            while position < high:
-                if time.monotonic() > deadline:
-                    msg = f"reading claims of {self._topic}[{partition}] timed out at {position} of {high}"
-                    raise StorageError(msg, retriable=True)
-                message = self._consumer.poll(0.1)
-                if message is None:
-                    continue
-                if message.error():
-                    if message.error().code() == -191:  # _PARTITION_EOF: transaction markers end the range
-                        break
-                    continue
-                position = message.offset() + 1
-                self._apply(message.key(), message.value())
-            self._consumer.unassign()  # no background fetch may delay the next check
-            self._read_to[partition] = high
+            try:
+                self._read_to[partition] = self._read(partition, start, high)
+            finally:
+                self._consumer.unassign()  # no background fetch may delay the next check
+
+    def _read(self, partition: int, start: int, high: int) -> int:
+        """Apply the claims in ``[start, high)``; returns the position reached (``>= high``).
+
+        read_committed stops at an open transaction until it ends, so a claim in
+        flight is waited for rather than skipped (it may commit a moment later).
+        """
+        from confluent_kafka import TopicPartition
+
+        deadline = time.monotonic() + self._factory.timeout
+        position = start
+        while position < high:
+            if time.monotonic() > deadline:
+                msg = (
+                    f"reading claims of {self._topic}[{partition}] timed out at {position} of {high} "
+                    "(a claiming transaction stays open?)"
+                )
+                raise StorageError(msg, retriable=True)
+            message = self._consumer.poll(0.1)
+            if message is None or message.error():
+                # The position moves past transaction markers and aborted records, which poll never returns.
+                (reached,) = self._consumer.position([TopicPartition(self._topic, partition)])
+                position = max(position, reached.offset)
+                continue
+            position = message.offset() + 1
+            self._apply(message.key(), message.value())
+        return position
 
     def _apply(self, key: bytes | None, value: bytes | None) -> None:
         if not key or not value:
@@ -105,6 +128,10 @@ class ClaimsTracker:
         :param end: the claims partition's end offset, when already known.
         """
         self.refresh(partition, end)
+        self.verify_owner(log_id, epoch, token)
+
+    def verify_owner(self, log_id: str, epoch: int, token: str) -> None:
+        """Raise :class:`FencedError` when a greater claim already known here owns ``log_id``."""
         owner = self.owners.get(log_id)
         if owner is not None and owner != (epoch, token):
             msg = (
@@ -147,3 +174,4 @@ class ClaimsTracker:
         """Close the consumer."""
         with self._lock:
             self._consumer.close()
+            self._offsets.close()

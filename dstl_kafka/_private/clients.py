@@ -53,7 +53,7 @@ class ClientFactory:
             **overrides,
         }
 
-    def consumer_config(self) -> dict[str, Any]:
+    def consumer_config(self, **overrides: Any) -> dict[str, Any]:  # noqa: ANN401
         """A read_committed consumer that is only ever assigned partitions."""
         return {
             **self._common(),
@@ -66,6 +66,7 @@ class ClientFactory:
             "fetch.wait.max.ms": 5,
             "fetch.message.max.bytes": max(1_048_576, self.max_message + 64 * 1024),
             **self.consumer_extra,
+            **overrides,
         }
 
     def admin_config(self) -> dict[str, Any]:

@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 
 from dstl.conformance.testing import persist, read_data
 from dstl.kafka.testing import BOOTSTRAP_ENV, TansuBroker, kafka_broker
-from dstl.spi import ChangelogHandle, ConfigError, KeyGroupRange, load_storage
+from dstl.spi import ChangelogHandle, ConfigError, FencedError, KeyGroupRange, load_storage
 
 ROOT = Path(__file__).resolve().parents[2]
 KG = KeyGroupRange(0, 4)
@@ -118,3 +119,36 @@ def test_external_bootstrap_is_used_when_set(monkeypatch):
     monkeypatch.setenv(BOOTSTRAP_ENV, "kafka.example:9092")
     with kafka_broker() as bootstrap:
         assert bootstrap == "kafka.example:9092"
+
+
+def test_a_claim_committed_behind_an_open_transaction_is_waited_for(kafka_config):
+    """read_committed stops at the open transaction; the committed claim behind it still fences."""
+    from confluent_kafka import Producer
+
+    config = {**kafka_config, "dstl.kafka.request.timeout": "10s"}
+    with load_storage(config, job_id="lso") as storage:
+        writer = storage.create_writer("op", KG, epoch=1)
+        writer.append(0, b"before")
+        persist(writer, 0, 1)
+        claims, partition = storage.claims, storage.claims_partition("op")
+        settings = storage.factory.producer_config()
+
+        def transactional(log_id: str) -> Producer:
+            producer = Producer({**settings, "transactional.id": f"dstl.lso.{log_id}"})
+            producer.init_transactions(10)
+            producer.begin_transaction()
+            producer.produce(
+                storage.claims_topic, key=f"lso/{log_id}".encode(), value=b"7 x", partition=partition
+            )
+            producer.flush(10)
+            return producer
+
+        stalled = transactional("other")  # another log's claim, still open
+        transactional("op").commit_transaction(10)  # a newer claim of this log, committed behind it
+        committer = threading.Timer(1.0, stalled.commit_transaction, args=(10,))
+        committer.start()
+        try:
+            with pytest.raises(FencedError, match="epoch 7"):
+                claims.check(partition, "op", 1, "token", claims.end_offset(partition))
+        finally:
+            committer.join()
