@@ -31,6 +31,18 @@ def test_newer_epoch_fences_older_persist(sut):
     _persist_fails_fenced(old, sut.timeout)
 
 
+def test_newer_epoch_fences_a_writer_that_persisted_before(sut):
+    # Storages may skip work on persists that look routine; a takeover must still show.
+    old_storage, new_storage = sut.open(), sut.open()
+    old = old_storage.create_writer("op", KG, epoch=1)
+    for checkpoint in range(1, 5):
+        old.append(0, f"old {checkpoint}".encode())
+        persist(old, 0, checkpoint, sut.timeout)
+    new_storage.create_writer("op", KG, epoch=2)
+    old.append(0, b"zombie")
+    _persist_fails_fenced(old, sut.timeout)
+
+
 def test_fenced_error_is_a_non_retriable_storage_error():
     assert issubclass(FencedError, StorageError)
     assert FencedError("x").retriable is False

@@ -1,4 +1,8 @@
-"""Record layout: one change set = one or more chunk records with identifying headers."""
+"""Record layout: one change set = one or more chunk records with identifying headers.
+
+A data partition also holds claim markers (``dstl.claim`` header, no chunk
+header), which readers skip.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ HEADER_EPOCH = "dstl.epoch"
 HEADER_WRITER = "dstl.writer"
 HEADER_SQN = "dstl.sqn"
 HEADER_CHUNK = "dstl.chunk"  # "<index>/<count>"
+HEADER_CLAIM = "dstl.claim"  # on claim markers, which carry no chunk header (readers skip them)
 
 
 def chunks(blob: bytes, size: int) -> list[bytes]:
@@ -26,6 +31,15 @@ def headers(
         (HEADER_WRITER, writer.encode()),
         (HEADER_SQN, str(sqn).encode()),
         (HEADER_CHUNK, f"{index}/{count}".encode()),
+    ]
+
+
+def claim_headers(log_id: str, epoch: int, writer: str) -> list[tuple[str, bytes]]:
+    """Headers of the marker a claim leaves in its log's data partition."""
+    return [
+        (HEADER_LOG, log_id.encode()),
+        (HEADER_EPOCH, str(epoch).encode()),
+        (HEADER_CLAIM, writer.encode()),
     ]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future
@@ -25,7 +26,8 @@ from dstl.spi.handle import Location, LocationValue
 
 from .claims import ClaimsTracker
 from .clients import ClientFactory, ensure_topics, partition_for
-from .records import ChunkId, chunks, headers
+from .ledger import PartitionLedger
+from .records import ChunkId, chunks, claim_headers, headers
 
 log = logging.getLogger(__name__)
 
@@ -38,15 +40,16 @@ class KafkaWriter(ChangeSetWriter):
     _storage: KafkaStorage
 
     def _upload(self, change_sets: Sequence[ChangeSet], checkpoint_id: int) -> Future[list[Location]]:
-        """Produce, ask for the claims partition's end, flush: all in the persisting thread.
+        """Produce and flush in the persisting thread, then rule out fencing.
 
-        The end-offset request travels while the records are in flight, and the
-        delivery reports are served in this thread (no hand-off to another thread);
-        the end offset then tells whether any claim arrived since the last look.
+        The delivery reports are served in this thread (no hand-off to another
+        thread). Whether the claims must be asked for is decided by the
+        partition's ledger; when the last persist found foreign records, they are
+        asked for while the records are in flight.
         """
         storage = self._storage
         partition = storage.partition(self.log_id)
-        claims_partition = storage.claims_partition(self.log_id)
+        ledger = storage.ledger(partition)
         key = f"{storage.job_id}/{self.log_id}".encode()
         pieces = [
             (cs.sqn, chunks(cs.encode(self.log_id, self.epoch), storage.chunk_size)) for cs in change_sets
@@ -65,13 +68,13 @@ class KafkaWriter(ChangeSetWriter):
             for cs_index, (sqn, parts) in enumerate(pieces):
                 for chunk_index, part in enumerate(parts):
                     storage._produce(
+                        partition,
                         value=part,
                         key=key,
-                        partition=partition,
                         headers=headers(self.log_id, self.epoch, self._token, sqn, chunk_index, len(parts)),
                         on_delivery=partial(delivered, cs_index, chunk_index),
                     )
-            end = storage.claims.end_offset(claims_partition)  # while the records are in flight
+            speculation = storage.speculate(partition) if ledger.speculate else None
             if (
                 storage._producer.flush(storage.factory.timeout)
                 or errors
@@ -80,7 +83,8 @@ class KafkaWriter(ChangeSetWriter):
                 detail = errors[0] if errors else "not delivered in time"
                 msg = f"producing to {storage.topic}[{partition}] failed: {detail}"
                 raise StorageError(msg, retriable=True)
-            storage.claims.check(claims_partition, self.log_id, self.epoch, self._token, end)
+            last = max(map(max, offsets))
+            storage.rule_out_fencing(partition, last, speculation, self.log_id, self.epoch, self._token)
         except BaseException as exc:  # noqa: BLE001 - the persist's future carries it
             storage.metrics.inc("upload_failures")
             result.set_exception(exc)
@@ -207,6 +211,8 @@ class KafkaStorage(ChangeSetStorage):
         # Fetch the topic's metadata now rather than on the first persist.
         self._producer.list_topics(self.topic, timeout=self.factory.timeout)
         self._delete_records_checked = False
+        self._ledgers: dict[int, PartitionLedger] = {}
+        self._ledgers_lock = threading.Lock()
 
     @property
     def identifier(self) -> str:
@@ -218,14 +224,78 @@ class KafkaStorage(ChangeSetStorage):
         return partition_for(f"{self.job_id}/{log_id}", self.partitions)
 
     def claims_partition(self, log_id: str) -> int:
-        """Claims partition of ``log_id`` (same function, claims topic)."""
+        """Claims partition of ``log_id``: the data partition's number, in the claims topic.
+
+        Fencing relies on that: a data partition's claims are in the claims
+        partition of the same number.
+        """
         return self.partition(log_id)
 
-    def _produce(self, **kwargs: Any) -> None:  # noqa: ANN401
+    def ledger(self, partition: int) -> PartitionLedger:
+        """What this storage knows about the offsets of data partition ``partition``."""
+        with self._ledgers_lock:
+            return self._ledgers.setdefault(partition, PartitionLedger())
+
+    def speculate(self, partition: int) -> tuple[int, int]:
+        """Ask for the claims partition's end now; returns ``(highest delivered before, end)``.
+
+        The delivered offset is read before the request is sent: every claim
+        marker at or below it was appended after its claim committed, so that
+        claim lies below the end offset.
+        """
+        seen = self.ledger(partition).highest
+        self.metrics.inc("fencing_requests")
+        return seen, self.claims.end_offset(partition)
+
+    def rule_out_fencing(  # noqa: PLR0913 - the persist's facts plus the writer's identity
+        self,
+        partition: int,
+        last: int,
+        speculation: tuple[int, int] | None,
+        log_id: str,
+        epoch: int,
+        token: str,
+    ) -> None:
+        """Raise :class:`FencedError` if a newer claim of ``log_id`` came before offset ``last``.
+
+        :param last: the greatest offset of the persist's records (all delivered).
+        :param speculation: what :meth:`speculate` returned before the records were flushed.
+        """
+        ledger = self.ledger(partition)
+        claims = self.claims
+        if ledger.follows(last):
+            # No foreign record since the last look: no claim marker either.
+            claims.verify_owner(log_id, epoch, token)
+            ledger.speculate = False
+            return
+        if speculation is None:
+            # A foreign record came in unexpectedly; asked now, after delivery, the
+            # end offset lies above the claim of any marker below ``last``.
+            self.metrics.inc("fencing_requests")
+            end = claims.end_offset(partition)
+            claims.check(partition, log_id, epoch, token, end)
+            ledger.cover(last)
+        else:
+            seen, end = speculation
+            claims.check(partition, log_id, epoch, token, end)
+            ledger.cover(seen)
+        ledger.speculate = not ledger.follows(last)
+
+    def _produce(self, partition: int, **kwargs: Any) -> None:  # noqa: ANN401
+        """Produce to the data topic; the record's offset goes into the partition's ledger."""
+        ledger = self.ledger(partition)
+        callback = kwargs.pop("on_delivery", None)
+
+        def delivered(err: Any, message: Any) -> None:  # noqa: ANN401
+            if err is None:
+                ledger.delivered(message.offset())
+            if callback is not None:
+                callback(err, message)
+
         deadline = time.monotonic() + self.factory.timeout
         while True:
             try:
-                self._producer.produce(self.topic, **kwargs)
+                self._producer.produce(self.topic, partition=partition, on_delivery=delivered, **kwargs)
                 return
             except BufferError:
                 if time.monotonic() > deadline:
@@ -234,7 +304,27 @@ class KafkaStorage(ChangeSetStorage):
                 self._producer.poll(0.05)
 
     def _claim_log(self, log_id: str, epoch: int) -> str:
-        return self.claims.claim(self.claims_partition(log_id), log_id, epoch)
+        """Claim the log, then leave a marker in its data partition (after the commit)."""
+        token = self.claims.claim(self.claims_partition(log_id), log_id, epoch)
+        partition = self.partition(log_id)
+        failures: list[str] = []
+
+        def delivered(err: Any, message: Any) -> None:  # noqa: ANN401
+            if err is not None:
+                failures.append(str(err))
+
+        self._produce(
+            partition,
+            key=f"{self.job_id}/{log_id}".encode(),
+            value=f"{epoch} {token}".encode(),
+            headers=claim_headers(log_id, epoch, token),
+            on_delivery=delivered,
+        )
+        if self._producer.flush(self.factory.timeout) or failures:
+            detail = failures[0] if failures else "not delivered in time"
+            msg = f"marking the claim of log {log_id!r} in {self.topic}[{partition}] failed: {detail}"
+            raise StorageError(msg, retriable=True)
+        return token
 
     def _make_writer(self, log_id: str, key_groups: KeyGroupRange, epoch: int, token: str) -> KafkaWriter:
         return KafkaWriter(self, log_id, key_groups, epoch, token)

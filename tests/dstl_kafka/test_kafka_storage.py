@@ -73,6 +73,7 @@ def test_zombie_in_another_process_is_fenced_and_never_read(kafka_config):
     try:
         first = json.loads(child.stdout.readline())
         assert first["event"] == "persisted", child.stderr.read()
+        assert first["steady_requests"] == 0  # fencing below comes from the marker, not from asking
         with load_storage(kafka_config, job_id="zombie-job") as storage:
             newer = storage.create_writer("shared", KG, epoch=2)
             child.stdin.write("go\n")
@@ -119,6 +120,29 @@ def test_external_bootstrap_is_used_when_set(monkeypatch):
     monkeypatch.setenv(BOOTSTRAP_ENV, "kafka.example:9092")
     with kafka_broker() as bootstrap:
         assert bootstrap == "kafka.example:9092"
+
+
+def test_logs_sharing_a_partition_ask_for_claims_and_are_still_fenced(kafka_config):
+    config = {**kafka_config, "dstl.kafka.topic.partitions": "1"}  # every log in one partition
+    with (
+        load_storage(config, job_id="shared") as first,
+        load_storage(config, job_id="shared") as second,
+        load_storage(config, job_id="shared") as takeover,
+    ):
+        mine = first.create_writer("mine", KG, epoch=1)
+        theirs = second.create_writer("theirs", KG, epoch=1)
+        for checkpoint in range(1, 5):
+            for writer in (mine, theirs):
+                writer.append(0, f"{writer.log_id} {checkpoint}".encode())
+                persist(writer, 0, checkpoint)
+        # The other storage's records land between each of this one's persists.
+        assert first.metrics.counter("fencing_requests") >= 4
+        takeover.create_writer("mine", KG, epoch=2)
+        mine.append(0, b"zombie")
+        with pytest.raises(FencedError):
+            mine.persist(0, 9).result(timeout=30)
+        theirs.append(0, b"unaffected")
+        assert read_data(second, persist(theirs, 0, 9))[-1] == b"unaffected"
 
 
 def test_a_claim_committed_behind_an_open_transaction_is_waited_for(kafka_config):
