@@ -54,10 +54,12 @@ class Scenario:
     interval: float
     change_size: int
     seconds: float
+    shared_partition: bool = False  # Kafka: the floor's records land in the writer's partition
 
     @property
     def name(self) -> str:
-        return f"{self.rate:,.0f}/s, {self.interval * 1000:g} ms"
+        shared = ", shared partition" if self.shared_partition else ""
+        return f"{self.rate:,.0f}/s, {self.interval * 1000:g} ms{shared}"
 
 
 @dataclass
@@ -69,6 +71,7 @@ class LatencyResult:
     floor: list[float] = field(default_factory=list)
     bytes_per_persist: list[int] = field(default_factory=list)
     floor_name: str = "floor"
+    counters: dict[str, int] = field(default_factory=dict)  # storage counters the scenario added
 
     def row(self) -> list[str]:
         """Scenario, count, bytes, persist percentiles, floor p50/p99, p99 ratio (ms)."""
@@ -165,14 +168,23 @@ class FsyncFloor:
 
 
 class KafkaFloor:
-    """Raw idempotent produce (acks=all) + flush of the same bytes to the writer's partition."""
+    """Raw idempotent produce (acks=all) + flush of the same bytes, to a partition of the same broker.
+
+    ``shared=True`` produces into the writer's own partition, so that every persist
+    follows foreign records (logs of other processes sharing the partition) and
+    has to ask for the claims. Otherwise the floor goes to the same partition
+    number of a topic of its own, and the writer's partition is its alone.
+    """
 
     name = "produce+flush"
 
-    def __init__(self, storage, log_id: str) -> None:
+    def __init__(self, storage, log_id: str, *, shared: bool) -> None:
         from confluent_kafka import Producer
 
         self.topic, self.partition = storage.topic, storage.partition(log_id)
+        if not shared:
+            self.topic = f"{storage.topic}.floor"
+            _create_topic(storage, self.topic)
         self.producer = Producer(storage.factory.producer_config())
         self.chunk = storage.chunk_size
         # Connect and get a producer id before measuring.
@@ -192,10 +204,20 @@ class KafkaFloor:
         self.producer.flush(10)
 
 
-def make_floor(storage, writer, floor_dir: Path, tag: str):
+def _create_topic(storage, topic: str) -> None:
+    """``topic`` with as many partitions as the storage's data topic (if it does not exist)."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient(storage.factory.admin_config())
+    if topic not in admin.list_topics(timeout=30).topics:
+        for future in admin.create_topics([NewTopic(topic, num_partitions=storage.partitions)]).values():
+            future.result(30)
+
+
+def make_floor(storage, writer, floor_dir: Path, tag: str, *, shared: bool = False):
     """The physical floor matching the storage: Kafka produce, else a disk fsync."""
     if storage.identifier == "kafka":
-        return KafkaFloor(storage, writer.log_id)
+        return KafkaFloor(storage, writer.log_id, shared=shared)
     return FsyncFloor(floor_dir, tag)
 
 
@@ -207,8 +229,11 @@ def measure_persists(storage, scenario: Scenario, floor_dir: Path, progress) -> 
     data = os.urandom(scenario.change_size)
     per_checkpoint = max(1, round(scenario.rate * interval))
     payload = memoryview(os.urandom(per_checkpoint * (scenario.change_size + 64) + 4096))
-    floor = make_floor(storage, writer, floor_dir, f"{int(interval * 1000)}ms")
+    floor = make_floor(
+        storage, writer, floor_dir, f"{int(interval * 1000)}ms", shared=scenario.shared_partition
+    )
     result.floor_name = floor.name
+    counters_before = storage.metrics.counters()
     task = progress.add_task(scenario.name, total=seconds)
     checkpoint = 0
     deadline = time.monotonic() + seconds
@@ -242,6 +267,9 @@ def measure_persists(storage, scenario: Scenario, floor_dir: Path, progress) -> 
     finally:
         floor.close()
         writer.close()
+    result.counters = {
+        name: value - counters_before.get(name, 0) for name, value in storage.metrics.counters().items()
+    }
     return result
 
 
@@ -260,6 +288,14 @@ def _markdown(columns: list[str], rows: list[list[str]]) -> list[str]:
         "|---" * len(columns) + "|",
         *("| " + " | ".join(r) + " |" for r in rows),
     ]
+
+
+def _kafka_requests(latency: list[LatencyResult]) -> list[str]:
+    """How often persists asked the broker for the claims (fencing) per scenario."""
+    rows = [
+        [r.name, f"{r.counters.get('fencing_requests', 0) / max(1, len(r.persist)):.2f}"] for r in latency
+    ]
+    return ["", "## Claims requests per persist", "", *_markdown(["scenario", "requests/persist"], rows), ""]
 
 
 def _plot(path: Path, storage_id: str, latency: list[LatencyResult], console: Console) -> None:
@@ -321,6 +357,10 @@ def main(argv: list[str] | None = None) -> int:
                 throughput.append(measure_appends(storage, size, writers, max(1000, int(count * scale))))
                 progress.advance(task)
             scenarios = [Scenario(args.rate, interval, 100, seconds) for interval in (0.1, 0.01)]
+            if args.storage == "kafka":
+                scenarios += [
+                    Scenario(args.rate, i, 100, seconds, shared_partition=True) for i in (0.1, 0.01)
+                ]
             latency = [measure_persists(storage, s, floor_dir, progress) for s in scenarios]
     floor_name = latency[0].floor_name if latency else "floor"
     tp_rows = [r.row() for r in throughput]
@@ -349,6 +389,10 @@ def main(argv: list[str] | None = None) -> int:
         *_markdown(LATENCY_COLUMNS, lat_rows),
         "",
     ]
+    if args.storage == "kafka":
+        requests = _kafka_requests(latency)
+        console.print("\n".join(requests))
+        lines += requests
     report.write_text("\n".join(lines))
     _plot(report.with_suffix(".png"), args.storage, latency, console)
     console.print(f"report: {report}")
