@@ -35,6 +35,9 @@ def validate_name(value: object, what: str) -> str:
     return value
 
 
+_CONTROL_CHARACTER = re.compile("[\x00-\x1f\x7f]")
+
+
 def check_relative_path(value: str, what: str) -> str:
     """Return ``value`` if it is a relative ``/``-separated path that stays below its root.
 
@@ -47,7 +50,7 @@ def check_relative_path(value: str, what: str) -> str:
         or "\\" in value
         or "://" in value
         or (len(value) > 1 and value[1] == ":")
-        or any(ord(c) < 32 or ord(c) == 127 for c in value)
+        or _CONTROL_CHARACTER.search(value) is not None
     )
     if not bad:
         parts = value.split("/")
