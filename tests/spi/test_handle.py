@@ -97,6 +97,8 @@ def test_round_trip_property(start, length, kg_start, kg_len, locs, size):
         (doc(locations=[{"segment": "C:\\\\x"}]), "safe relative path"),
         (doc(locations=[{"segment": "s3://bucket/key"}]), "safe relative path"),
         (doc(locations=[{"segment": "a\x00b"}]), "safe relative path"),
+        (doc(locations=[{"segment": "a\x7fb"}]), "safe relative path"),
+        (doc(locations=[{"segment": "a\nb"}]), "safe relative path"),
         (doc(locations=[{"offset": -5}]), "must not be negative"),
         (doc(locations=[{"offset": 1.5}]), "must be a string"),
         (doc(locations=[{"nested": {"a": 1}}]), "must be a string"),
