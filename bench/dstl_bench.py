@@ -192,11 +192,11 @@ class KafkaFloor:
         self.producer.flush(60)
 
     def measure(self, payload: memoryview) -> float:
+        # The pieces are made before the clock starts: the floor is the produce alone.
+        pieces = [bytes(payload[i : i + self.chunk]) for i in range(0, max(1, len(payload)), self.chunk)]
         started = time.perf_counter()
-        for offset in range(0, max(1, len(payload)), self.chunk):
-            self.producer.produce(
-                self.topic, bytes(payload[offset : offset + self.chunk]), partition=self.partition
-            )
+        for piece in pieces:
+            self.producer.produce(self.topic, piece, partition=self.partition)
         self.producer.flush(60)
         return time.perf_counter() - started
 

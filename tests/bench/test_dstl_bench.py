@@ -79,3 +79,13 @@ def test_spark_stores_comparison_runs_the_same_job_on_three_engines(spark, tmp_p
     assert [r.rows for r in results] == [600, 600, 600]
     assert all(len(r.commit_ms) == 2 for r in results)
     assert all(r.state_bytes > 0 for r in results), [(r.engine, r.state_bytes) for r in results]
+
+
+def test_kafka_fencing_bench_compares_the_designs(tmp_path):
+    from bench.kafka_fencing import main as fencing_main
+
+    assert fencing_main(["--quick", "--results", str(tmp_path)]) == 0
+    report = (tmp_path / "kafka-fencing.md").read_text()
+    for design in ("raw produce+flush", "transaction per persist", "claims end offset", "dstl persist"):
+        assert f"| {design}" in report
+    assert "measured persists: 0" in report  # its partition is its own: no request
