@@ -11,7 +11,6 @@ B. Hedging: a fault-injecting proxy stalls a fraction of PUTs (1% for 2 s by
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 import uuid
@@ -21,7 +20,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import Progress
 
-from bench.dstl_bench import _markdown, _table, percentile
+from bench.dstl_bench import _markdown, _table, bench_parser, percentile
 from dstl.dfs.testing import FaultInjectingProxy, S3Endpoint, moto_s3_server
 from dstl.spi import KeyGroupRange, load_storage
 
@@ -147,13 +146,11 @@ def _rows(results: dict[str, list[float]], qs: tuple[float, ...]) -> list[list[s
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = bench_parser(__doc__)
     parser.add_argument("--persists", type=int, default=1000, help="persists per hedging configuration")
     parser.add_argument("--changes", type=int, default=100, help="100-byte changes per persist")
     parser.add_argument("--stall-fraction", type=float, default=0.01)
     parser.add_argument("--stall-seconds", type=float, default=2.0)
-    parser.add_argument("--quick", action="store_true", help="short run (smoke test)")
-    parser.add_argument("--results", default=str(Path(__file__).parent / "results"))
     args = parser.parse_args(argv)
     console = Console()
     persists = 60 if args.quick else args.persists

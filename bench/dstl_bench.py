@@ -39,6 +39,14 @@ PERCENTILES = (50, 90, 99, 99.9)
 THROUGHPUT_PLAN = ((100, 1, 2_000_000), (100, 8, 250_000), (4096, 1, 200_000), (4096, 8, 25_000))
 
 
+def bench_parser(doc: str | None) -> argparse.ArgumentParser:
+    """An argument parser described by ``doc``'s first paragraph, with --quick and --results."""
+    parser = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="short run (smoke test)")
+    parser.add_argument("--results", default=str(Path(__file__).parent / "results"))
+    return parser
+
+
 def percentile(samples: list[float], q: float) -> float:
     """Nearest-rank percentile."""
     ordered = sorted(samples)
@@ -324,13 +332,11 @@ def _plot(path: Path, storage_id: str, latency: list[LatencyResult], console: Co
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = bench_parser(__doc__)
     parser.add_argument("--storage", default="local")
     parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--seconds", type=float, default=20.0, help="duration of each latency scenario")
     parser.add_argument("--rate", type=float, default=50_000, help="changes/s in the latency scenarios")
-    parser.add_argument("--quick", action="store_true", help="short run (smoke test)")
-    parser.add_argument("--results", default=str(Path(__file__).parent / "results"))
     args = parser.parse_args(argv)
     console = Console()
     seconds = 2.0 if args.quick else args.seconds

@@ -18,7 +18,6 @@ The broker is Tansu from the kafka storage's test helpers, or
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 import uuid
@@ -28,7 +27,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import Progress
 
-from bench.dstl_bench import PERCENTILES, _markdown, _table, percentile
+from bench.dstl_bench import PERCENTILES, _markdown, _table, bench_parser, percentile
 from dstl.spi import KeyGroupRange, load_storage
 
 KEY_GROUPS = KeyGroupRange(0, 128)
@@ -139,11 +138,9 @@ def rows(samples: dict[str, list[float]]) -> list[list[str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = bench_parser(__doc__)
     parser.add_argument("--rounds", type=int, default=2000)
     parser.add_argument("--size", type=int, default=54_000, help="bytes per persist")
-    parser.add_argument("--quick", action="store_true", help="short run (smoke test)")
-    parser.add_argument("--results", default=str(Path(__file__).parent / "results"))
     args = parser.parse_args(argv)
     from dstl.kafka.testing import kafka_broker
 
