@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from functools import partial
 from typing import Any
@@ -75,14 +75,9 @@ class KafkaWriter(ChangeSetWriter):
                         on_delivery=partial(delivered, cs_index, chunk_index),
                     )
             speculation = storage.speculate(partition) if ledger.speculate else None
-            if (
-                storage._producer.flush(storage.factory.timeout)
-                or errors
-                or min(map(min, offsets), default=0) < 0
-            ):
-                detail = errors[0] if errors else "not delivered in time"
-                msg = f"producing to {storage.topic}[{partition}] failed: {detail}"
-                raise StorageError(msg, retriable=True)
+            storage.await_delivery(
+                errors, f"producing to {storage.topic}[{partition}]", lambda: min(map(min, offsets)) >= 0
+            )
             last = max(map(max, offsets))
             storage.rule_out_fencing(partition, last, speculation, self.log_id, self.epoch, self._token)
         except BaseException as exc:  # noqa: BLE001 - the persist's future carries it
@@ -320,11 +315,22 @@ class KafkaStorage(ChangeSetStorage):
             headers=claim_headers(log_id, epoch, token),
             on_delivery=delivered,
         )
-        if self._producer.flush(self.factory.timeout) or failures:
-            detail = failures[0] if failures else "not delivered in time"
-            msg = f"marking the claim of log {log_id!r} in {self.topic}[{partition}] failed: {detail}"
-            raise StorageError(msg, retriable=True)
+        self.await_delivery(failures, f"marking the claim of log {log_id!r} in {self.topic}[{partition}]")
         return token
+
+    def await_delivery(
+        self, errors: list[str], what: str, delivered: Callable[[], bool] = lambda: True
+    ) -> None:
+        """Flush the producer; raise a retriable :class:`StorageError` naming ``what`` if anything failed.
+
+        :param errors: filled by the delivery callbacks of the records in question.
+        :param delivered: whether every record in question reported its offset.
+        """
+        remaining = self._producer.flush(self.factory.timeout)
+        if remaining or errors or not delivered():
+            detail = errors[0] if errors else "not delivered in time"
+            msg = f"{what} failed: {detail}"
+            raise StorageError(msg, retriable=True)
 
     def _make_writer(self, log_id: str, key_groups: KeyGroupRange, epoch: int, token: str) -> KafkaWriter:
         return KafkaWriter(self, log_id, key_groups, epoch, token)
