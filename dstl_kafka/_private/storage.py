@@ -228,8 +228,11 @@ class KafkaStorage(ChangeSetStorage):
 
     def ledger(self, partition: int) -> PartitionLedger:
         """What this storage knows about the offsets of data partition ``partition``."""
-        with self._ledgers_lock:
-            return self._ledgers.setdefault(partition, PartitionLedger())
+        ledger = self._ledgers.get(partition)  # on every record: no lock once it exists
+        if ledger is None:
+            with self._ledgers_lock:
+                ledger = self._ledgers.setdefault(partition, PartitionLedger())
+        return ledger
 
     def speculate(self, partition: int) -> tuple[int, int]:
         """Ask for the claims partition's end now; returns ``(highest delivered before, end)``.
