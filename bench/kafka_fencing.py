@@ -44,7 +44,7 @@ def _produce_flush(storage, partition: int, *, ask_claims: bool) -> Callable[[by
         started = time.perf_counter()
         producer.produce(storage.topic, payload, partition=partition)
         if ask_claims:
-            storage.claims.end_offset(partition)  # blocks for one round trip, records in flight
+            storage.claims.watermarks(partition)  # blocks for one round trip, records in flight
         producer.flush(30)
         return time.perf_counter() - started
 

@@ -43,15 +43,15 @@ class ClaimsTracker:
         self._read_to: dict[int, int] = {}
         self.owners: dict[str, tuple[int, str]] = {}
 
-    def end_offset(self, partition: int) -> int:
-        """The end offset of a claims partition, asked of the broker now (blocks for one round trip).
+    def watermarks(self, partition: int) -> tuple[int, int]:
+        """Low and end offset of a claims partition, asked of the broker now (one round trip).
 
-        Counts records of open transactions. Every claim committed before the call
-        lies below it. The GIL is released while librdkafka waits, so a persist
-        asks while its own records are in flight.
+        The end counts records of open transactions: every claim committed before
+        the call lies below it. The GIL is released while librdkafka waits, so a
+        persist asks while its own records are in flight.
         """
         with self._lock:
-            return self._watermarks(partition)[1]
+            return self._watermarks(partition)
 
     def _watermarks(self, partition: int) -> tuple[int, int]:
         """Low and high offsets of a claims partition, from the broker (hold ``_lock``)."""
@@ -66,15 +66,18 @@ class ClaimsTracker:
             raise StorageError(msg, retriable=True) from exc
         return int(low), int(high)
 
-    def refresh(self, partition: int, high: int | None = None) -> None:
-        """Read claims appended to ``partition`` since the last refresh (up to ``high``)."""
+    def refresh(self, partition: int, watermarks: tuple[int, int] | None = None) -> None:
+        """Read claims appended to ``partition`` since the last refresh.
+
+        :param watermarks: the partition's :meth:`watermarks`, when already asked
+            for; otherwise they are asked for now.
+        """
         from confluent_kafka import TopicPartition
 
-        if high is not None and high <= self._read_to.get(partition, 0):
+        if watermarks is not None and watermarks[1] <= self._read_to.get(partition, 0):
             return  # nothing new: the common case of every persist
         with self._lock:
-            low, latest = self._watermarks(partition)
-            high = latest if high is None else max(high, latest)
+            low, high = self._watermarks(partition) if watermarks is None else watermarks
             start = max(low, self._read_to.get(partition, 0))
             if high <= start:
                 self._read_to[partition] = max(start, high)
@@ -122,12 +125,14 @@ class ClaimsTracker:
         if epoch_text.isdigit() and (int(epoch_text), token) > self.owners.get(log_id, (-1, "")):
             self.owners[log_id] = (int(epoch_text), token)
 
-    def check(self, partition: int, log_id: str, epoch: int, token: str, end: int | None = None) -> None:
+    def check(
+        self, partition: int, log_id: str, epoch: int, token: str, watermarks: tuple[int, int] | None = None
+    ) -> None:
         """Raise :class:`FencedError` when a greater claim owns ``log_id``.
 
-        :param end: the claims partition's end offset, when already known.
+        :param watermarks: the claims partition's :meth:`watermarks`, when already known.
         """
-        self.refresh(partition, end)
+        self.refresh(partition, watermarks)
         self.verify_owner(log_id, epoch, token)
 
     def verify_owner(self, log_id: str, epoch: int, token: str) -> None:

@@ -234,8 +234,8 @@ class KafkaStorage(ChangeSetStorage):
                 ledger = self._ledgers.setdefault(partition, PartitionLedger())
         return ledger
 
-    def speculate(self, partition: int) -> tuple[int, int]:
-        """Ask for the claims partition's end now; returns ``(highest delivered before, end)``.
+    def speculate(self, partition: int) -> tuple[int, tuple[int, int]]:
+        """Ask for the claims partition's offsets now; returns ``(highest delivered before, watermarks)``.
 
         The delivered offset is read before the request is sent: every claim
         marker at or below it was appended after its claim committed, so that
@@ -243,13 +243,13 @@ class KafkaStorage(ChangeSetStorage):
         """
         seen = self.ledger(partition).highest
         self.metrics.inc("fencing_requests")
-        return seen, self.claims.end_offset(partition)
+        return seen, self.claims.watermarks(partition)
 
     def rule_out_fencing(  # noqa: PLR0913 - the persist's facts plus the writer's identity
         self,
         partition: int,
         last: int,
-        speculation: tuple[int, int] | None,
+        speculation: tuple[int, tuple[int, int]] | None,
         log_id: str,
         epoch: int,
         token: str,
@@ -270,12 +270,11 @@ class KafkaStorage(ChangeSetStorage):
             # A foreign record came in unexpectedly; asked now, after delivery, the
             # end offset lies above the claim of any marker below ``last``.
             self.metrics.inc("fencing_requests")
-            end = claims.end_offset(partition)
-            claims.check(partition, log_id, epoch, token, end)
+            claims.check(partition, log_id, epoch, token)
             ledger.cover(last)
         else:
-            seen, end = speculation
-            claims.check(partition, log_id, epoch, token, end)
+            seen, watermarks = speculation
+            claims.check(partition, log_id, epoch, token, watermarks)
             ledger.cover(seen)
         ledger.speculate = not ledger.follows(last)
 

@@ -173,6 +173,6 @@ def test_a_claim_committed_behind_an_open_transaction_is_waited_for(kafka_config
         committer.start()
         try:
             with pytest.raises(FencedError, match="epoch 7"):
-                claims.check(partition, "op", 1, "token", claims.end_offset(partition))
+                claims.check(partition, "op", 1, "token", claims.watermarks(partition))
         finally:
             committer.join()
