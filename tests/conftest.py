@@ -12,6 +12,7 @@ pytest_plugins = [
     "tests.fixtures.kafka",
     "tests.fixtures.spark",
     "tests.fixtures.docker",
+    "tests.fixtures.disk",
 ]
 
 

@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
-from .segments import SEALED_SUFFIX
+from .segments import QUARANTINED_SUFFIX, SEALED_SUFFIX, sealed_size
 
 DISCARDED_SUFFIX = ".discarded"
 
@@ -84,9 +84,12 @@ class DiscardTracker:
             fcntl.flock(lock_fd, fcntl.LOCK_EX)
             sealed = path.with_name(segment + SEALED_SUFFIX)
             discarded = path.with_name(segment + DISCARDED_SUFFIX)
-            if not (path.exists() and sealed.exists() and discarded.exists()):
+            if path.with_name(segment + QUARANTINED_SUFFIX).exists():
+                return False  # kept for inspection: it holds damaged data
+            size = sealed_size(path) if path.exists() else None
+            if size is None or (size > 0 and not discarded.exists()):
                 return False
-            if self._covered(discarded) < path.stat().st_size:
+            if self._covered(discarded) < size:
                 return False
             path.unlink()
             discarded.unlink(missing_ok=True)
