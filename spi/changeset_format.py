@@ -30,6 +30,7 @@ __all__ = [
     "decode_change_set",
     "encode_change_set",
     "frame_change_set",
+    "framed_size",
     "iter_change_sets",
 ]
 
@@ -83,6 +84,24 @@ def frame_change_set(
     header = _HEADER.pack(_MAGIC, _VERSION, flags, len(log), epoch, sqn, count, len(body))
     crc = google_crc32c.extend(google_crc32c.extend(google_crc32c.value(header), log), body)
     return b"".join((header, _CRC.pack(crc), log, body))
+
+
+def framed_size(header: bytes | memoryview, *, location: str, offset: int = 0) -> int:
+    """The stored size of the change set whose first :data:`CHANGE_SET_HEADER_SIZE` bytes are ``header``.
+
+    Lets a storage check a length it is given (in a handle) against what it wrote,
+    without reading the body.
+
+    :raises CorruptedError: when ``header`` is short or is not a change-set header.
+    """
+    if len(header) < CHANGE_SET_HEADER_SIZE:
+        msg = "change set header truncated"
+        raise CorruptedError(msg, location=location, offset=offset)
+    magic, version, _flags, log_len, _epoch, _sqn, _count, body_len = _HEADER.unpack_from(header, 0)
+    if magic != _MAGIC or version != _VERSION:
+        msg = "no change-set header"
+        raise CorruptedError(msg, location=location, offset=offset)
+    return CHANGE_SET_HEADER_SIZE + log_len + body_len
 
 
 def decode_change_set(

@@ -44,6 +44,33 @@ class FencedError(StorageError):
     def __init__(self, message: str) -> None:
         super().__init__(message, retriable=False)
 
+    @classmethod
+    def by_owner(cls, log_id: str, epoch: int, owner_epoch: int | None) -> FencedError:
+        """The error for a writer at ``epoch`` that found ``owner_epoch`` owning its log.
+
+        The message says what happened: a newer writer, a same-epoch duplicate, or an
+        owner record that went missing or backwards (tampering), never "a newer
+        writer" with an older epoch.
+        """
+        writer = f"writer of log {log_id!r} with epoch {epoch}"
+        if owner_epoch is None:
+            why = (
+                "lost its ownership: the log's owner record is gone, replaced or unreadable "
+                "(changed outside dstl), so it stops rather than risk two writers"
+            )
+        elif owner_epoch > epoch:
+            why = f"was fenced by a newer writer (epoch {owner_epoch})"
+        elif owner_epoch == epoch:
+            why = (
+                f"was fenced by another writer with the same epoch {epoch} (epochs must be unique per writer)"
+            )
+        else:
+            why = (
+                f"found an older epoch ({owner_epoch}) owning its log: the owner record was rolled back "
+                "or replaced outside dstl, so it stops rather than risk two writers"
+            )
+        return cls(f"{writer} {why}")
+
 
 class TruncatedError(StorageError, ValueError):
     """The requested changes lie below the writer's truncation point."""

@@ -1,4 +1,10 @@
-"""Epoch files: which writer owns a log, decided under an advisory lock."""
+"""Epoch files: which writer owns a log, decided under an advisory lock.
+
+The owner check fails closed: a writer keeps persisting only while the epoch file
+it took over is still the same file (same inode) and still names it. A file that
+was deleted, replaced (e.g. by rename) or holds garbage fences the writer instead
+of letting two writers own one log.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +13,7 @@ import os
 import threading
 from pathlib import Path
 
-from dstl.spi import FencedError
+from dstl.spi import FencedError, StorageError
 
 
 class EpochFile:
@@ -21,11 +27,23 @@ class EpochFile:
         self.path = path
 
     def take_over(self, epoch: int, token: str) -> None:
-        """Become the owner unless a higher epoch owns the log."""
+        """Become the owner unless a higher epoch owns the log.
+
+        :raises FencedError: when a higher epoch owns the log.
+        :raises StorageError: when the file holds something other than an owner record.
+        """
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            current = _parse(os.pread(fd, 256, 0))
+            raw = os.pread(fd, 256, 0)
+            current = _parse(raw)
+            if current is None and raw.strip():
+                msg = (
+                    f"epoch file {self.path} is damaged ({raw[:40]!r}): it decides which writer owns log "
+                    f"{self.path.stem!r}, so no writer is created. Stop every writer of that log, then "
+                    "delete the file"
+                )
+                raise StorageError(msg)
             if current is not None and current[0] > epoch:
                 msg = f"log {self.path.stem!r} already has a writer with epoch {current[0]} > {epoch}"
                 raise FencedError(msg)
@@ -49,21 +67,31 @@ class EpochFile:
 
 
 class OwnerCheck:
-    """Re-reads one epoch file through a descriptor kept open (a check costs one pread).
+    """Re-reads one epoch file through a descriptor kept open (a check costs a stat and a pread).
 
-    A takeover rewrites the file in place, so the open descriptor sees it.
+    A takeover rewrites the file in place, so the open descriptor sees it. A file
+    that is no longer the one at the path (deleted or replaced) reads as no owner.
     """
 
     def __init__(self, epoch_file: EpochFile) -> None:
-        self._fd = os.open(epoch_file.path, os.O_RDONLY)
+        self._path = epoch_file.path
+        self._fd = os.open(self._path, os.O_RDONLY)
+        stat = os.fstat(self._fd)
+        self._identity = (stat.st_dev, stat.st_ino)
         self._lock = threading.Lock()
 
     def owner(self) -> tuple[int, str] | None:
-        """The current ``(epoch, token)``."""
+        """The current ``(epoch, token)``; ``None`` when the file changed identity or is unreadable."""
         with self._lock:
             if self._fd < 0:
                 msg = "owner check used after close"
                 raise ValueError(msg)
+            try:
+                stat = os.stat(self._path)
+            except FileNotFoundError:
+                return None
+            if (stat.st_dev, stat.st_ino) != self._identity:
+                return None
             return _read_locked(self._fd)
 
     def close(self) -> None:
@@ -84,6 +112,6 @@ def _read_locked(fd: int) -> tuple[int, str] | None:
 
 def _parse(raw: bytes) -> tuple[int, str] | None:
     parts = raw.decode(errors="replace").split()
-    if len(parts) != 2 or not parts[0].isdigit():
+    if len(parts) != 2 or not parts[0].isascii() or not parts[0].isdigit():
         return None
     return int(parts[0]), parts[1]

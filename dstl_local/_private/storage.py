@@ -16,6 +16,7 @@ from dstl.spi import (
     ClosedError,
     Config,
     ConfigError,
+    CorruptedError,
     FencedError,
     KeyGroupRange,
     StorageError,
@@ -29,14 +30,17 @@ from .discards import DiscardTracker
 from .fencing import EpochFile, OwnerCheck
 from .group_commit import CommitRequest, GroupCommitter
 from .segments import (
+    QUARANTINED_SUFFIX,
     SEALED_SUFFIX,
     SEGMENT_SUFFIX,
     ActiveSegment,
     InstanceLock,
+    change_set_length_at,
     instance_alive,
     instance_of,
     read_change_set_bytes,
     recover_segment,
+    write_sealed_marker,
 )
 
 log = logging.getLogger(__name__)
@@ -160,11 +164,24 @@ class LocalStorage(ChangeSetStorage):
             sealed = path.with_name(path.name + SEALED_SUFFIX)
             if sealed.exists() or instance_alive(self.job_dir, instance_of(path.name)):
                 continue
-            cut = recover_segment(path)
-            if cut:
-                log.warning("cut a torn tail of %d bytes off %s (unacknowledged writes)", cut, path)
-                self._metrics.inc("recovered_torn_bytes", cut)
-            sealed.touch()
+            found = recover_segment(path)
+            if found.cut:
+                log.warning(
+                    "cut a torn tail of %d bytes off %s (an incomplete, unacknowledged write)",
+                    found.cut,
+                    path,
+                )
+                self._metrics.inc("recovered_torn_bytes", found.cut)
+            if found.damage is not None:
+                log.error(
+                    "segment %s is damaged: %s; it is kept and quarantined (never deleted by discards), "
+                    "and only a handle that needs the damaged change set fails",
+                    path,
+                    found.damage,
+                )
+                self._metrics.inc("quarantined_segments")
+                (path.with_name(path.name + QUARANTINED_SUFFIX)).write_text(f"{found.damage}\n")
+            write_sealed_marker(path, path.stat().st_size)
             self._discards.collect(path.name)
         for lock in self.job_dir.glob("instance-*.lock"):
             instance = lock.stem.removeprefix("instance-")
@@ -186,31 +203,42 @@ class LocalStorage(ChangeSetStorage):
     def _commit(self, batch: list[CommitRequest]) -> None:
         accepted: list[CommitRequest] = []
         for request in batch:
-            owner = request.owner()
+            try:
+                owner = request.owner()
+            except FencedError as exc:
+                self._metrics.inc("upload_failures")
+                request.future.set_exception(exc)
+                continue
             if owner != (request.epoch, request.token):
-                newer = owner[0] if owner else "?"
                 self._metrics.inc("upload_failures")
                 request.future.set_exception(
-                    FencedError(
-                        f"writer of log {request.log_id!r} with epoch {request.epoch} was fenced by a newer "
-                        f"writer (epoch {newer})"
-                    )
+                    FencedError.by_owner(request.log_id, request.epoch, owner[0] if owner else None)
                 )
             else:
                 accepted.append(request)
         if not accepted:
             return
         size = sum(len(b) for r in accepted for b in r.blobs)
+        segment: ActiveSegment | None = None
         try:
             with self._segment_lock:
                 if self._closed:
                     msg = "local storage is closed"
                     raise ClosedError(msg)
                 segment = self._segment_for(size)
-                offset = segment.append([b for r in accepted for b in r.blobs])
+                try:
+                    offset = segment.append([b for r in accepted for b in r.blobs])
+                finally:
+                    if segment.failure is not None:
+                        self._retire(segment)
         except OSError as exc:
             self._metrics.inc("upload_failures")
-            error = StorageError(f"writing segment failed: {exc}", retriable=True)
+            where = f" to {segment.path}" if segment is not None else ""
+            error = StorageError(
+                f"writing the change sets{where} failed: {exc}; the segment was sealed and the next "
+                "persist writes to a fresh one (free space or fix the disk, then retry)",
+                retriable=True,
+            )
             for request in accepted:
                 request.future.set_exception(error)
             return
@@ -221,6 +249,18 @@ class LocalStorage(ChangeSetStorage):
         for request in accepted:
             request.future.set_result((segment.name, offset))
             offset += sum(len(b) for b in request.blobs)
+
+    def _retire(self, segment: ActiveSegment) -> None:
+        """Seal a segment whose write or sync failed; the next commit starts a fresh one."""
+        log.error("retiring segment %s after a failed write or sync: %s", segment.path, segment.failure)
+        self._metrics.inc("retired_segments")
+        if self._active is segment:
+            self._active = None
+        try:
+            segment.seal()
+        except OSError as exc:  # unsealed, it is cut back to its valid length on recovery
+            log.warning("could not seal retired segment %s: %s", segment.path, exc)
+        self._discards.collect(segment.name)
 
     def _segment_for(self, size: int) -> ActiveSegment:
         active = self._active
@@ -261,13 +301,42 @@ class LocalStorage(ChangeSetStorage):
             for loc in handle.location_dicts:
                 path = self._absolute(str(loc["segment"]))
                 entry = (int(loc["offset"]), int(loc["length"]))  # type: ignore[arg-type]
-                by_job.setdefault(path.parent, {}).setdefault(path.name, set()).add(entry)
+                if self._wrote(path, *entry):
+                    by_job.setdefault(path.parent, {}).setdefault(path.name, set()).add(entry)
         deleted = 0
         for segments_dir, entries in by_job.items():
             tracker = self._discards if segments_dir == self.segments_dir else DiscardTracker(segments_dir)
             deleted += len(tracker.discard(entries))
         deleted += self._roll_if_discarded(by_job.get(self.segments_dir, {}))
         self._metrics.inc("deleted_objects", deleted)
+
+    def _wrote(self, path: Path, offset: int, length: int) -> bool:
+        """Whether a change set of exactly ``length`` bytes was written at ``offset`` of ``path``.
+
+        The segment's own frame header is the record of what was written; a location
+        that disagrees (a forged or damaged handle) is not counted, so it can never
+        make a segment that still holds live change sets look fully discarded.
+        """
+        try:
+            stored = change_set_length_at(path, offset)
+        except FileNotFoundError:
+            return False  # already deleted: nothing to account
+        except (CorruptedError, OSError, OverflowError) as exc:
+            stored = None
+            reason = str(exc)
+        else:
+            reason = f"the change set there is {stored} bytes long"
+        if stored == length:
+            return True
+        log.warning(
+            "ignoring the discard of %s offset %d length %d: %s (a damaged or forged handle)",
+            path,
+            offset,
+            length,
+            reason,
+        )
+        self._metrics.inc("refused_discards")
+        return False
 
     def _roll_if_discarded(self, touched: dict[str, set[tuple[int, int]]]) -> int:
         """Seal the active segment once everything in it was discarded, so that it can be deleted.

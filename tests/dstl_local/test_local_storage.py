@@ -13,7 +13,15 @@ from pathlib import Path
 import pytest
 
 from dstl.conformance.testing import persist, read_data
-from dstl.spi import ChangelogHandle, ConfigError, CorruptedError, KeyGroupRange, StorageError, load_storage
+from dstl.spi import (
+    ChangelogHandle,
+    ConfigError,
+    CorruptedError,
+    FencedError,
+    KeyGroupRange,
+    StorageError,
+    load_storage,
+)
 from tests.dstl_local.crash_child import payload
 
 KG = KeyGroupRange(0, 8)
@@ -101,21 +109,93 @@ def test_torn_tail_is_cut_on_recovery(local_config):
         assert read_data(fresh, handle) == [b"acknowledged"]
 
 
-def test_corruption_in_the_middle_is_reported_with_file_and_offset(local_config):
+def test_damage_in_the_middle_is_quarantined_and_only_its_handle_fails(local_config):
     storage = load_storage(local_config, job_id="job")
     writer = storage.create_writer("op", KG)
     writer.append(1, b"first")
-    persist(writer, 0, 1)
+    first = persist(writer, 0, 1)
     writer.append(1, b"second")
-    handle = persist(writer, 0, 2)
+    second = persist(writer, 1, 2)
     storage._instance_lock.release()
-    segment = storage.segments_dir / handle.location_dicts[0]["segment"].split("/")[-1]
+    segment = storage.segments_dir / first.location_dicts[0]["segment"].split("/")[-1]
     raw = bytearray(segment.read_bytes())
-    raw[handle.location_dicts[0]["length"] - 2] ^= 0xFF  # inside the first change set
+    raw[first.location_dicts[0]["length"] - 2] ^= 0xFF  # inside the first change set
     segment.write_bytes(bytes(raw))
-    with pytest.raises(CorruptedError) as info:
-        load_storage(local_config, job_id="job")
-    assert info.value.location == str(segment) and info.value.offset == 0
+    with load_storage(local_config, job_id="job") as fresh:  # the job still starts
+        assert fresh.metrics.counter("quarantined_segments") == 1
+        with pytest.raises(CorruptedError) as info:
+            read_data(fresh, first)
+        assert info.value.location == str(segment) and info.value.offset == 0
+        assert read_data(fresh, second) == [b"second"]
+        fresh.discard([first, second])
+        assert segment.exists(), "a quarantined segment was deleted"
+
+
+def test_a_damaged_complete_last_change_set_is_kept_not_cut_as_a_torn_tail(local_config, caplog):
+    handle, segment = _write_and_kill_instance(local_config)
+    raw = bytearray(segment.read_bytes())
+    raw[-3] ^= 0xFF  # a flipped bit in an acknowledged (complete) change set
+    segment.write_bytes(bytes(raw))
+    with load_storage(local_config, job_id="job") as fresh:
+        assert segment.stat().st_size == len(raw), "acknowledged bytes were cut"
+        assert fresh.metrics.counter("recovered_torn_bytes") == 0
+        assert "torn tail" not in caplog.text
+        assert fresh.metrics.counter("quarantined_segments") == 1
+        with pytest.raises(CorruptedError, match="checksum"):
+            read_data(fresh, handle)
+
+
+def test_a_forged_discard_length_cannot_delete_live_change_sets(tmp_path):
+    config = {"dstl.storage": "local", "dstl.local.dir": str(tmp_path), "dstl.local.segment-size": "4kb"}
+    with load_storage(config, job_id="job") as storage:
+        victim = storage.create_writer("victim", KG)
+        attacker = storage.create_writer("attacker", KG)
+        attacker.append(0, b"a" * 100)
+        forged_source = persist(attacker, 0, 1)
+        victim.append(0, b"live")
+        live = persist(victim, 0, 1)
+        victim.append(0, b"v" * 5000)  # rolls: the segment holding both is sealed
+        persist(victim, 1, 2)
+        doc = forged_source.to_dict()
+        doc["locations"][0]["length"] = 10**12
+        attacker.close()
+        storage.discard([ChangelogHandle.from_dict(doc)])
+        assert storage.metrics.counter("refused_discards") == 1
+        assert read_data(storage, live) == [b"live"]
+
+
+def test_a_deleted_or_replaced_epoch_file_fences_the_old_writer(local_config):
+    with load_storage(local_config, job_id="job") as storage:
+        for tamper in ("delete", "replace"):
+            op = f"op-{tamper}"
+            old = storage.create_writer(op, KG, epoch=1)
+            old.append(0, b"x")
+            persist(old, 0, 1)
+            epoch_file = storage.epochs_dir / f"{old.log_id}.epoch"
+            if tamper == "delete":
+                epoch_file.unlink()
+            else:
+                copy = epoch_file.with_name("copy")
+                copy.write_bytes(epoch_file.read_bytes())
+                copy.rename(epoch_file)
+            old.append(0, b"y")
+            with pytest.raises(FencedError, match="gone, replaced or unreadable"):
+                persist(old, 0, 2)
+            new = storage.create_writer(op, KG, epoch=2)
+            new.append(0, b"z")
+            assert read_data(storage, persist(new, 0, 3)) == [b"z"]
+
+
+def test_a_damaged_epoch_file_fails_closed(local_config):
+    with load_storage(local_config, job_id="job") as storage:
+        old = storage.create_writer("op", KG, epoch=5)
+        epoch_file = storage.epochs_dir / f"{old.log_id}.epoch"
+        epoch_file.write_bytes(b"\x00garbage that is not an owner record")
+        old.append(0, b"x")
+        with pytest.raises(FencedError, match="op"):
+            persist(old, 0, 1)
+        with pytest.raises(StorageError, match="epoch file .* is damaged"):
+            storage.create_writer("op", KG, epoch=6)
 
 
 def test_concurrent_persists_share_fsyncs(local_config):

@@ -59,13 +59,9 @@ class MemoryWriter(ChangeSetWriter):
         with ns.lock:
             owner = ns.owners.get((storage.job_id, self.log_id))
             if owner != (self.epoch, self._token):
-                newer = owner[0] if owner else "?"
                 storage.metrics.inc("upload_failures")
                 future.set_exception(
-                    FencedError(
-                        f"writer of log {self.log_id!r} with epoch {self.epoch} was fenced by a "
-                        f"newer writer (epoch {newer})"
-                    )
+                    FencedError.by_owner(self.log_id, self.epoch, owner[0] if owner else None)
                 )
                 return future
             name = f"{storage.job_id}/{self.log_id}/{next(ns.tokens):012d}"

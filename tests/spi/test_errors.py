@@ -1,0 +1,21 @@
+"""Error messages say what happened."""
+
+import pytest
+
+from dstl.spi import FencedError
+
+
+@pytest.mark.parametrize(
+    ("owner", "says"),
+    [
+        (7, "fenced by a newer writer (epoch 7)"),
+        (5, "another writer with the same epoch 5"),
+        (1, "found an older epoch (1) owning its log"),
+        (None, "owner record is gone, replaced or unreadable"),
+    ],
+)
+def test_fenced_error_names_what_owns_the_log(owner, says):
+    message = str(FencedError.by_owner("op.kg0-8", 5, owner))
+    assert says in message and "'op.kg0-8'" in message and "epoch 5" in message
+    if owner is not None and owner <= 5:
+        assert "newer writer" not in message
