@@ -139,10 +139,7 @@ class ClaimsTracker:
         """Raise :class:`FencedError` when a greater claim already known here owns ``log_id``."""
         owner = self.owners.get(log_id)
         if owner is not None and owner != (epoch, token):
-            msg = (
-                f"writer of log {log_id!r} with epoch {epoch} was fenced by a newer writer (epoch {owner[0]})"
-            )
-            raise FencedError(msg)
+            raise FencedError.by_owner(log_id, epoch, owner[0])
 
     def claim(self, partition: int, log_id: str, epoch: int) -> str:
         """Claim ``log_id`` at ``epoch``; returns the writer token."""
@@ -172,8 +169,38 @@ class ClaimsTracker:
             raise StorageError(msg, retriable=True) from exc
         finally:
             producer.flush(1)
-        self.refresh(partition)
+        self._await_own_claim(partition, log_id, epoch, token)
         return token
+
+    def _await_own_claim(self, partition: int, log_id: str, epoch: int, token: str) -> None:
+        """Return once the check that later fences this writer sees its own claim.
+
+        A committed claim is not always visible at once (Tansu's S3 engine was seen to
+        answer an end offset below it), and a writer created on a claim it cannot see
+        would be fenced by an older one, or let that older one keep writing.
+
+        :raises FencedError: when a greater claim owns the log by then.
+        :raises StorageError: (retriable) when the claim stays invisible for
+            ``dstl.kafka.request.timeout``.
+        """
+        deadline = time.monotonic() + self._factory.timeout
+        pause = 0.005
+        while True:
+            self.refresh(partition)
+            owner = self.owners.get(log_id)
+            if owner == (epoch, token):
+                return
+            if owner is not None and owner > (epoch, token):
+                raise FencedError.by_owner(log_id, epoch, owner[0])
+            if time.monotonic() + pause > deadline:
+                msg = (
+                    f"the claim of log {log_id!r} at epoch {epoch} was committed but is not visible in "
+                    f"{self._topic}[{partition}] after {self._factory.timeout:g}s (the broker's end offset "
+                    "lags its commits); no writer was created, retry"
+                )
+                raise StorageError(msg, retriable=True)
+            time.sleep(pause)
+            pause = min(pause * 2, 0.2)
 
     def close(self) -> None:
         """Close the consumer."""

@@ -12,7 +12,7 @@ import pytest
 
 from dstl.conformance.testing import persist, read_data
 from dstl.kafka.testing import BOOTSTRAP_ENV, TansuBroker, kafka_broker
-from dstl.spi import ChangelogHandle, ConfigError, FencedError, KeyGroupRange, load_storage
+from dstl.spi import ChangelogHandle, ConfigError, FencedError, KeyGroupRange, StorageError, load_storage
 
 ROOT = Path(__file__).resolve().parents[2]
 KG = KeyGroupRange(0, 4)
@@ -176,3 +176,47 @@ def test_a_claim_committed_behind_an_open_transaction_is_waited_for(kafka_config
                 claims.check(partition, "op", 1, "token", claims.watermarks(partition))
         finally:
             committer.join()
+
+
+def _create_retrying(storage, op, epoch, attempts=4):
+    """Create a writer as a caller does: a retriable StorageError (claim not visible yet) is retried."""
+    for attempt in range(attempts):
+        try:
+            return storage.create_writer(op, KG, epoch=epoch), attempt
+        except StorageError as exc:
+            assert exc.retriable and "not visible" in str(exc), exc
+    raise AssertionError(f"no writer for {op} after {attempts} attempts")
+
+
+def test_fencing_never_runs_backwards_on_the_s3_engine(s3_endpoint):
+    """A writer is created only on a claim it can see: the newer epoch always wins (Tansu on S3)."""
+    broker = TansuBroker(s3=s3_endpoint, bucket_prefix=f"fence-{time.monotonic_ns()}")
+    broker.start()
+    config = {
+        "dstl.storage": "kafka",
+        "dstl.kafka.bootstrap.servers": broker.bootstrap,
+        "dstl.kafka.request.timeout": "4s",
+    }
+    retries = 0
+    try:
+        with (
+            load_storage(config, job_id="fence") as old_side,
+            load_storage(config, job_id="fence") as new_side,
+        ):
+            for run in range(6):
+                op = f"op{run}"
+                old, tries = _create_retrying(old_side, op, 1)
+                old.append(0, b"old")
+                persist(old, 0, 1)
+                new, more = _create_retrying(new_side, op, 2)
+                retries += tries + more
+                new.append(0, b"new")
+                assert read_data(new_side, persist(new, 0, 2)) == [b"new"], f"run {run}"
+                old.append(0, b"zombie")
+                with pytest.raises(FencedError, match=r"newer writer \(epoch 2\)"):
+                    persist(old, 0, 3)
+                new.append(0, b"still mine")
+                persist(new, 0, 4)
+    finally:
+        broker.stop()
+    print(f"claim retries over 6 runs: {retries}")
