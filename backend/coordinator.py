@@ -5,6 +5,13 @@ naming every operator instance's :class:`BackendSnapshot`. The shared-state
 registry counts, per log location and per snapshot object, the retained
 checkpoints that reference it; when the count drops to zero the object is
 discarded (log locations through their storage, snapshots from the directory).
+
+Documents are untrusted when read back. Recovery never continues from older
+state without saying so: a damaged latest document stops it
+(``state.checkpoints.on-damaged=fail``) or is skipped in a logged rollback
+(``previous``), and while any document is damaged nothing is deleted as an
+orphan (it may be what the damaged one references). Only snapshots under the
+job's own ``snapshots/`` directory are ever deleted.
 """
 
 from __future__ import annotations
@@ -21,19 +28,28 @@ from dstl.spi import (
     ChangelogHandle,
     Config,
     ConfigError,
+    CorruptedError,
     InvalidHandleError,
     KeyGroupRange,
     SequenceNumberRange,
+    StorageError,
     storage_for_handle,
 )
 
 from .changelog import BackendSnapshot
+from .documents import load_document
 
 log = logging.getLogger(__name__)
 
 __all__ = ["CheckpointCoordinator", "CompletedCheckpoint"]
 
 _PREFIX = "chk-"
+_SUFFIX = ".json"
+#: Version of the checkpoint document this dstl writes and reads.
+CHECKPOINT_VERSION = 1
+#: Longest operator-instance name a checkpoint document may hold.
+_MAX_NAME = 200
+ON_DAMAGED_CHOICES = ("fail", "previous")
 
 
 @dataclass(frozen=True)
@@ -47,27 +63,40 @@ class CompletedCheckpoint:
         """The metadata document."""
         return json.dumps(
             {
+                "version": CHECKPOINT_VERSION,
                 "checkpoint_id": self.checkpoint_id,
                 "snapshots": {name: json.loads(s.to_json()) for name, s in sorted(self.snapshots.items())},
             }
         )
 
     @classmethod
-    def from_json(cls, text: str) -> CompletedCheckpoint:
-        """Parse and validate (metadata is read back from shared storage: untrusted)."""
-        try:
-            doc = json.loads(text)
-            checkpoint_id = doc["checkpoint_id"]
-            snapshots = doc["snapshots"]
-        except (ValueError, TypeError, KeyError) as exc:
-            msg = f"not a dstl checkpoint: {exc}"
-            raise InvalidHandleError(msg) from exc
-        if not isinstance(checkpoint_id, int) or not isinstance(snapshots, dict):
-            msg = "checkpoint metadata needs an integer checkpoint_id and a snapshots object"
+    def from_json(cls, text: str | bytes, *, source: str = "checkpoint metadata") -> CompletedCheckpoint:
+        """Parse and validate (metadata is read back from shared storage: untrusted).
+
+        :raises InvalidHandleError: naming ``source`` and the field.
+        """
+        doc = load_document(text, source, {"version": int, "checkpoint_id": int, "snapshots": dict})
+        if doc["version"] != CHECKPOINT_VERSION:
+            msg = (
+                f"{source} has version {doc['version']}; this dstl reads version {CHECKPOINT_VERSION} "
+                "(upgrade dstl to read checkpoints written by a newer one)"
+            )
             raise InvalidHandleError(msg)
-        return cls(
-            checkpoint_id, {str(k): BackendSnapshot.from_json(json.dumps(v)) for k, v in snapshots.items()}
-        )
+        checkpoint_id = doc["checkpoint_id"]
+        if checkpoint_id < 0:
+            msg = f"{source} field 'checkpoint_id' must be non-negative, got {checkpoint_id}"
+            raise InvalidHandleError(msg)
+        snapshots = {}
+        for name, snapshot in doc["snapshots"].items():
+            if not name or len(name) > _MAX_NAME:
+                msg = f"{source} has an instance name of {len(name)} characters (1 to {_MAX_NAME})"
+                raise InvalidHandleError(msg)
+            try:
+                snapshots[name] = BackendSnapshot.from_dict(snapshot)
+            except InvalidHandleError as exc:
+                msg = f"{source}, instance {name!r:.60}: {exc}"
+                raise InvalidHandleError(msg) from exc
+        return cls(checkpoint_id, snapshots)
 
     def shared_keys(self) -> set[tuple[Any, ...]]:
         """Every log location and snapshot this checkpoint references."""
@@ -94,12 +123,19 @@ class CheckpointCoordinator:
         *,
         num_retained: int = 1,
         config: Config | Mapping[str, Any] | None = None,
+        on_damaged: str = "fail",
     ) -> None:
         import fsspec
 
         if num_retained < 1:
             msg = f"num_retained must be at least 1, got {num_retained}"
             raise ValueError(msg)
+        if on_damaged not in ON_DAMAGED_CHOICES:
+            msg = f"on_damaged must be one of {ON_DAMAGED_CHOICES}, got {on_damaged!r}"
+            raise ValueError(msg)
+        self.on_damaged = on_damaged
+        #: Set by :meth:`recover` when it skipped a damaged newer checkpoint: its id.
+        self.rolled_back_from: int | None = None
         self._fs, root = fsspec.core.url_to_fs(checkpoints_dir)
         self._root = root.rstrip("/")
         self._dir = f"{self._root}/{job_id}/checkpoints"
@@ -118,10 +154,16 @@ class CheckpointCoordinator:
         if not directory:
             msg = "the checkpoint coordinator needs state.checkpoints.dir (an fsspec URL)"
             raise ConfigError(msg)
-        return cls(directory, job_id, num_retained=int(cfg["state.checkpoints.num-retained"]), config=cfg)
+        return cls(
+            directory,
+            job_id,
+            num_retained=int(cfg["state.checkpoints.num-retained"]),
+            config=cfg,
+            on_damaged=str(cfg["state.checkpoints.on-damaged"]),
+        )
 
     def _path(self, checkpoint_id: int) -> str:
-        return f"{self._dir}/{_PREFIX}{checkpoint_id:012d}.json"
+        return f"{self._dir}/{_PREFIX}{checkpoint_id:012d}{_SUFFIX}"
 
     # -- completing --------------------------------------------------------------------------------
     def complete(self, checkpoint_id: int, snapshots: Mapping[str, BackendSnapshot]) -> CompletedCheckpoint:
@@ -149,8 +191,19 @@ class CheckpointCoordinator:
         # Write under a temporary name, then move: readers never see half a document.
         final = self._path(completed.checkpoint_id)
         temporary = f"{self._dir}/.tmp-{uuid.uuid4().hex}"
-        self._fs.pipe_file(temporary, completed.to_json().encode())
-        self._fs.mv(temporary, final)
+        try:
+            self._fs.pipe_file(temporary, completed.to_json().encode())
+            self._fs.mv(temporary, final)
+        except OSError as exc:
+            try:
+                self._fs.rm_file(temporary)
+            except OSError:
+                log.debug("could not remove %s", temporary, exc_info=True)
+            msg = (
+                f"writing checkpoint {completed.checkpoint_id} to {final} failed: {exc}; the checkpoint is "
+                "not completed (free space or fix the checkpoint directory, then retry)"
+            )
+            raise StorageError(msg, retriable=True) from exc
 
     def _subsume(self, old: CompletedCheckpoint) -> None:
         released = []
@@ -166,6 +219,14 @@ class CheckpointCoordinator:
         by_log: dict[tuple[str, str, int], list[Any]] = {}
         for key in keys:
             if key[0] == "snapshot":
+                if not self._owns_snapshot(key[1]):
+                    log.warning(
+                        "not deleting snapshot %r: it lies outside %s/snapshots of this job (a damaged or "
+                        "forged reference)",
+                        key[1],
+                        self._job,
+                    )
+                    continue
                 path = f"{self._root}/{key[1]}"
                 if self._fs.exists(path):
                     self._fs.rm_file(path)
@@ -184,6 +245,15 @@ class CheckpointCoordinator:
             with storage_for_handle(handle, self._config, job_id=self._job) as storage:
                 storage.discard([handle])
 
+    def _owns_snapshot(self, relative: str) -> bool:
+        """Whether ``relative`` (already a safe relative path) names one of this job's snapshots."""
+        return relative.startswith(f"{self._job}/snapshots/") and relative.endswith(".snap")
+
+    @property
+    def directory(self) -> str:
+        """Where this job's checkpoint documents live."""
+        return self._dir
+
     # -- reading back ----------------------------------------------------------------------------
     @property
     def retained(self) -> list[CompletedCheckpoint]:
@@ -199,27 +269,84 @@ class CheckpointCoordinator:
 
         Metadata beyond ``num_retained``, half-written temporary files and snapshot
         objects no retained checkpoint references are deleted before new
-        checkpoints start.
+        checkpoints start, unless a document is damaged: then nothing is deleted
+        (the damaged one may reference it).
+
+        :raises CorruptedError: naming the file when the newest checkpoint document
+            is damaged and ``on_damaged`` is ``fail``.
         """
-        documents = []
+        documents: list[CompletedCheckpoint] = []
+        damaged: list[tuple[int, str, str]] = []  # (id from the file name, path, reason)
         for path in self._fs.ls(self._dir, detail=False):
             name = path.rsplit("/", 1)[-1]
             if name.startswith(".tmp-"):
                 self._fs.rm_file(path)
-            elif name.startswith(_PREFIX) and name.endswith(".json"):
-                try:
-                    documents.append(CompletedCheckpoint.from_json(self._fs.cat_file(path).decode()))
-                except InvalidHandleError as exc:
-                    log.warning("ignoring unreadable checkpoint metadata %s: %s", path, exc)
+            elif name.startswith(_PREFIX) and name.endswith(_SUFFIX):
+                found = self._read_document(path, name)
+                if isinstance(found, CompletedCheckpoint):
+                    documents.append(found)
+                else:
+                    damaged.append(found)
         documents.sort(key=lambda c: c.checkpoint_id)
-        for stale in documents[: -self.num_retained]:
-            self._fs.rm_file(self._path(stale.checkpoint_id))
+        self.rolled_back_from = None
+        if damaged:
+            self._judge_damage(damaged, documents[-1].checkpoint_id if documents else None)
+        else:
+            for stale in documents[: -self.num_retained]:
+                self._fs.rm_file(self._path(stale.checkpoint_id))
         self._retained = documents[-self.num_retained :]
         self._counts = Counter()
         for completed in self._retained:
             self._counts.update(completed.shared_keys())
-        self._remove_orphan_snapshots()
+        if not damaged:
+            self._remove_orphan_snapshots()
         return self.latest()
+
+    def _read_document(self, path: str, name: str) -> CompletedCheckpoint | tuple[int, str, str]:
+        """The checkpoint in ``path``, or ``(id from its name, path, reason)`` when it is damaged."""
+        digits = name[len(_PREFIX) : -len(_SUFFIX)]
+        named_id = int(digits) if digits.isascii() and digits.isdigit() else -1
+        try:
+            completed = CompletedCheckpoint.from_json(self._fs.cat_file(path), source=f"checkpoint {path}")
+        except (InvalidHandleError, OSError) as exc:
+            return named_id, path, str(exc)
+        if completed.checkpoint_id != named_id:
+            return (
+                named_id,
+                path,
+                f"it says it is checkpoint {completed.checkpoint_id}, its name says {digits}",
+            )
+        return completed
+
+    def _judge_damage(self, damaged: list[tuple[int, str, str]], newest_intact: int | None) -> None:
+        """Fail on a damaged newest document, or roll back when ``on_damaged`` allows it."""
+        damaged.sort()
+        newest_id, path, reason = damaged[-1]
+        if newest_intact is not None and newest_id < newest_intact:
+            for _, old_path, old_reason in damaged:
+                log.warning(
+                    "checkpoint %s is damaged (%s); newer checkpoints are intact, nothing is deleted as an "
+                    "orphan until it is repaired or removed",
+                    old_path,
+                    old_reason,
+                )
+            return
+        previous = "no checkpoint" if newest_intact is None else f"checkpoint {newest_intact}"
+        if self.on_damaged == "fail":
+            msg = (
+                f"the latest checkpoint is damaged: {reason}. The job stops rather than continue from older "
+                f"state. Repair or remove the file, or set state.checkpoints.on-damaged=previous to continue "
+                f"from {previous} (a rollback)"
+            )
+            raise CorruptedError(msg, location=path)
+        log.error(
+            "ROLLBACK: the latest checkpoint %s is damaged (%s); continuing from %s because "
+            "state.checkpoints.on-damaged=previous. Nothing is deleted as an orphan while it stays there",
+            path,
+            reason,
+            previous,
+        )
+        self.rolled_back_from = newest_id
 
     def _remove_orphan_snapshots(self) -> None:
         referenced = {key[1] for key in self._counts if key[0] == "snapshot"}

@@ -1,4 +1,9 @@
-"""Reading JSON documents that come back from shared storage (untrusted)."""
+"""Reading JSON documents that come back from shared storage (untrusted).
+
+One strict reader for every document: bounded size and nesting, UTF-8 only,
+duplicate keys refused (with plain ``json`` the last one silently wins), and only
+:class:`~dstl.spi.InvalidHandleError` escapes, naming the document and the field.
+"""
 
 from __future__ import annotations
 
@@ -7,27 +12,90 @@ from typing import Any
 
 from dstl.spi import InvalidHandleError
 
-__all__ = ["load_document"]
+__all__ = ["MAX_DOCUMENT_BYTES", "MAX_DOCUMENT_DEPTH", "check_fields", "load_document", "parse_json"]
+
+#: Largest document read back (a checkpoint of 128 instances with long logs is far below).
+MAX_DOCUMENT_BYTES = 16 << 20
+#: Deepest nesting of objects and lists (dstl's own documents need 8).
+MAX_DOCUMENT_DEPTH = 24
 
 
-def load_document(text: str | bytes, what: str, fields: dict[str, type | tuple[type, ...]]) -> dict[str, Any]:
-    """Parse ``text`` as a JSON object whose ``fields`` exist with the given types.
+def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    doc: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in doc:
+            msg = f"duplicate key {key!r}"
+            raise ValueError(msg)
+        doc[key] = value
+    return doc
 
-    Missing optional fields are the caller's business (``doc.get``).
+
+def parse_json(text: str | bytes, what: str, *, max_bytes: int = MAX_DOCUMENT_BYTES) -> Any:  # noqa: ANN401
+    """Parse untrusted JSON ``text`` within the size and depth bounds.
+
+    :raises InvalidHandleError: naming ``what`` and the problem.
+    """
+    if len(text) > max_bytes:
+        msg = f"{what} is {len(text)} bytes, more than the {max_bytes} a dstl document may have"
+        raise InvalidHandleError(msg)
+    try:
+        if isinstance(text, bytes | bytearray):
+            text = bytes(text).decode("utf-8")
+        doc = json.loads(text, object_pairs_hook=_refuse_duplicates)
+    except UnicodeDecodeError as exc:
+        msg = f"{what} is not UTF-8 text: {exc}"
+        raise InvalidHandleError(msg) from exc
+    except RecursionError as exc:
+        msg = f"{what} is nested deeper than {MAX_DOCUMENT_DEPTH} levels"
+        raise InvalidHandleError(msg) from exc
+    except ValueError as exc:
+        msg = f"{what} is not valid JSON: {exc}"
+        raise InvalidHandleError(msg) from exc
+    _check_depth(doc, what)
+    return doc
+
+
+def _check_depth(doc: Any, what: str) -> None:  # noqa: ANN401
+    level: list[Any] = [doc]
+    for _ in range(MAX_DOCUMENT_DEPTH + 1):
+        level = [
+            child
+            for node in level
+            if isinstance(node, dict | list)
+            for child in (node.values() if isinstance(node, dict) else node)
+            if isinstance(child, dict | list)
+        ]
+        if not level:
+            return
+    msg = f"{what} is nested deeper than {MAX_DOCUMENT_DEPTH} levels"
+    raise InvalidHandleError(msg)
+
+
+def check_fields(doc: Any, what: str, fields: dict[str, type | tuple[type, ...]]) -> dict[str, Any]:  # noqa: ANN401
+    """``doc`` as a JSON object whose ``fields`` exist with the given types (bool is no int).
 
     :raises InvalidHandleError: naming ``what`` and the offending field.
     """
-    try:
-        doc = json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        msg = f"{what} is not valid JSON: {exc}"
-        raise InvalidHandleError(msg) from exc
     if not isinstance(doc, dict):
         msg = f"{what} must be a JSON object, got {type(doc).__name__}"
         raise InvalidHandleError(msg)
     for name, kind in fields.items():
         value = doc.get(name)
         if not isinstance(value, kind) or isinstance(value, bool):
-            msg = f"{what} field {name!r} is missing or of the wrong type: {value!r}"
+            msg = f"{what} field {name!r} is missing or of the wrong type: {value!r:.80}"
             raise InvalidHandleError(msg)
     return doc
+
+
+def load_document(
+    text: str | bytes,
+    what: str,
+    fields: dict[str, type | tuple[type, ...]],
+    *,
+    max_bytes: int = MAX_DOCUMENT_BYTES,
+) -> dict[str, Any]:
+    """Parse ``text`` (:func:`parse_json`) as an object with ``fields`` (:func:`check_fields`).
+
+    Missing optional fields are the caller's business (``doc.get``).
+    """
+    return check_fields(parse_json(text, what, max_bytes=max_bytes), what, fields)

@@ -21,6 +21,14 @@ BACKEND_OPTIONS = (
         minimum=1,
     ),
     ConfigOption(
+        "state.checkpoints.on-damaged",
+        OptionType.ENUM,
+        "fail",
+        "What recovery does when the latest checkpoint document is damaged or unreadable: fail (stop, "
+        "naming the file) or previous (continue from the newest intact checkpoint: a logged rollback).",
+        choices=("fail", "previous"),
+    ),
+    ConfigOption(
         "state.changelog.materialization.interval",
         OptionType.DURATION,
         parse_duration("10min"),

@@ -30,7 +30,7 @@ from dstl.spi import (
 )
 
 from ..delegate import HeapDelegate, StateDelegate
-from ..documents import load_document
+from ..documents import check_fields, parse_json
 from ..keygroups import DEFAULT_MAX_PARALLELISM, key_group_for
 from ..materialization import MaterializationRef
 from ..serialization import serializer_for
@@ -80,9 +80,20 @@ class BackendSnapshot:
         )
 
     @classmethod
-    def from_json(cls, text: str) -> BackendSnapshot:
+    def from_json(cls, text: str | bytes) -> BackendSnapshot:
         """Parse and validate (untrusted input)."""
-        doc = load_document(text, "backend snapshot", {"checkpoint_id": int, "handles": list})
+        return cls.from_dict(parse_json(text, "backend snapshot"))
+
+    @classmethod
+    def from_dict(cls, doc: Any) -> BackendSnapshot:  # noqa: ANN401 - untrusted JSON
+        """Validate an already parsed document (e.g. inside a checkpoint).
+
+        :raises InvalidHandleError: naming the field.
+        """
+        doc = check_fields(doc, "backend snapshot", {"checkpoint_id": int, "handles": list})
+        if doc["checkpoint_id"] < 0:
+            msg = f"backend snapshot field 'checkpoint_id' must be non-negative, got {doc['checkpoint_id']}"
+            raise InvalidHandleError(msg)
         materialized = doc.get("materialized", [])
         if not isinstance(materialized, list):
             msg = "backend snapshot field 'materialized' must be a list"

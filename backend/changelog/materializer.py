@@ -12,7 +12,7 @@ from itertools import groupby
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
-from dstl.spi import ConfigError, StorageError
+from dstl.spi import ConfigError, InvalidHandleError, StorageError
 
 from ..materialization import MaterializationRef, read_sections, write_snapshot
 from ..ttl import purge_expired
@@ -228,6 +228,13 @@ class Materializer:
     def load(self, ref: MaterializationRef) -> dict[str, tuple[str, str]]:
         """Apply ``ref``'s sections of the backend's key groups to the delegate; returns its registrations."""
         fs, root = self._filesystem()
+        job = getattr(self._backend.storage, "job_id", "job")
+        if not ref.path.startswith(f"{job}/snapshots/"):
+            msg = (
+                f"snapshot reference {ref.path!r} lies outside {job}/snapshots/ of this job: a damaged or "
+                "forged checkpoint document (it is not read)"
+            )
+            raise InvalidHandleError(msg)
         path = f"{root}/{ref.path}"
         backend = self._backend
 

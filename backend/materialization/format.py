@@ -53,7 +53,10 @@ class MaterializationRef:
     def from_dict(cls, doc: Any) -> MaterializationRef:  # noqa: ANN401 - untrusted JSON
         """Validate untrusted JSON."""
         try:
-            path = check_relative_path(str(doc["path"]), "snapshot path")
+            if not isinstance(doc["path"], str):
+                msg = f"path must be a string, got {type(doc['path']).__name__}"
+                raise TypeError(msg)
+            path = check_relative_path(doc["path"], "snapshot path")
             start, end = doc["key_groups"]
             sqn, size, entries = doc["sqn"], doc["size"], doc.get("entries", 0)
             if not all(

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dstl.spi import Config, ConfigError
+from dstl.spi import Config, ConfigError, CorruptedError
 
 from ..changelog import BackendSnapshot
 from ..coordinator import CheckpointCoordinator, CompletedCheckpoint
@@ -185,7 +185,11 @@ class _BatchRunner:
         directory = cfg["state.checkpoints.dir"]
         # A replayed batch restarts from checkpoint batch_id - 1, which must therefore be retained.
         self.coordinator = CheckpointCoordinator(
-            directory, job_id, num_retained=max(2, int(cfg["state.checkpoints.num-retained"])), config=cfg
+            directory,
+            job_id,
+            num_retained=max(2, int(cfg["state.checkpoints.num-retained"])),
+            config=cfg,
+            on_damaged=str(cfg["state.checkpoints.on-damaged"]),
         )
         self.coordinator.recover()
         self.run_id = _next_run_id(directory, job_id)
@@ -202,11 +206,43 @@ class _BatchRunner:
         return instance_ranges(self.parallelism, self.max_parallelism)
 
     def _base(self, batch_id: int) -> CompletedCheckpoint | None:
+        """Checkpoint ``batch_id - 1``, the only state batch ``batch_id`` may continue from.
+
+        :raises CorruptedError: when the newest retained checkpoint is another one (the
+            state directory lost or never had it), unless recovery rolled back by
+            ``state.checkpoints.on-damaged=previous``: that first batch continues from
+            the older checkpoint, logged.
+        """
         latest = self.coordinator.latest()
         if latest is not None and latest.checkpoint_id >= batch_id:
             log.info("batch %d is replayed: dropping checkpoints from %d on", batch_id, batch_id)
             self.coordinator.abort_from(batch_id)
-        return self.coordinator.latest()
+            latest = self.coordinator.latest()
+        found = latest.checkpoint_id if latest is not None else None
+        expected = batch_id - 1 if batch_id > 0 else None
+        if found == expected:
+            return latest
+        rolled_back = self.coordinator.rolled_back_from
+        if rolled_back is not None:
+            self.coordinator.rolled_back_from = None
+            log.error(
+                "ROLLBACK: batch %d continues from %s instead of checkpoint %d (checkpoint %d was damaged "
+                "and state.checkpoints.on-damaged=previous)",
+                batch_id,
+                "empty state" if found is None else f"checkpoint {found}",
+                batch_id - 1,
+                rolled_back,
+            )
+            return latest
+        have = "no checkpoint" if found is None else f"checkpoint {found}"
+        msg = (
+            f"batch {batch_id} must continue from checkpoint {batch_id - 1}, but state.checkpoints.dir "
+            f"holds {have} for job {self.spec.job_id!r}: the state and Spark's checkpoint location disagree "
+            "(was one of them deleted or copied from another job?). The batch is refused rather than "
+            "continue from older or empty state; restore the matching directories or start with a fresh "
+            "checkpoint location"
+        )
+        raise CorruptedError(msg, location=self.coordinator.directory)
 
     def _due_for_materialization(self, previous: Mapping[str, BackendSnapshot]) -> frozenset[int]:
         """At most one instance per batch (spreads the cost over batches).

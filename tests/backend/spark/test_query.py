@@ -115,3 +115,33 @@ def test_job_checkpointed_on_local_continues_on_kafka(spark, workdir, tmp_path, 
     # Restore driven by handles of both storages, with no working copy to lean on.
     run(spark, workdir, {**on_kafka, "dstl.spark.working-dir": str(tmp_path / "fresh")}, 8)
     assert_exact(spark, workdir)
+
+
+def test_a_damaged_latest_checkpoint_stops_the_job_unless_rollback_is_chosen(
+    spark, workdir, tmp_path, caplog
+):
+    from dstl.spi import CorruptedError
+
+    config = local_config(tmp_path)
+    run(spark, workdir, config, 3)
+    documents = sorted((workdir / "checkpoint" / "dstl-state" / "demo" / "checkpoints").glob("chk-*.json"))
+    latest = documents[-1]
+    latest.write_bytes(latest.read_bytes()[:20])
+    with pytest.raises(CorruptedError) as info:
+        run(spark, workdir, config, 4)
+    assert str(latest) in str(info.value) and "state.checkpoints.on-damaged=previous" in str(info.value)
+    progress = run(spark, workdir, {**config, "state.checkpoints.on-damaged": "previous"}, 4)
+    assert progress, "the job did not continue"
+    assert "ROLLBACK" in caplog.text and latest.name in caplog.text
+
+
+def test_state_that_disagrees_with_sparks_checkpoint_is_refused(spark, workdir, tmp_path):
+    config = local_config(tmp_path)
+    run(spark, workdir, config, 2)
+    state_dir = workdir / "checkpoint" / "dstl-state"
+    for document in (state_dir / "demo" / "checkpoints").glob("chk-*.json"):
+        document.unlink()  # the state is gone, Spark's offsets are not
+    write_input_file(workdir / "input", 2, ROWS)
+    query = start_pipeline(spark, workdir, config, trigger={"availableNow": True})
+    with pytest.raises(Exception, match="must continue from checkpoint 1, but state.checkpoints.dir"):
+        query.await_termination(timeout=300)

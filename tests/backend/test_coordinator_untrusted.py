@@ -1,0 +1,167 @@
+"""The coordinator reads untrusted documents: no silent rollback, no deletion outside the job."""
+
+import json
+import uuid
+
+import pytest
+
+from dstl.backend.changelog import BackendSnapshot, ChangelogKeyedStateBackend
+from dstl.backend.coordinator import CheckpointCoordinator, CompletedCheckpoint
+from dstl.spi import CorruptedError, InvalidHandleError, StorageError, load_storage
+from tests.backend.test_coordinator import ALL, run_job
+
+
+@pytest.fixture
+def finished_job(tmp_path):
+    """A job of 25 checkpoints (materialized every 10), closed; returns (config, dir, expected)."""
+    config = {"dstl.storage": "local", "dstl.local.dir": str(tmp_path / "log")}
+    checkpoints_dir = (tmp_path / "chk").as_uri()
+    storage, _, backend, expected = run_job(config, checkpoints_dir, checkpoints=25, every=10)
+    backend.close()
+    storage.close()
+    return config, checkpoints_dir, expected
+
+
+def _metadata(tmp_path, checkpoint_id):
+    return tmp_path / "chk" / "job" / "checkpoints" / f"chk-{checkpoint_id:012d}.json"
+
+
+def _restored_values(config, checkpoints_dir, checkpoint):
+    with load_storage(config, job_id="job") as storage:
+        backend = ChangelogKeyedStateBackend(storage, "op", ALL, epoch=7, snapshot_dir=checkpoints_dir)
+        backend.restore(checkpoint.snapshots["op/0"], config)
+        state = backend.value_state("count")
+        values = {}
+        for key in range(200):
+            backend.set_current_key(key)
+            values[key] = state.value()
+        backend.close()
+    return values
+
+
+@pytest.mark.parametrize("damage", ["truncate", "empty", "garbage"])
+def test_a_damaged_latest_checkpoint_fails_recovery_naming_file_and_setting(finished_job, tmp_path, damage):
+    config, checkpoints_dir, expected = finished_job
+    latest = _metadata(tmp_path, 25)
+    original = latest.read_bytes()
+    latest.write_bytes(
+        {"truncate": original[: len(original) // 2], "empty": b"", "garbage": b"\xff\xfe"}[damage]
+    )
+    snapshots_before = sorted((tmp_path / "chk").rglob("*.snap"))
+    coordinator = CheckpointCoordinator(checkpoints_dir, "job", num_retained=2, config=config)
+    with pytest.raises(CorruptedError) as info:
+        coordinator.recover()
+    assert info.value.location.endswith("chk-000000000025.json")
+    assert "state.checkpoints.on-damaged=previous" in str(info.value)
+    assert sorted((tmp_path / "chk").rglob("*.snap")) == snapshots_before, "deleted as orphans"
+    # Repaired, the checkpoint restores in full: nothing it references was deleted.
+    latest.write_bytes(original)
+    repaired = CheckpointCoordinator(checkpoints_dir, "job", num_retained=2, config=config).recover()
+    assert repaired.checkpoint_id == 25
+    assert _restored_values(config, checkpoints_dir, repaired) == expected
+
+
+def test_previous_rolls_back_explicitly_and_deletes_nothing(finished_job, tmp_path, caplog):
+    config, checkpoints_dir, _ = finished_job
+    latest = _metadata(tmp_path, 25)
+    original = latest.read_bytes()
+    latest.write_bytes(original[:10])
+    snapshots_before = sorted((tmp_path / "chk").rglob("*.snap"))
+    coordinator = CheckpointCoordinator(
+        checkpoints_dir, "job", num_retained=2, config=config, on_damaged="previous"
+    )
+    recovered = coordinator.recover()
+    assert recovered.checkpoint_id == 24
+    assert coordinator.rolled_back_from == 25
+    assert "ROLLBACK" in caplog.text and "chk-000000000025.json" in caplog.text
+    assert sorted((tmp_path / "chk").rglob("*.snap")) == snapshots_before
+    assert latest.exists(), "the damaged document was removed"
+
+
+def test_num_retained_one_and_a_damaged_latest_is_not_an_empty_start(finished_job, tmp_path):
+    config, checkpoints_dir, _ = finished_job
+    _metadata(tmp_path, 24).unlink()
+    _metadata(tmp_path, 25).write_text("")
+    with pytest.raises(CorruptedError, match="continue from no checkpoint"):
+        CheckpointCoordinator(checkpoints_dir, "job", num_retained=1, config=config).recover()
+
+
+def test_a_document_whose_id_disagrees_with_its_file_name_is_damaged(finished_job, tmp_path):
+    config, checkpoints_dir, _ = finished_job
+    # An older document copied over checkpoint 25's file (it says it is 24).
+    _metadata(tmp_path, 25).write_bytes(_metadata(tmp_path, 24).read_bytes())
+    with pytest.raises(CorruptedError, match="it says it is checkpoint 24"):
+        CheckpointCoordinator(checkpoints_dir, "job", num_retained=2, config=config).recover()
+
+
+def test_a_forged_snapshot_ref_cannot_delete_another_jobs_files(tmp_path, memory_config):
+    root = tmp_path / "chk"
+    victim = root / "otherjob" / "checkpoints" / "chk-000000000005.json"
+    victim.parent.mkdir(parents=True)
+    victim.write_text("{}")
+    coordinator = CheckpointCoordinator(root.as_uri(), "job", num_retained=1, config=memory_config)
+    forged = BackendSnapshot.from_dict(
+        {
+            "checkpoint_id": 1,
+            "handles": [],
+            "materialized": [
+                {
+                    "path": "otherjob/checkpoints/chk-000000000005.json",
+                    "key_groups": [0, 128],
+                    "sqn": 0,
+                    "size": 2,
+                }
+            ],
+        }
+    )
+    coordinator.complete(1, {"op/0": forged})
+    coordinator.complete(2, {})
+    assert victim.exists(), "the coordinator deleted another job's file"
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("[" * 100_000 + "]" * 100_000, "nested deeper"),
+        (b'{"version": 1, "checkpoint_id": 1, "snapshots": {"\xff": 1}}', "not UTF-8"),
+        ('{"version": 1, "checkpoint_id": true, "snapshots": {}}', "checkpoint_id"),
+        ('{"version": 1, "checkpoint_id": -1, "snapshots": {}}', "non-negative"),
+        ('{"checkpoint_id": 1, "snapshots": {}}', "version"),
+        ('{"version": 1, "checkpoint_id": 1, "checkpoint_id": 2, "snapshots": {}}', "duplicate key"),
+        ('{"version": 1, "checkpoint_id": 1, "snapshots": {}, "pad": "' + "x" * (20 << 20) + '"}', "bytes"),
+        (
+            '{"version": 1, "checkpoint_id": 1, "snapshots": {"a": {"checkpoint_id": -5, "handles": []}}}',
+            "-5",
+        ),
+        (
+            json.dumps(
+                {
+                    "version": 1,
+                    "checkpoint_id": 1,
+                    "snapshots": {
+                        "a": {
+                            "checkpoint_id": 1,
+                            "handles": [],
+                            "materialized": [{"path": 7, "key_groups": [0, 1], "sqn": 0, "size": 1}],
+                        }
+                    },
+                }
+            ),
+            "path must be a string",
+        ),
+    ],
+)
+def test_checkpoint_documents_are_validated_strictly(text, says):
+    with pytest.raises(InvalidHandleError, match=says):
+        CompletedCheckpoint.from_json(text)
+
+
+def test_a_full_checkpoint_directory_is_a_storage_error(small_tmpfs):
+    coordinator = CheckpointCoordinator(small_tmpfs.as_uri(), "job", num_retained=1)
+    (small_tmpfs / "filler").write_bytes(b"\0" * ((2 << 20) - 8192))
+    big = BackendSnapshot.from_dict({"checkpoint_id": 1, "handles": []})
+    with pytest.raises(StorageError, match="not completed") as info:
+        for checkpoint_id in range(1, 2000):
+            coordinator.complete(checkpoint_id, {f"op/{n}-{uuid.uuid4().hex}": big for n in range(200)})
+    assert info.value.retriable
+    assert not list((small_tmpfs / "job" / "checkpoints").glob(".tmp-*"))
