@@ -9,16 +9,54 @@ the one the handle names live here once.
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import ClassVar
 
 from .changeset_format import decode_change_set
-from .errors import CorruptedError, StorageError
+from .errors import CorruptedError, InvalidHandleError, StorageError
 from .handle import ChangelogHandle, LocationValue
 from .reader import StateChangelogReader
 from .types import KeyGroupRange, StateChange
 
-__all__ = ["ChangeSetReader", "FetchedChangeSet", "decode_fetched"]
+__all__ = ["ChangeSetReader", "FetchedChangeSet", "LocationField", "checked_locations", "decode_fetched"]
+
+_MAX_OFFSET = (1 << 63) - 1
+
+
+@dataclass(frozen=True, slots=True)
+class LocationField:
+    """One field of a storage's handle locations: its type and, for ints, the allowed range.
+
+    Locations come back from shared storage (untrusted): a reader checks them
+    against its fields before it touches any byte, so a missing or out-of-range
+    value is an :class:`~dstl.spi.InvalidHandleError` naming the field, never a
+    ``KeyError``, ``OverflowError`` or ``MemoryError``.
+    """
+
+    kind: type[int] | type[str]
+    low: int = 0
+    high: int = _MAX_OFFSET
+    required: bool = True
+
+    def check(self, name: str, value: object, where: str) -> None:
+        """Raise :class:`InvalidHandleError` unless ``value`` fits."""
+        if value is None and not self.required:
+            return
+        if not isinstance(value, self.kind) or isinstance(value, bool):
+            msg = f"{where}: field {name!r} must be {self.kind.__name__}, got {value!r:.60}"
+            raise InvalidHandleError(msg)
+        if isinstance(value, int) and not self.low <= value <= self.high:
+            msg = f"{where}: field {name!r} is {value}, outside [{self.low}, {self.high}]"
+            raise InvalidHandleError(msg)
+
+
+_SQN_FIELD = LocationField(int)
+#: Offset and length of a change set inside an object or segment (at most 2 GiB each).
+OFFSET_LENGTH_FIELDS: Mapping[str, LocationField] = {
+    "offset": LocationField(int),
+    "length": LocationField(int, 1, (1 << 31) - 1),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +75,13 @@ class FetchedChangeSet:
 
 
 class ChangeSetReader(StateChangelogReader):
-    """Reads handles whose locations each name one change set (with its ``sqn``)."""
+    """Reads handles whose locations each name one change set (with its ``sqn``).
+
+    :cvar location_fields: the storage's location fields besides ``sqn``, checked
+        before any read (see :class:`LocationField`).
+    """
+
+    location_fields: ClassVar[Mapping[str, LocationField]] = {}
 
     def __init__(self, storage_id: str) -> None:
         self._storage_id = storage_id
@@ -82,9 +126,37 @@ class ChangeSetReader(StateChangelogReader):
         if handle.storage_id != self._storage_id:
             msg = f"handle of storage {handle.storage_id!r} cannot be read by storage {self._storage_id!r}"
             raise StorageError(msg)
-        wanted = [loc for loc in handle.location_dicts if loc.get("sqn") in handle.sqn_range]
-        for loc in sorted(wanted, key=lambda entry: entry["sqn"]):  # type: ignore[arg-type,return-value]
+        for loc in self._wanted_locations(handle):
             yield int(loc["sqn"]), self._fetch(handle, loc)  # type: ignore[arg-type]
+
+    def _wanted_locations(self, handle: ChangelogHandle) -> list[dict[str, LocationValue]]:
+        """The handle's locations inside its SQN range, checked and in SQN order.
+
+        :raises InvalidHandleError: naming the handle's log and the field of a bad location.
+        """
+        wanted = [
+            loc for loc in checked_locations(handle, self.location_fields) if loc["sqn"] in handle.sqn_range
+        ]
+        wanted.sort(key=lambda entry: entry["sqn"])  # type: ignore[arg-type,return-value]
+        return wanted
+
+
+def checked_locations(
+    handle: ChangelogHandle, fields: Mapping[str, LocationField]
+) -> list[dict[str, LocationValue]]:
+    """Every location of ``handle``, each checked against ``sqn`` and ``fields``.
+
+    Storages call it wherever they use a handle's locations (reads and discards).
+
+    :raises InvalidHandleError: naming the handle's log and the field of a bad location.
+    """
+    where = f"location of handle of log {handle.log_id!r}"
+    locations = handle.location_dicts
+    for loc in locations:
+        _SQN_FIELD.check("sqn", loc.get("sqn"), where)
+        for name, field in fields.items():
+            field.check(name, loc.get(name), where)
+    return locations
 
 
 def decode_fetched(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dstl.conformance.testing import persist, read_data
-from dstl.spi import ClosedError, InvalidIdentifierError, KeyGroupRange
+from dstl.spi import ChangelogHandle, ClosedError, DstlError, InvalidIdentifierError, KeyGroupRange
 
 KG = KeyGroupRange(4, 8)
 
@@ -81,3 +81,49 @@ def test_failed_call_loses_nothing(storage, sut):
         writer.append(5, "rejected")
     writer.append(5, b"also kept")
     assert read_data(storage, persist(writer, 0, 1, sut.timeout)) == [b"kept", b"also kept"]
+
+
+_HOSTILE_VALUES = [None, "abc", -1, 1 << 40, 1 << 62, 1 << 63, 1 << 80, 1.5, True, [1], {"a": 1}]
+
+
+def _with_location_field(handle, field, value):
+    doc = handle.to_dict()
+    location = doc["locations"][0]
+    if value is None:
+        location.pop(field, None)
+    else:
+        location[field] = value
+    return doc
+
+
+def test_hostile_location_fields_give_dstl_errors(storage, sut):
+    """Every location field, missing or out of range: only DstlError escapes a read and a discard."""
+    writer = storage.create_writer("op", KG)
+    writer.append(4, b"intact")
+    handle = persist(writer, 0, 1, sut.timeout)
+    forged = []
+    for field in sorted(handle.location_dicts[0]):
+        for value in _HOSTILE_VALUES:
+            try:
+                forged.append(
+                    (field, value, ChangelogHandle.from_dict(_with_location_field(handle, field, value)))
+                )
+            except DstlError:
+                continue  # refused on load: fine
+    escapes = []
+    for action in ("read", "discard"):  # reads first: a discard may legitimately free the original
+        for field, value, bad in forged:
+            try:
+                if action == "read":
+                    got = read_data(storage, bad)
+                    # A valid SQN outside the handle's range is ranged out: nothing to read.
+                    ranged_out = field == "sqn" and type(value) is int and value >= 1 and got == []
+                    if not ranged_out and (field == "sqn" or got != [b"intact"]):
+                        escapes.append((field, value, action, f"returned {got!r:.60}"))
+                else:
+                    storage.discard([bad])
+            except DstlError:
+                pass
+            except Exception as exc:  # noqa: BLE001 - collected to report every escape at once
+                escapes.append((field, value, action, f"{type(exc).__name__}: {exc}"[:120]))
+    assert not escapes, escapes

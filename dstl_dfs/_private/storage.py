@@ -27,6 +27,7 @@ from dstl.spi import (
     StorageError,
     check_relative_path,
 )
+from dstl.spi.changeset_reader import OFFSET_LENGTH_FIELDS, LocationField, checked_locations
 from dstl.spi.handle import Location, LocationValue
 
 from .batch_format import HEADER_SIZE, build_object, index_size, read_index
@@ -74,6 +75,8 @@ class DfsWriter(ChangeSetWriter):
 
 class DfsReader(ChangeSetReader):
     """Reads change sets through the storage's download cache."""
+
+    location_fields = {"object": LocationField(str), **OFFSET_LENGTH_FIELDS}
 
     def __init__(self, storage: DfsStorage) -> None:
         super().__init__(IDENTIFIER)
@@ -316,7 +319,7 @@ class DfsStorage(ChangeSetStorage):
         self._metrics.inc("discarded_change_sets", sum(len(h.locations) for h in handles))
         by_object: dict[str, set[int]] = {}
         for handle in handles:
-            for loc in handle.location_dicts:
+            for loc in checked_locations(handle, DfsReader.location_fields):
                 key = check_relative_path(str(loc["object"]), "object location")
                 by_object.setdefault(key, set()).add(int(loc["offset"]))  # type: ignore[arg-type]
         for key, offsets in by_object.items():

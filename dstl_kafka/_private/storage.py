@@ -22,6 +22,7 @@ from dstl.spi import (
     KeyGroupRange,
     StorageError,
 )
+from dstl.spi.changeset_reader import LocationField
 from dstl.spi.handle import Location, LocationValue
 
 from .claims import ClaimsTracker
@@ -105,6 +106,14 @@ class KafkaWriter(ChangeSetWriter):
 class KafkaReader(ChangeSetReader):
     """Reads each partition range once per read (read_committed, bounded by a timeout)."""
 
+    location_fields = {
+        "topic": LocationField(str),
+        "partition": LocationField(int, 0, (1 << 31) - 1),
+        "first": LocationField(int),
+        "last": LocationField(int),
+        "writer": LocationField(str, required=False),
+    }
+
     def __init__(self, storage: KafkaStorage) -> None:
         super().__init__(IDENTIFIER)
         self._storage = storage
@@ -123,9 +132,7 @@ class KafkaReader(ChangeSetReader):
         from confluent_kafka import Consumer, KafkaException, TopicPartition
 
         ranges: dict[tuple[str, int], tuple[int, int]] = {}
-        for loc in handle.location_dicts:
-            if loc.get("sqn") not in handle.sqn_range:
-                continue
+        for loc in self._wanted_locations(handle):
             spot = (str(loc["topic"]), int(loc["partition"]))  # type: ignore[arg-type]
             first, last = int(loc["first"]), int(loc["last"])  # type: ignore[arg-type]
             low, high = ranges.get(spot, (first, last))

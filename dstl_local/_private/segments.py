@@ -250,6 +250,10 @@ def read_change_set_bytes(path: Path, offset: int, length: int) -> bytes:
         msg = f"segment {path} does not exist (was it discarded?)"
         raise StorageError(msg) from exc
     try:
+        available = os.fstat(fd).st_size - offset
+        if available < length:
+            msg = f"segment ends after {max(available, 0)} of {length} bytes"
+            raise CorruptedError(msg, location=str(path), offset=offset)
         data = os.pread(fd, length, offset)
     finally:
         os.close(fd)

@@ -22,7 +22,13 @@ from dstl.spi import (
     StorageError,
     check_relative_path,
 )
-from dstl.spi.changeset_reader import ChangeSetReader, FetchedChangeSet
+from dstl.spi.changeset_reader import (
+    OFFSET_LENGTH_FIELDS,
+    ChangeSetReader,
+    FetchedChangeSet,
+    LocationField,
+    checked_locations,
+)
 from dstl.spi.changeset_storage import ChangeSetStorage
 from dstl.spi.handle import Location, LocationValue
 
@@ -93,6 +99,8 @@ class LocalWriter(ChangeSetWriter):
 
 class LocalReader(ChangeSetReader):
     """Reads change sets by segment and offset."""
+
+    location_fields = {"segment": LocationField(str), **OFFSET_LENGTH_FIELDS}
 
     def __init__(self, storage: LocalStorage) -> None:
         super().__init__(IDENTIFIER)
@@ -298,7 +306,7 @@ class LocalStorage(ChangeSetStorage):
         handles = list(handles)
         self._metrics.inc("discarded_change_sets", sum(len(h.locations) for h in handles))
         for handle in handles:
-            for loc in handle.location_dicts:
+            for loc in checked_locations(handle, LocalReader.location_fields):
                 path = self._absolute(str(loc["segment"]))
                 entry = (int(loc["offset"]), int(loc["length"]))  # type: ignore[arg-type]
                 if self._wrote(path, *entry):

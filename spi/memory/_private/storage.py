@@ -8,7 +8,13 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-from ...changeset_reader import ChangeSetReader, FetchedChangeSet
+from ...changeset_reader import (
+    OFFSET_LENGTH_FIELDS,
+    ChangeSetReader,
+    FetchedChangeSet,
+    LocationField,
+    checked_locations,
+)
 from ...changeset_storage import ChangeSetStorage
 from ...changeset_writer import ChangeSet, ChangeSetWriter
 from ...config import Config
@@ -85,6 +91,8 @@ class MemoryWriter(ChangeSetWriter):
 class MemoryStorageReader(ChangeSetReader):
     """Reads change sets from the namespace's objects."""
 
+    location_fields = {"object": LocationField(str), **OFFSET_LENGTH_FIELDS}
+
     def __init__(self, storage: MemoryStorage) -> None:
         super().__init__(storage.identifier)
         self._storage = storage
@@ -143,7 +151,7 @@ class MemoryStorage(ChangeSetStorage):
         deleted = 0
         with self._ns.lock:
             for handle in handles:
-                for loc in handle.location_dicts:
+                for loc in checked_locations(handle, MemoryStorageReader.location_fields):
                     name = str(loc["object"])
                     live = self._ns.live.get(name)
                     if live is None:
