@@ -3,7 +3,9 @@
 Spark reuses Python workers without making them sticky to partitions: with the
 state in an LMDB environment on local disk, whichever worker runs the next batch
 of a partition opens the same file instead of restoring from the DSTL.
-Durability is the DSTL's job, so the environment is written without fsync.
+Durability is the DSTL's job, so transactions are committed without fsync;
+:meth:`LmdbDelegate.sync` flushes them when a caller must vouch for the file
+(the Spark working copy's stamp).
 """
 
 from __future__ import annotations
@@ -111,6 +113,10 @@ class LmdbDelegate(StateDelegate):
                     raw, raw=False, strict_map_key=False
                 )
         return view
+
+    def sync(self) -> None:
+        """Flush every committed transaction to disk (data and meta pages)."""
+        self._env.sync(True)
 
     def close(self) -> None:
         """Close the environment (the file stays for the next process)."""

@@ -7,6 +7,11 @@ a task whose previous checkpoint matches the stamp continues from the copy
 (warm path, nothing read back), any other task clears it and restores. The stamp
 is removed before the copy changes and written after the checkpoint, so a task
 that dies midway leaves no stamp and its successor restores.
+
+The LMDB file is written without fsync, so the order is made durable too: the
+stamp's removal is synced before the copy changes, and a new stamp is written
+only after the environment was synced, then synced itself. After a host crash a
+stamp therefore never vouches for pages that did not reach the disk.
 """
 
 from __future__ import annotations
@@ -77,13 +82,29 @@ class WorkingCopy:
         return {"digest": doc["digest"], "registrations": {k: tuple(v) for k, v in registrations.items()}}
 
     def invalidate(self) -> None:
-        """The copy is about to change: until :meth:`mark`, it is at no checkpoint."""
-        self._stamp.unlink(missing_ok=True)
+        """The copy is about to change: until :meth:`mark`, it is at no checkpoint (durably)."""
+        if self._stamp.exists():
+            self._stamp.unlink(missing_ok=True)
+            _fsync_directory(self.path)
 
     def mark(self, snapshot: BackendSnapshot, registrations: dict[str, tuple[str, str]]) -> None:
-        """The copy now holds exactly ``snapshot`` (written atomically)."""
+        """The copy now holds exactly ``snapshot``: sync the environment, then write the stamp atomically."""
+        self.delegate.sync()
         temporary = self._stamp.with_suffix(f".tmp{os.getpid()}")
-        temporary.write_text(
-            json.dumps({"digest": snapshot_digest(snapshot), "registrations": registrations})
-        )
+        data = json.dumps({"digest": snapshot_digest(snapshot), "registrations": registrations}).encode()
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         temporary.replace(self._stamp)
+        _fsync_directory(self.path)
+
+
+def _fsync_directory(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

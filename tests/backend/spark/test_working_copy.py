@@ -34,3 +34,48 @@ def test_a_damaged_stamp_means_no_known_checkpoint(copy, registrations):
     assert copy.stamp() is None
     stamp_file.write_text("{not json")
     assert copy.stamp() is None
+
+
+def test_the_stamp_is_written_only_after_the_environment_is_synced(copy, monkeypatch):
+    events = []
+    real_sync, real_fsync = copy.delegate.sync, __import__("os").fsync
+    monkeypatch.setattr(copy.delegate, "sync", lambda: (events.append("lmdb synced"), real_sync())[1])
+    monkeypatch.setattr("os.fsync", lambda fd: (events.append("fsync"), real_fsync(fd))[1])
+    copy.delegate.put("totals", 0, b"k", 1)
+    copy.mark(BackendSnapshot(7, ()), {})
+    assert events[0] == "lmdb synced" and events.count("fsync") == 2  # stamp file, then its directory
+    events.clear()
+    copy.invalidate()
+    assert events == ["fsync"], "the stamp's removal was not made durable before the copy changes"
+
+
+KILL_BETWEEN_SYNC_AND_STAMP = """
+import os, signal, sys
+from dstl.backend.changelog import BackendSnapshot
+from dstl.backend.spark._private.working_copy import WorkingCopy
+copy = WorkingCopy(sys.argv[1], "op-kg0-64", map_size=1 << 20)
+copy.mark(BackendSnapshot(1, ()), {})
+copy.invalidate()
+copy.delegate.put("totals", 0, b"k", 2)
+real_open = os.open
+def dying_open(path, *args, **kwargs):
+    if "dstl-stamp" in str(path):
+        os.kill(os.getpid(), signal.SIGKILL)  # after the LMDB sync, before the new stamp
+    return real_open(path, *args, **kwargs)
+os.open = dying_open
+copy.mark(BackendSnapshot(2, ()), {})
+"""
+
+
+def test_a_process_killed_between_sync_and_stamp_leaves_no_stamp(tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    child = subprocess.run(
+        [sys.executable, "-c", KILL_BETWEEN_SYNC_AND_STAMP, str(tmp_path)], capture_output=True, timeout=60
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr.decode()[-2000:]
+    reopened = WorkingCopy(tmp_path, "op-kg0-64", map_size=1 << 20)
+    assert reopened.stamp() is None, "a stamp vouches for a copy that changed after it"
+    assert reopened.delegate.get("totals", 0, b"k") == 2, "the synced write is missing"
