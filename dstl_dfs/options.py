@@ -84,6 +84,21 @@ DFS_OPTIONS = (
         "Downloaded objects are kept this long after their last read.",
     ),
     ConfigOption(
+        "dstl.dfs.download.timeout",
+        OptionType.DURATION,
+        parse_duration("10s"),
+        "How long one read of an object (or one fencing listing) may take before it is retried.",
+        minimum=0.001,
+    ),
+    ConfigOption(
+        "dstl.dfs.download.max-attempts",
+        OptionType.INT,
+        3,
+        "Attempts of a read or fencing listing on transient errors (5xx, resets, stalls, damaged "
+        "bodies) before it fails with a retriable StorageError.",
+        minimum=1,
+    ),
+    ConfigOption(
         "dstl.dfs.download.cache-max-size",
         OptionType.SIZE,
         parse_size("256mb"),

@@ -163,12 +163,18 @@ def wait_for_port(port: int, timeout: float = 30.0, process: subprocess.Popen | 
 
 
 class FaultInjectingProxy:
-    """Forwards HTTP to ``target`` and stalls or fails a fraction of PUTs.
+    """Forwards HTTP to ``target`` and stalls or fails a fraction of PUTs, and chosen GETs.
 
     :param stall_fraction: share of PUTs delayed by ``stall_seconds`` before forwarding.
     :param fail_fraction: share of PUTs answered with 503 without forwarding.
     :param evenly: pick exactly that share of PUTs, evenly spaced (default); else
         draw each PUT at random with ``seed``.
+
+    GETs of objects (listings excluded) take their faults from :attr:`get_faults`, one
+    per GET in order: ``"stall"``, ``"fail"`` (503), ``"flip"`` (one body byte
+    flipped, headers intact), ``"truncate"`` (half the body, then the connection
+    closes) or ``"reset"`` (the connection closes without an answer). With
+    :attr:`stall_gets` every GET, listings included, stalls.
     """
 
     def __init__(
@@ -191,6 +197,8 @@ class FaultInjectingProxy:
         self.puts = 0
         self._lock = threading.Lock()
         self.stall_next = 0  # the next N PUTs stall whatever the fractions say
+        self.get_faults: list[str] = []
+        self.stall_gets = False
         self.stalled = 0
         self.failed = 0
         self.forwarded = 0
@@ -208,7 +216,15 @@ class FaultInjectingProxy:
         self._server.server_close()
         self._thread.join(5)
 
-    def _decide(self, method: str) -> str:
+    def _decide(self, method: str, path: str = "") -> str:
+        if method == "GET":
+            with self._lock:
+                if self.stall_gets:
+                    self.stalled += 1
+                    return "stall"
+                if self.get_faults and "list-type" not in path:
+                    return self.get_faults.pop(0)
+            return "forward"
         if method != "PUT":
             return "forward"
         with self._lock:
@@ -268,7 +284,11 @@ class FaultInjectingProxy:
 
             def _handle(self) -> None:
                 body = self._body()
-                decision = proxy._decide(self.command)
+                decision = proxy._decide(self.command, self.path)
+                if decision == "reset":
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
                 if decision == "fail":
                     payload = b"<Error><Code>SlowDown</Code><Message>injected</Message></Error>"
                     self.send_response(503)
@@ -296,8 +316,16 @@ class FaultInjectingProxy:
                         self.send_header(name, value)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(data)
+                if self.command == "HEAD":
+                    return
+                if decision == "flip" and data:
+                    data = data[:-1] + bytes([data[-1] ^ 0xFF])
+                elif decision == "truncate":
+                    self.wfile.write(data[: len(data) // 2])
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                self.wfile.write(data)
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle  # noqa: N815
 

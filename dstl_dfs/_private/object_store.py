@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from urllib.parse import urlparse
 
-from dstl.spi import Config, ConfigError, StorageError
+from dstl.spi import Config, ConfigError, DstlError, StorageError
 
 
 class ObjectExistsError(StorageError):
@@ -63,7 +62,6 @@ class FsspecStore(ObjectStore):
         self.fs, root = fsspec.core.url_to_fs(url, **(storage_options or {}))
         self.root = root.rstrip("/")
         self._local = self.fs.protocol in ("file", "local") or "file" in (self.fs.protocol or ())
-        self._lock = threading.Lock()
 
     def _path(self, key: str) -> str:
         return f"{self.root}/{key}"
@@ -79,8 +77,10 @@ class FsspecStore(ObjectStore):
         except FileNotFoundError as exc:
             msg = f"object {self.describe(key)} does not exist (was it discarded?)"
             raise StorageError(msg) from exc
-        except OSError as exc:
-            msg = f"{action} {self.describe(key)} failed: {exc}"
+        except DstlError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - OSError, and what fsspec backends raise raw (aiohttp, botocore)
+            msg = f"{action} {self.describe(key)} failed: {type(exc).__name__}: {exc}"
             raise StorageError(msg, retriable=True) from exc
 
     def put_new(self, key: str, data: bytes) -> None:
@@ -98,10 +98,9 @@ class FsspecStore(ObjectStore):
                 finally:
                     os.close(fd)
                 return
-            with self._lock:  # best effort on stores without conditional puts
-                if self.fs.exists(path):
-                    raise FileExistsError(path)
-                self.fs.pipe_file(path, data)
+            # fsspec's exclusive create: FileExistsError when taken (s3fs sends If-None-Match: *),
+            # atomic in the store, so no lock and no exists() round trip.
+            self.fs.pipe_file(path, data, mode="create")
 
     def get(self, key: str) -> bytes:
         with self._translate("reading", key):
@@ -118,9 +117,12 @@ class FsspecStore(ObjectStore):
     def list(self, prefix: str) -> list[str]:
         base = self._path(prefix).rstrip("/")
         try:
-            found = self.fs.find(base)
-        except FileNotFoundError:
-            return []
+            with self._translate("listing", prefix):
+                found = self.fs.find(base)
+        except StorageError as exc:
+            if isinstance(exc.__cause__, FileNotFoundError):
+                return []
+            raise
         root = self.root + "/"
         return sorted(p[len(root) :] if p.startswith(root) else p for p in found)
 
@@ -176,7 +178,12 @@ class S3Store(ObjectStore):
                 raise StorageError(msg) from exc
             msg = f"{action} {self.describe(key)} failed: {code or type(exc).__name__}: {exc}"
             raise StorageError(msg, retriable=True) from exc
-        except BotoCoreError as exc:
+        except (BotoCoreError, OSError) as exc:
+            msg = f"{action} {self.describe(key)} failed: {type(exc).__name__}: {exc}"
+            raise StorageError(msg, retriable=True) from exc
+        except DstlError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - urllib3 errors while a body is read escape botocore
             msg = f"{action} {self.describe(key)} failed: {type(exc).__name__}: {exc}"
             raise StorageError(msg, retriable=True) from exc
 
@@ -224,11 +231,21 @@ def open_store(config: Config, *, for_markers: bool = False) -> ObjectStore:
     if scheme in ("s3", "s3a"):
         if for_markers or config["dstl.dfs.s3.fast-path"]:
             return S3Store(url, config)
-        options: dict[str, object] = {}
+        # dstl bounds and retries reads itself (dstl.dfs.download.*): one attempt per s3fs call.
+        timeout = float(config["dstl.dfs.download.timeout"])
+        options: dict[str, object] = {
+            "config_kwargs": {
+                "connect_timeout": timeout,
+                "read_timeout": timeout,
+                "retries": {"total_max_attempts": 1, "mode": "standard"},
+            },
+        }
         if config.get("dstl.dfs.s3.endpoint-url"):
             options["client_kwargs"] = {"endpoint_url": config["dstl.dfs.s3.endpoint-url"]}
         if config.get("dstl.dfs.s3.access-key-id"):
             options["key"] = config["dstl.dfs.s3.access-key-id"]
             options["secret"] = config.get("dstl.dfs.s3.secret-access-key")
-        return FsspecStore(url, options)
+        store = FsspecStore(url, options)
+        store.fs.retries = 1  # s3fs's own retry loop (a class attribute, not an argument)
+        return store
     return FsspecStore(url)

@@ -31,6 +31,7 @@ from dstl.spi.changeset_reader import OFFSET_LENGTH_FIELDS, LocationField, check
 from dstl.spi.handle import Location, LocationValue
 
 from .batch_format import HEADER_SIZE, build_object, index_size, read_index
+from .bounded import BoundedCalls
 from .cache import DownloadCache
 from .hedging import HedgedUpload, RetryPolicy
 from .object_store import ObjectStore, S3Store, open_store
@@ -136,8 +137,13 @@ class DfsStorage(ChangeSetStorage):
             metrics=self._metrics,
             upload_batch=self._upload_batch,
         )
+        self._reads = BoundedCalls(
+            timeout=float(config["dstl.dfs.download.timeout"]),
+            attempts=int(config["dstl.dfs.download.max-attempts"]),
+            metrics=self._metrics,
+        )
         self._cache = DownloadCache(
-            self.store.get,
+            lambda key: self._reads.call(f"reading {self.store.describe(key)}", lambda: self.store.get(key)),
             idle_timeout=float(config["dstl.dfs.download.cache-idle-timeout"]),
             max_bytes=int(config["dstl.dfs.download.cache-max-size"]),
             metrics=self._metrics,
@@ -165,12 +171,33 @@ class DfsStorage(ChangeSetStorage):
         # Markers sort by (epoch, creation time): the greatest one owns the log.
         token = f"{epoch:020d}-{time.time_ns():020d}-{uuid.uuid4().hex[:8]}"
         self.markers.put_new(self._marker_prefix(log_id) + token, b"")
+        self._delete_superseded_markers(log_id, [name for name in existing if name < token])
         return token
+
+    def _delete_superseded_markers(self, log_id: str, superseded: list[str]) -> None:
+        """Delete markers below the one just created: the log keeps one marker per live claim.
+
+        Safe: the greatest marker owns the log and a claimer deletes only markers
+        below its own, so the owner's marker is never deleted, and a fenced writer
+        finds a greater marker (or none of its own) either way. A marker left by a
+        failed delete is deleted by the next claim.
+        """
+        for name in superseded:
+            try:
+                self.markers.delete(self._marker_prefix(log_id) + name)
+            except StorageError as exc:
+                log.warning("could not delete superseded epoch marker %s of log %r: %s", name, log_id, exc)
+                continue
+            self._metrics.inc("deleted_markers")
 
     def _owners(self) -> dict[str, str]:
         owners: dict[str, str] = {}
         prefix = self._marker_prefix()
-        for key in self.markers.list(prefix):
+        markers = self._reads.call(
+            f"listing the epoch markers under {self.markers.describe(prefix)}",
+            lambda: self.markers.list(prefix),
+        )
+        for key in markers:
             log_id, _, token = key[len(prefix) :].rpartition("/")
             if token > owners.get(log_id, ""):
                 owners[log_id] = token
@@ -360,6 +387,7 @@ class DfsStorage(ChangeSetStorage):
         self._scheduler.close()
         self._pool.shutdown(wait=True)
         self._timers.close()
+        self._reads.close()
         self._cache.clear()
         self.store.close()
         if self.markers is not self.store:
