@@ -92,6 +92,7 @@ BACKEND_OPTIONS = (
         parse_size("1gb"),
         "Largest size an operator instance's LMDB file may grow to.",
         minimum=1 << 20,
+        maximum=1 << 44,
     ),
     ConfigOption(
         "state.backend.max-parallelism",
@@ -99,6 +100,7 @@ BACKEND_OPTIONS = (
         128,
         "Number of key groups (the most instances an operator can be rescaled to).",
         minimum=1,
+        maximum=32768,
     ),
     ConfigOption(
         "dstl.spark.parallelism",

@@ -24,18 +24,21 @@ DFS_OPTIONS = (
         OptionType.SIZE,
         parse_size("10mb"),
         "Upload at once when this many bytes are queued, without waiting for the delay.",
+        minimum=1,
     ),
     ConfigOption(
         "dstl.dfs.preemptive-persist-threshold",
         OptionType.SIZE,
         parse_size("5mb"),
         "Upload a writer's changes ahead of the checkpoint once this many bytes are buffered.",
+        minimum=1,
     ),
     ConfigOption(
         "dstl.dfs.upload.max-in-flight",
         OptionType.SIZE,
         parse_size("100mb"),
         "Bytes being uploaded above which persists block (back-pressure).",
+        minimum=1,
     ),
     ConfigOption(
         "dstl.dfs.upload.timeout",
@@ -82,6 +85,7 @@ DFS_OPTIONS = (
         OptionType.DURATION,
         parse_duration("10min"),
         "Downloaded objects are kept this long after their last read.",
+        minimum=0,
     ),
     ConfigOption(
         "dstl.dfs.download.timeout",

@@ -8,7 +8,13 @@ plugin discovery. Storages are found through the entry-point group
 from __future__ import annotations
 
 from .changeset_format import DecodedChangeSet, decode_change_set, encode_change_set, iter_change_sets
-from .changeset_reader import ChangeSetReader, FetchedChangeSet, decode_fetched
+from .changeset_reader import (
+    ChangeSetReader,
+    FetchedChangeSet,
+    LocationField,
+    checked_locations,
+    decode_fetched,
+)
 from .changeset_storage import ChangeSetStorage
 from .changeset_writer import ChangeSet, ChangeSetWriter, WriterState, log_id_for
 from .config import Config
@@ -56,6 +62,7 @@ __all__ = [
     "DecodedChangeSet",
     "DstlError",
     "FetchedChangeSet",
+    "LocationField",
     "FencedError",
     "InvalidHandleError",
     "InvalidIdentifierError",
@@ -76,6 +83,7 @@ __all__ = [
     "UnknownStorageError",
     "WriterState",
     "check_relative_path",
+    "checked_locations",
     "decode_change_set",
     "decode_fetched",
     "encode_change_set",

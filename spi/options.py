@@ -48,6 +48,9 @@ _FALSE = {"false", "no", "off", "0"}
 def parse_duration(value: object) -> float:
     """Parse ``10ms``, ``1s``, ``2min``, ``1h`` (or a plain number of ms) into seconds."""
     if isinstance(value, _dt.timedelta):
+        if value < _dt.timedelta(0):
+            msg = f"a duration must be non-negative, got {value!r}"
+            raise ValueError(msg)
         return value.total_seconds()
     if isinstance(value, int | float) and not isinstance(value, bool):
         if value < 0 or not math.isfinite(value):
@@ -120,16 +123,22 @@ def _parse_int(value: object) -> int:
 
 
 def _parse_float(value: object) -> float:
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    if isinstance(value, str):
-        return float(value)
-    msg = f"{value!r} is not a number"
-    raise ValueError(msg)
+    if isinstance(value, str) or (isinstance(value, int | float) and not isinstance(value, bool)):
+        number = float(value)
+    else:
+        msg = f"{value!r} is not a number"
+        raise ValueError(msg)
+    if not math.isfinite(number):
+        msg = f"{value!r} is not a finite number"
+        raise ValueError(msg)
+    return number
 
 
 def _parse_string(value: object) -> str:
     if isinstance(value, str):
+        if not value.strip():
+            msg = f"{value!r} is blank (leave the key unset for its default)"
+            raise ValueError(msg)
         return value
     msg = f"{value!r} is not a string"
     raise ValueError(msg)
@@ -152,6 +161,15 @@ class OptionType(enum.Enum):
         return self.value[0]
 
 
+#: Bounds every option of a type has unless it declares a tighter one: what the code
+#: can hold (C ints, timer waits, mmap sizes), so a huge value is refused up front.
+TYPE_MAXIMUM: dict[OptionType, float] = {
+    OptionType.INT: (1 << 31) - 1,
+    OptionType.DURATION: 365 * 86400.0,
+    OptionType.SIZE: float(1 << 50),
+}
+
+
 @dataclass(frozen=True)
 class ConfigOption:
     """One declared configuration option.
@@ -160,6 +178,8 @@ class ConfigOption:
     ``dstl.kafka.producer.*``): any key below it is accepted as a string.
 
     :ivar minimum: lowest accepted value for INT, FLOAT, DURATION and SIZE options.
+    :ivar maximum: highest accepted value; unset, the type's own bound applies
+        (:data:`TYPE_MAXIMUM`: what the code can hold, e.g. a timer's longest wait).
     """
 
     name: str
@@ -168,6 +188,7 @@ class ConfigOption:
     doc: str
     choices: Sequence[str] = ()
     minimum: float | None = None
+    maximum: float | None = None
 
     @property
     def is_prefix(self) -> bool:
@@ -208,9 +229,20 @@ class ConfigOption:
             msg = f"config key {key!r}: {value!r} is not valid; expected {self.expected}"
             raise ConfigError(msg)
         if self.minimum is not None and parsed < self.minimum:
-            msg = f"config key {key!r}: {value!r} is below the minimum {self.minimum:g}"
+            msg = f"config key {key!r}: {value!r} is below the minimum {self.minimum:g} ({self.range_text()})"
+            raise ConfigError(msg)
+        maximum = self.maximum if self.maximum is not None else TYPE_MAXIMUM.get(self.type)
+        if maximum is not None and parsed > maximum:
+            msg = f"config key {key!r}: {value!r} is above the maximum {maximum:g} ({self.range_text()})"
             raise ConfigError(msg)
         return parsed
+
+    def range_text(self) -> str:
+        """The accepted range, e.g. ``1 to 2147483647``."""
+        maximum = self.maximum if self.maximum is not None else TYPE_MAXIMUM.get(self.type)
+        low = "any" if self.minimum is None else f"{self.minimum:g}"
+        high = "any" if maximum is None else f"{maximum:g}"
+        return f"accepted: {low} to {high}"
 
     def default_text(self) -> str:
         """The default rendered in the form a user would type it."""

@@ -158,3 +158,23 @@ def test_with_values_revalidates():
     assert config.with_values({"dstl.dfs.upload.timeout": "5s"})["dstl.dfs.upload.timeout"] == 5.0
     with pytest.raises(ConfigError):
         config.with_values({"dstl.dfs.upload.timeout": "x"})
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "says"),
+    [
+        ("dstl.dfs.upload.max-in-flight", "0", "below the minimum"),
+        ("dstl.dfs.batch.persist-delay", "99999999999999999999", "above the maximum"),
+        ("state.changelog.materialization.max-log-ratio", "nan", "not a finite number"),
+        ("state.changelog.materialization.max-log-ratio", "inf", "not a finite number"),
+        ("dstl.dfs.upload.timeout", datetime.timedelta(seconds=-5), "non-negative"),
+        ("dstl.local.dir", " ", "blank"),
+        ("state.backend.max-parallelism", str(2**40), "above the maximum 32768"),
+        ("state.backend.lmdb.map-size", str(10**30), "above the maximum"),
+        ("dstl.local.segment-size", "10000000000000000000000gb", "above the maximum"),
+    ],
+)
+def test_values_out_of_range_are_config_errors_naming_key_and_range(key, value, says):
+    with pytest.raises(ConfigError, match=says) as info:
+        Config.of({key: value})[key]
+    assert key in str(info.value)
