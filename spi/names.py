@@ -9,14 +9,16 @@ from .errors import InvalidIdentifierError
 __all__ = ["MAX_NAME_LENGTH", "check_relative_path", "validate_name"]
 
 MAX_NAME_LENGTH = 200
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
 
 
 def validate_name(value: object, what: str) -> str:
     """Return ``value`` if it is safe as a single path component, else raise.
 
-    Safe means: a string of letters, digits, ``.``, ``_`` and ``-`` that starts with a
-    letter or digit, contains no ``..`` and is at most :data:`MAX_NAME_LENGTH` long.
+    Safe means: a string of letters, digits, ``.``, ``_`` and ``-`` that starts and
+    ends with a letter or digit, contains no ``..`` and is at most
+    :data:`MAX_NAME_LENGTH` long. (Ending with one keeps names composed from it,
+    like the log id ``<operator>.kg0-128``, valid.)
 
     :param value: the candidate name (operator id, job id, log id, storage id).
     :param what: what the name is, for the error message.
@@ -28,7 +30,7 @@ def validate_name(value: object, what: str) -> str:
     if len(value) > MAX_NAME_LENGTH or not _NAME.fullmatch(value) or ".." in value:
         msg = (
             f"{what} {value!r} is not a safe name: use 1-{MAX_NAME_LENGTH} letters, digits, "
-            "'.', '_' or '-', starting with a letter or digit and without '..' "
+            "'.', '_' or '-', starting and ending with a letter or digit, without '..' "
             "(names become file names, object keys and topic names)"
         )
         raise InvalidIdentifierError(msg)

@@ -26,7 +26,9 @@ from dstl.spi import (
     KeyGroupRange,
     StateChangelogReader,
     StateChangelogStorage,
+    log_id_for,
     storage_for_handle,
+    validate_name,
 )
 
 from ..delegate import HeapDelegate, StateDelegate
@@ -115,7 +117,9 @@ def _lmdb_delegate(
         msg = "state.backend.delegate=lmdb needs state.backend.lmdb.dir: a directory on local disk"
         raise ConfigError(msg)
     job = getattr(storage, "job_id", "job")
-    path = f"{base}/{job}/{operator_id}/kg{key_groups.start}-{key_groups.end}"
+    # Validated before anything is created: the names become directories under base.
+    log_id_for(operator_id, key_groups)
+    path = f"{base}/{validate_name(job, 'job id')}/{operator_id}/kg{key_groups.start}-{key_groups.end}"
     return LmdbDelegate(path, map_size=int(cfg["state.backend.lmdb.map-size"]))
 
 

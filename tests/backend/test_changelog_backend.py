@@ -167,3 +167,15 @@ def test_squashing_logs_only_the_last_replacing_update_of_a_key(storage_config):
             assert items.get() == [1, 2]
             restored.close()
     assert sizes[True] * 10 < sizes[False], sizes
+
+
+def test_an_escaping_operator_id_creates_nothing_outside_the_lmdb_dir(tmp_path, memory_config):
+    from dstl.spi import InvalidIdentifierError
+
+    base = tmp_path / "lmdb" / "a" / "b"
+    config = {**memory_config, "state.backend.delegate": "lmdb", "state.backend.lmdb.dir": str(base)}
+    with load_storage(config, job_id="job") as storage:
+        for operator_id in ("../../../ESCAPED/x", "a."):
+            with pytest.raises(InvalidIdentifierError, match=f"operator id {operator_id!r}"):
+                ChangelogKeyedStateBackend.from_config(storage, operator_id, KeyGroupRange(0, 128), config)
+    assert not (tmp_path / "ESCAPED").exists() and not list(tmp_path.rglob("*.mdb"))
