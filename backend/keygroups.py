@@ -27,6 +27,7 @@ from dstl.spi import KeyGroupRange
 
 __all__ = [
     "DEFAULT_MAX_PARALLELISM",
+    "MAX_KEY_GROUPS",
     "SPARK_SEED",
     "key_group_for",
     "key_group_range_for_instance",
@@ -36,6 +37,8 @@ __all__ = [
 
 SPARK_SEED = 42
 DEFAULT_MAX_PARALLELISM = 128
+#: The most key groups a job may have (Flink's bound too): snapshot readers refuse more.
+MAX_KEY_GROUPS = 32768
 _MASK = (1 << 64) - 1
 _INT = struct.Struct("<i")
 _LONG = struct.Struct("<q")

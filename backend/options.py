@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dstl.spi import ConfigOption, OptionType, hookimpl, parse_duration, parse_size
 
+from .keygroups import MAX_KEY_GROUPS
+
 __all__ = ["BACKEND_OPTIONS"]
 
 BACKEND_OPTIONS = (
@@ -100,7 +102,7 @@ BACKEND_OPTIONS = (
         128,
         "Number of key groups (the most instances an operator can be rescaled to).",
         minimum=1,
-        maximum=32768,
+        maximum=MAX_KEY_GROUPS,
     ),
     ConfigOption(
         "dstl.spark.parallelism",

@@ -23,6 +23,9 @@ import msgpack
 
 from dstl.spi import CorruptedError, InvalidHandleError, KeyGroupRange, check_relative_path
 
+from ..documents import MAX_DOCUMENT_BYTES, check_fields, parse_json
+from ..keygroups import MAX_KEY_GROUPS
+
 _MAGIC = b"DSTM"
 _HEADER = struct.Struct("<4sB3xIII")
 _ENTRY = struct.Struct("<iQI")
@@ -104,6 +107,13 @@ def read_sections(
     if magic != _MAGIC or version != 1:
         msg = f"not a dstl snapshot (magic {magic!r}, version {version})"
         raise CorruptedError(msg, location=where, offset=0)
+    if count > MAX_KEY_GROUPS or meta_len > MAX_DOCUMENT_BYTES:
+        # Checked before reading: a damaged header must not make a restore allocate gigabytes.
+        msg = (
+            f"snapshot header claims {count} sections and {meta_len} bytes of meta "
+            f"(at most {MAX_KEY_GROUPS} and {MAX_DOCUMENT_BYTES})"
+        )
+        raise CorruptedError(msg, location=where, offset=0)
     needed = _HEADER.size + meta_len + _ENTRY.size * count
     if len(head) < needed:
         head = read_range(0, needed)
@@ -112,7 +122,11 @@ def read_sections(
     if len(index_bytes) != _ENTRY.size * count or google_crc32c.value(meta_bytes + index_bytes) != crc:
         msg = "snapshot header checksum mismatch"
         raise CorruptedError(msg, location=where, offset=0)
-    meta = json.loads(meta_bytes)
+    try:
+        what = f"snapshot meta of {where}"
+        meta = check_fields(parse_json(meta_bytes, what), what, {})
+    except InvalidHandleError as exc:
+        raise CorruptedError(str(exc), location=where, offset=_HEADER.size) from exc
     index = [_ENTRY.unpack_from(index_bytes, i * _ENTRY.size) for i in range(count)]
 
     def sections() -> Iterator[tuple[int, list[Any]]]:
@@ -124,6 +138,14 @@ def read_sections(
             if len(raw) != length or _CRC.unpack(stored)[0] != google_crc32c.value(body):
                 msg = f"snapshot section of key group {key_group} failed its checksum"
                 raise CorruptedError(msg, location=where, offset=offset)
-            yield key_group, msgpack.unpackb(body, raw=False, strict_map_key=False)
+            try:
+                entries = msgpack.unpackb(body, raw=False, strict_map_key=False)
+            except (ValueError, TypeError, msgpack.UnpackException) as exc:
+                msg = f"snapshot section of key group {key_group} does not decode: {exc}"
+                raise CorruptedError(msg, location=where, offset=offset) from exc
+            if not isinstance(entries, list):
+                msg = f"snapshot section of key group {key_group} is not a list of entries"
+                raise CorruptedError(msg, location=where, offset=offset)
+            yield key_group, entries
 
     return meta, sections()

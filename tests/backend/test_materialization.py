@@ -369,3 +369,35 @@ def test_log_outgrowing_the_materialized_state_starts_a_materialization(setup):
         backend.materializer.close()
         assert backend.checkpoint(3).result(timeout=30).handles[-1].size < 1000, "the log restarted after it"
         backend.close()
+
+
+def test_hostile_snapshot_headers_and_sections_are_corrupted_errors():
+    import struct
+
+    import google_crc32c
+
+    from dstl.backend.materialization.format import read_sections, write_snapshot
+    from dstl.spi import CorruptedError, KeyGroupRange
+
+    def reader(data):
+        return lambda start, end: data[start:end]
+
+    good = write_snapshot({3: [["s", b"k", 1]]}, {"sqn": 1})
+    huge = bytearray(good)
+    struct.pack_into("<I", huge, 12, 0xFFFFFFFF)  # section count
+    with pytest.raises(CorruptedError, match="claims 4294967295 sections"):
+        read_sections(reader(bytes(huge)), KeyGroupRange(0, 8), where="snap")
+    # A section whose checksum is right but whose body is not msgpack entries.
+    garbage = b"\xc1\xc1\xc1"
+    bad = write_snapshot({3: []}, {"sqn": 1})
+    body_start = len(bad) - len(b"\x90") - 4
+    forged = bad[:body_start] + garbage + struct.pack("<I", google_crc32c.value(garbage))
+    forged = bytearray(forged)
+    # fix the index length of the only section
+    struct.pack_into("<I", forged, len(forged) - len(garbage) - 4 - 4, len(garbage) + 4)
+    meta_len = struct.unpack_from("<I", forged, 8)[0]
+    index = bytes(forged[20 + meta_len : 20 + meta_len + 16])
+    struct.pack_into("<I", forged, 16, google_crc32c.value(bytes(forged[20 : 20 + meta_len]) + index))
+    _, sections = read_sections(reader(bytes(forged)), KeyGroupRange(0, 8), where="snap")
+    with pytest.raises(CorruptedError, match="does not decode"):
+        list(sections)
