@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.dstl-installed
 DEMO_ARGS ?= --seconds 20 --verify
 
-.PHONY: setup demo test lint bench readme clean
+.PHONY: setup demo test lint bench readme fuzz clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "dstl needs Python 3.11 or newer")'
@@ -29,6 +29,11 @@ lint: setup
 
 bench: setup
 	$(PY) -m bench.dstl_bench $(BENCH_ARGS)
+
+# The fuzz tier runs 20,000 documents per parser in `make test`; this runs ten times more.
+FUZZ_EXAMPLES ?= 200000
+fuzz: setup
+	DSTL_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -q -s -p no:cacheprovider tests/fuzz $(PYTEST_ARGS)
 
 readme: setup
 	$(PY) -m dstl.spi.cli config --update-readme README.md
