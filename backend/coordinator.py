@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import uuid
 from collections import Counter
 from collections.abc import Mapping
@@ -29,10 +30,13 @@ from dstl.spi import (
     Config,
     ConfigError,
     CorruptedError,
+    DstlError,
     InvalidHandleError,
     KeyGroupRange,
     SequenceNumberRange,
+    StateChangelogStorage,
     StorageError,
+    load_storage,
     storage_for_handle,
 )
 
@@ -124,6 +128,8 @@ class CheckpointCoordinator:
         num_retained: int = 1,
         config: Config | Mapping[str, Any] | None = None,
         on_damaged: str = "fail",
+        orphan_interval: float | None = None,
+        orphan_grace: float | None = None,
     ) -> None:
         import fsspec
 
@@ -142,6 +148,17 @@ class CheckpointCoordinator:
         self._job = job_id
         self.num_retained = num_retained
         self._config = Config.of(config)
+        self.orphan_interval = (
+            float(self._config["state.checkpoints.orphan-collection.interval"])
+            if orphan_interval is None
+            else orphan_interval
+        )
+        self.orphan_grace = (
+            float(self._config["state.checkpoints.orphan-collection.grace"])
+            if orphan_grace is None
+            else orphan_grace
+        )
+        self._orphans_collected_at = time.monotonic()
         self._retained: list[CompletedCheckpoint] = []
         self._counts: Counter[tuple[Any, ...]] = Counter()
         self._fs.makedirs(self._dir, exist_ok=True)
@@ -177,6 +194,8 @@ class CheckpointCoordinator:
         self._retained.append(completed)
         while len(self._retained) > self.num_retained:
             self._subsume(self._retained.pop(0))
+        if time.monotonic() - self._orphans_collected_at >= self.orphan_interval:
+            self.collect_orphans()
         return completed
 
     def abort_from(self, checkpoint_id: int) -> None:
@@ -300,6 +319,7 @@ class CheckpointCoordinator:
             self._counts.update(completed.shared_keys())
         if not damaged:
             self._remove_orphan_snapshots()
+            self.collect_orphans()
         return self.latest()
 
     def _read_document(self, path: str, name: str) -> CompletedCheckpoint | tuple[int, str, str]:
@@ -347,6 +367,38 @@ class CheckpointCoordinator:
             previous,
         )
         self.rolled_back_from = newest_id
+
+    def collect_orphans(self) -> int:
+        """Delete change data that no retained checkpoint references and that is older than the grace.
+
+        Asks every storage the retained checkpoints use, and the configured one, to
+        :meth:`~dstl.spi.StateChangelogStorage.collect_orphans`. Best effort: a
+        storage that cannot be opened is logged and skipped.
+
+        :returns: objects deleted.
+        """
+        self._orphans_collected_at = time.monotonic()
+        cutoff = time.time() - self.orphan_grace
+        live: dict[str, list[ChangelogHandle]] = {}
+        for completed in self._retained:
+            for snapshot in completed.snapshots.values():
+                for handle in snapshot.handles:
+                    live.setdefault(handle.storage_id, []).append(handle)
+        deleted = 0
+        for storage_id in sorted({*live, str(self._config["dstl.storage"])}):
+            try:
+                with self._open_storage(storage_id, live.get(storage_id)) as storage:
+                    deleted += storage.collect_orphans(live.get(storage_id, []), older_than=cutoff)
+            except DstlError as exc:
+                log.warning("orphan collection on storage %r skipped: %s", storage_id, exc)
+        if deleted:
+            log.info("orphan collection deleted %d objects of job %s", deleted, self._job)
+        return deleted
+
+    def _open_storage(self, storage_id: str, handles: list[ChangelogHandle] | None) -> StateChangelogStorage:
+        if handles:
+            return storage_for_handle(handles[0], self._config, job_id=self._job)
+        return load_storage(self._config, job_id=self._job)
 
     def _remove_orphan_snapshots(self) -> None:
         referenced = {key[1] for key in self._counts if key[0] == "snapshot"}

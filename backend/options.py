@@ -31,6 +31,22 @@ BACKEND_OPTIONS = (
         choices=("fail", "previous"),
     ),
     ConfigOption(
+        "state.checkpoints.orphan-collection.interval",
+        OptionType.DURATION,
+        parse_duration("10min"),
+        "How often the coordinator deletes change data no retained checkpoint references (failed or "
+        "fenced attempts); it also does so on recovery.",
+        minimum=0,
+    ),
+    ConfigOption(
+        "state.checkpoints.orphan-collection.grace",
+        OptionType.DURATION,
+        parse_duration("10min"),
+        "Change data younger than this is never collected as an orphan: longer than any attempt takes "
+        "from its persist to its checkpoint's completion.",
+        minimum=0,
+    ),
+    ConfigOption(
         "state.changelog.materialization.interval",
         OptionType.DURATION,
         parse_duration("10min"),

@@ -31,6 +31,7 @@ KNOWN_CAPABILITIES = frozenset(
         "multi_process",  # several processes share one log (fencing across processes)
         "corruption_injection",  # the backdoor can damage stored bytes
         "failure_injection",  # the backdoor can make the backing service unreachable
+        "orphan_collection",  # collect_orphans deletes change data no live handle needs
     }
 )
 

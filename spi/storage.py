@@ -61,6 +61,23 @@ class StateChangelogStorage(ABC):
         once every change set in it was discarded.
         """
 
+    def collect_orphans(self, live: Iterable[ChangelogHandle], *, older_than: float) -> int:
+        """Delete this job's change data that no ``live`` handle needs and that is older than ``older_than``.
+
+        Attempts that failed, were fenced or whose checkpoint never completed leave
+        change data no checkpoint references; nobody will ever discard it. The
+        checkpoint coordinator calls this on recovery and periodically, passing the
+        handles of every retained checkpoint and a cutoff (a :func:`time.time`
+        value) older than any attempt still in flight: data written after the cutoff
+        is never touched, so a checkpoint still being completed loses nothing.
+
+        Storages that can do it declare the ``orphan_collection`` capability; the
+        default collects nothing.
+
+        :returns: the number of objects (segments, files) deleted.
+        """
+        return 0
+
     def available(self) -> bool:
         """Whether a persist can start without blocking (back-pressure signal)."""
         return True

@@ -93,3 +93,34 @@ def test_discard_frees_stored_changes(sut):
     storage.close()
     with pytest.raises(StorageError):
         read_data(sut.open(), handle)
+
+
+@requires("orphan_collection")
+def test_orphan_collection_keeps_live_handles_and_frees_the_rest(storage, sut):
+    """Change data no checkpoint references (failed attempts) is freed; what live handles need stays."""
+    import time
+
+    kept_writer = storage.create_writer("kept", KG)
+    orphan_writer = storage.create_writer("orphan", KG, epoch=1)
+    kept_writer.append(0, b"kept")
+    kept = persist(kept_writer, 0, 1, sut.timeout)
+    orphan_writer.append(1, b"never checkpointed")
+    orphan = persist(orphan_writer, 0, 1, sut.timeout)
+    orphan_writer.close()  # the attempt failed: nobody will discard its data
+    time.sleep(0.05)
+    cutoff = time.time()
+    time.sleep(0.05)
+    kept_writer.append(0, b"after the cutoff")
+    recent = persist(kept_writer, 1, 2, sut.timeout)  # in flight when collection runs
+    storage.collect_orphans([kept], older_than=cutoff)
+    assert read_data(storage, kept) == [b"kept"]
+    assert read_data(storage, recent) == [b"after the cutoff"], "data newer than the cutoff was collected"
+    # Storages may keep an orphan while a live change set shares its object or
+    # segment; once no live handle needs anything, all of it is freed.
+    kept_writer.close()
+    time.sleep(0.05)
+    storage.collect_orphans([], older_than=time.time())
+    for handle in (orphan, kept, recent):
+        with pytest.raises(StorageError):
+            read_data(storage, handle)
+    assert sut.require_backdoor().list_objects(storage) == []

@@ -74,6 +74,19 @@ class DfsWriter(ChangeSetWriter):
         self._storage._unpin(locations)
 
 
+def data_key(job_id: str, instance: str, batch: int, attempt: int) -> str:
+    """Key of an upload attempt's object: unique, and carrying its creation time (for orphan collection)."""
+    return f"{job_id}/data/{instance}-{time.time_ns():020d}-{batch:010d}-a{attempt}.dstl"
+
+
+def data_key_time(key: str) -> float | None:
+    """The creation time (``time.time()`` seconds) in a :func:`data_key`, ``None`` for other keys."""
+    parts = key.rsplit("/", 1)[-1].split("-")
+    if len(parts) != 4 or len(parts[1]) != 20 or not parts[1].isdigit():
+        return None
+    return int(parts[1]) / 1e9
+
+
 class DfsReader(ChangeSetReader):
     """Reads change sets through the storage's download cache."""
 
@@ -100,7 +113,7 @@ class DfsStorage(ChangeSetStorage):
 
     Keys under ``dstl.dfs.base-path``::
 
-        <job>/data/<instance>-<batch>-a<attempt>.dstl    objects (unique per attempt)
+        <job>/data/<instance>-<time_ns>-<batch>-a<attempt>.dstl    objects (unique per attempt)
         <job>/epochs/<log>/<epoch>-<time>-<id>             epoch markers (conditional puts)
     """
 
@@ -234,9 +247,7 @@ class DfsStorage(ChangeSetStorage):
             pool=self._pool,
             timers=self._timers,
             metrics=self._metrics,
-            key_for_attempt=lambda attempt: (
-                f"{self.job_id}/data/{self.instance}-{number:010d}-a{attempt}.dstl"
-            ),
+            key_for_attempt=lambda attempt: data_key(self.job_id, self.instance, number, attempt),
             put=lambda key: self.store.put_new(key, data),
             delete=self.store.delete,
         )
@@ -378,6 +389,33 @@ class DfsStorage(ChangeSetStorage):
             return
         self._cache.invalidate(key)
         self._metrics.inc("deleted_objects")
+
+    def collect_orphans(self, live: Iterable[ChangelogHandle], *, older_than: float) -> int:
+        """Delete this job's data objects that no ``live`` handle needs, created before ``older_than``.
+
+        An object's creation time is part of its key (see :func:`data_key`); keys
+        without one are never deleted here. Objects an open writer still reuses stay.
+        """
+        needed = {
+            str(loc["object"])
+            for handle in live
+            if handle.storage_id == IDENTIFIER
+            for loc in checked_locations(handle, DfsReader.location_fields)
+        }
+        deleted = 0
+        for key in self.store.list(f"{self.job_id}/data/"):
+            created = data_key_time(key)
+            if key in needed or created is None or created >= older_than:
+                continue
+            with self._gc_lock:
+                if self._pinned_objects[key] > 0:
+                    continue
+                self._live.pop(key, None)
+            self._delete_object(key)
+            log.info("deleted orphan object %s (no retained checkpoint needs it)", self.store.describe(key))
+            deleted += 1
+        self._metrics.inc("orphans_deleted", deleted)
+        return deleted
 
     def list_objects(self) -> list[str]:
         """Data objects of this job."""

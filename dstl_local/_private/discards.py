@@ -73,8 +73,12 @@ class DiscardTracker:
                 covered[int(offset)] = int(length)
         return sum(covered.values())
 
-    def collect(self, segment: str) -> bool:
-        """Delete ``segment`` if nothing needs it any more; True when deleted."""
+    def collect(self, segment: str, *, orphaned: bool = False) -> bool:
+        """Delete ``segment`` if nothing needs it any more; True when deleted.
+
+        :param orphaned: the caller knows no live handle needs any change set in it
+            (orphan collection): a sealed, unpinned segment goes whatever its discards say.
+        """
         path = self._dir / segment
         with self._lock:
             if self._pinned_segments[segment] > 0:
@@ -87,9 +91,9 @@ class DiscardTracker:
             if path.with_name(segment + QUARANTINED_SUFFIX).exists():
                 return False  # kept for inspection: it holds damaged data
             size = sealed_size(path) if path.exists() else None
-            if size is None or (size > 0 and not discarded.exists()):
+            if size is None:
                 return False
-            if self._covered(discarded) < size:
+            if not orphaned and size > 0 and (not discarded.exists() or self._covered(discarded) < size):
                 return False
             path.unlink()
             discarded.unlink(missing_ok=True)

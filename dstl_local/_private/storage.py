@@ -367,6 +367,54 @@ class LocalStorage(ChangeSetStorage):
             self._active = None
         return int(self._discards.collect(active.name))
 
+    def collect_orphans(self, live: Iterable[ChangelogHandle], *, older_than: float) -> int:
+        """Delete this job's segments that no ``live`` handle needs, last written before ``older_than``.
+
+        Only sealed segments go (another instance's active segment is sealed when it
+        rolls, closes or is recovered); this instance's own active segment is sealed
+        first when nothing in it is needed. Segments an open writer still reuses are
+        kept, and so are quarantined ones.
+        """
+        needed: set[str] = set()
+        for handle in live:
+            if handle.storage_id != IDENTIFIER:
+                continue
+            for loc in checked_locations(handle, LocalReader.location_fields):
+                path = self._absolute(str(loc["segment"]))
+                if path.parent == self.segments_dir:
+                    needed.add(path.name)
+        self._seal_active_if_orphaned(needed, older_than)
+        deleted = 0
+        for path in sorted(self.segments_dir.glob(f"*{SEGMENT_SUFFIX}")):
+            if path.name in needed:
+                continue
+            try:
+                if path.stat().st_mtime >= older_than:
+                    continue
+            except FileNotFoundError:
+                continue
+            if self._discards.collect(path.name, orphaned=True):
+                log.info("deleted orphan segment %s (no retained checkpoint needs it)", path)
+                deleted += 1
+        self._metrics.inc("deleted_objects", deleted)
+        self._metrics.inc("orphans_deleted", deleted)
+        return deleted
+
+    def _seal_active_if_orphaned(self, needed: set[str], older_than: float) -> None:
+        active = self._active
+        if active is None or active.name in needed:
+            return
+        with self._segment_lock:
+            if self._active is not active:
+                return
+            try:
+                if active.path.stat().st_mtime >= older_than:
+                    return
+            except FileNotFoundError:
+                return
+            active.seal()
+            self._active = None
+
     def list_objects(self) -> list[str]:
         """Segment files of this job."""
         return sorted(p.name for p in self.segments_dir.glob(f"*{SEGMENT_SUFFIX}"))

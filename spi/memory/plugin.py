@@ -22,7 +22,9 @@ plugin = StoragePlugin(
         factory="dstl.spi.memory._private.storage:MemoryStorage",
         description="In-process reference storage (not durable); proves the conformance suite.",
         options=MEMORY_OPTIONS,
-        capabilities=frozenset({"fencing", "physical_truncation", "leak_check", "corruption_injection"}),
+        capabilities=frozenset(
+            {"fencing", "physical_truncation", "leak_check", "corruption_injection", "orphan_collection"}
+        ),
     ),
     environment="dstl.spi.memory._private.conformance:memory_environment",
     backdoor="dstl.spi.memory._private.conformance:MemoryBackdoor",

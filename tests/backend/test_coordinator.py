@@ -102,3 +102,48 @@ def test_coordinator_from_config(tmp_path):
         CheckpointCoordinator.from_config({}, "job")
     with pytest.raises(ConfigError, match="num-retained"):
         CheckpointCoordinator.from_config({**config, "state.checkpoints.num-retained": "0"}, "job")
+
+
+@pytest.mark.parametrize("storage_id", ["memory", "local", "filesystem"])
+def test_recovery_collects_what_failed_attempts_left(tmp_path, storage_id):
+    config = {
+        "memory": {"dstl.storage": "memory", "dstl.memory.namespace": f"o-{uuid.uuid4().hex}"},
+        "local": {
+            "dstl.storage": "local",
+            "dstl.local.dir": str(tmp_path / "log"),
+            "dstl.local.segment-size": "8kb",
+        },
+        "filesystem": {"dstl.storage": "filesystem", "dstl.dfs.base-path": (tmp_path / "dfs").as_uri()},
+    }[storage_id]
+    checkpoints_dir = (tmp_path / "chk").as_uri()
+    storage, coordinator, backend, expected = run_job(config, checkpoints_dir, checkpoints=12, every=5)
+    # Attempts that failed after persisting: their data is referenced by no checkpoint.
+    for attempt in range(5):
+        zombie = storage.create_writer("failed-attempt", ALL, epoch=attempt)
+        zombie.append(3, b"z" * 3000)
+        zombie.persist(0, 100 + attempt).result(timeout=30)
+        zombie.close()
+    backend.close()
+    before = len(storage.list_objects())
+    storage.close()  # the job stopped; a restarted one recovers
+    storage = load_storage(config, job_id="job")
+    recovered = CheckpointCoordinator(checkpoints_dir, "job", num_retained=2, config=config, orphan_grace=0)
+    latest = recovered.recover()
+    referenced = {
+        loc.get("object") or loc.get("segment").rsplit("/", 1)[-1]
+        for c in recovered.retained
+        for s in c.snapshots.values()
+        for h in s.handles
+        for loc in h.location_dicts
+    }
+    left = set(storage.list_objects())
+    assert left <= {name.rsplit("/", 1)[-1] for name in referenced} | referenced, (before, left, referenced)
+    assert len(left) < before, "nothing was collected"
+    restored = ChangelogKeyedStateBackend(storage, "op", ALL, epoch=9, snapshot_dir=checkpoints_dir)
+    restored.restore(latest.snapshots["op/0"], config)
+    state = restored.value_state("count")
+    for key, value in expected.items():
+        restored.set_current_key(key)
+        assert state.value() == value
+    restored.close()
+    storage.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ class _Namespace:
     objects: dict[str, bytearray] = field(default_factory=dict)
     # object -> offsets of its change sets not yet discarded
     live: dict[str, set[int]] = field(default_factory=dict)
+    created: dict[str, float] = field(default_factory=dict)
     # (job, log) -> (epoch, owner token) of the newest writer.
     owners: dict[tuple[str, str], tuple[int, str]] = field(default_factory=dict)
     tokens: itertools.count = field(default_factory=itertools.count)  # type: ignore[type-arg]
@@ -72,6 +74,7 @@ class MemoryWriter(ChangeSetWriter):
                 return future
             name = f"{storage.job_id}/{self.log_id}/{next(ns.tokens):012d}"
             ns.objects[name] = bytearray(b"".join(blobs))
+            ns.created[name] = time.time()
             offsets, position = set(), 0
             for blob in blobs:
                 offsets.add(position)
@@ -160,8 +163,33 @@ class MemoryStorage(ChangeSetStorage):
                     if not live:
                         del self._ns.live[name]
                         self._ns.objects.pop(name, None)
+                        self._ns.created.pop(name, None)
                         deleted += 1
         self._metrics.inc("deleted_objects", deleted)
+
+    def collect_orphans(self, live: Iterable[ChangelogHandle], *, older_than: float) -> int:
+        """Delete this job's objects no ``live`` handle needs, created before ``older_than``."""
+        needed = {
+            str(loc["object"])
+            for handle in live
+            if handle.storage_id == self.storage_id
+            for loc in checked_locations(handle, MemoryStorageReader.location_fields)
+        }
+        with self._ns.lock:
+            orphans = [
+                name
+                for name in self._ns.objects
+                if name.startswith(f"{self.job_id}/")
+                and name not in needed
+                and self._ns.created.get(name, older_than) < older_than
+            ]
+            for name in orphans:
+                self._ns.objects.pop(name, None)
+                self._ns.live.pop(name, None)
+                self._ns.created.pop(name, None)
+        self._metrics.inc("deleted_objects", len(orphans))
+        self._metrics.inc("orphans_deleted", len(orphans))
+        return len(orphans)
 
     def list_objects(self) -> list[str]:
         """Names of the objects this job has in the namespace."""
