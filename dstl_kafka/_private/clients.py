@@ -74,8 +74,19 @@ class ClientFactory:
         return {**self._common(), **self.producer_extra}
 
 
-def ensure_topics(factory: ClientFactory, config: Config, names: list[str]) -> int:
-    """Create or check ``names``; returns their partition count."""
+#: The claims topic keeps one claim per log: compacted by key (job/log), never expired,
+#: so it does not grow with writer churn and retention never drops a live owner's claim.
+CLAIMS_TOPIC_CONFIG = {"cleanup.policy": "compact"}
+
+
+def ensure_topics(
+    factory: ClientFactory, config: Config, names: list[str], *, compacted: frozenset[str] = frozenset()
+) -> int:
+    """Create or check ``names``; returns their partition count.
+
+    :param compacted: names created with :data:`CLAIMS_TOPIC_CONFIG` instead of
+        ``dstl.kafka.topic.config.*`` (whose retention is for change data).
+    """
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -95,7 +106,12 @@ def ensure_topics(factory: ClientFactory, config: Config, names: list[str]) -> i
         replication = int(config["dstl.kafka.topic.replication-factor"])
         futures = admin.create_topics(
             [
-                NewTopic(n, num_partitions=partitions, replication_factor=replication, config=topic_config)
+                NewTopic(
+                    n,
+                    num_partitions=partitions,
+                    replication_factor=replication,
+                    config=dict(CLAIMS_TOPIC_CONFIG) if n in compacted else topic_config,
+                )
                 for n in missing
             ],
             request_timeout=factory.timeout,

@@ -206,7 +206,9 @@ class KafkaStorage(ChangeSetStorage):
         self.factory = ClientFactory(config)
         self.topic = f"{config['dstl.kafka.topic']}.{self.job_id}"
         self.claims_topic = f"{self.topic}.claims"
-        self.partitions = ensure_topics(self.factory, config, [self.topic, self.claims_topic])
+        self.partitions = ensure_topics(
+            self.factory, config, [self.topic, self.claims_topic], compacted=frozenset({self.claims_topic})
+        )
         self.chunk_size = self.factory.max_message
         self.claims = ClaimsTracker(self.factory, self.claims_topic, self.job_id)
         self._producer = Producer(self.factory.producer_config(), logger=log)

@@ -220,3 +220,14 @@ def test_fencing_never_runs_backwards_on_the_s3_engine(s3_endpoint):
     finally:
         broker.stop()
     print(f"claim retries over 6 runs: {retries}")
+
+
+def test_the_claims_topic_is_compacted_by_log(kafka_config):
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    with load_storage(kafka_config, job_id="compact") as storage:
+        admin = AdminClient({"bootstrap.servers": kafka_config["dstl.kafka.bootstrap.servers"]})
+        resource = ConfigResource(ConfigResource.Type.TOPIC, storage.claims_topic)
+        (future,) = admin.describe_configs([resource]).values()
+        entries = future.result(timeout=30)
+        assert entries["cleanup.policy"].value == "compact"
