@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from abc import ABC
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 
 from dstl.spi import ChangelogHandle, StateChangelogStorage
 
@@ -44,4 +45,14 @@ class ConformanceBackdoor(ABC):  # noqa: B024 - every method is optional, by cap
             the storage) must fail with :class:`~dstl.spi.StorageError`.
         """
         msg = "failure_injection declared but unreachable_config() not implemented"
+        raise NotImplementedError(msg)
+
+    def failing_sync(self, storage: StateChangelogStorage) -> AbstractContextManager[list[int]]:
+        """A context in which the storage's next write to durable storage fails once.
+
+        Capability ``sync_failure_injection``: the first sync (``fdatasync``,
+        ``fsync``) or upload inside the context raises ``EIO``; the yielded list
+        receives a 1 for each fault injected, so the suite can check one was.
+        """
+        msg = "sync_failure_injection declared but failing_sync() not implemented"
         raise NotImplementedError(msg)

@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
+import errno
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from dstl.spi import ChangelogHandle, KeyGroupRange, StateChangelogStorage, StateChangelogWriter
 
-__all__ = ["DEFAULT_TIMEOUT", "change_bytes", "persist", "read_changes", "read_data", "restricted_handle"]
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "change_bytes",
+    "failing_os_sync",
+    "persist",
+    "read_changes",
+    "read_data",
+    "restricted_handle",
+]
 
 #: Seconds a persist may take in the suite before the test fails (no hang).
 DEFAULT_TIMEOUT = 60.0
@@ -51,3 +65,35 @@ def change_bytes(tag: str, index: int, size: int = 0) -> bytes:
     """Recognisable change data: ``tag:index`` padded to ``size`` bytes."""
     head = f"{tag}:{index}".encode()
     return head + b"." * max(0, size - len(head))
+
+
+@contextmanager
+def failing_os_sync() -> Iterator[list[int]]:
+    """Make the process's next ``os.fdatasync`` or ``os.fsync`` fail once with ``EIO``.
+
+    For storages whose durability is a sync of a file (a backdoor's
+    ``failing_sync``); yields a list that receives a 1 when the fault fired.
+    """
+    fired: list[int] = []
+    lock = threading.Lock()
+    real = {name: getattr(os, name) for name in ("fdatasync", "fsync")}
+
+    def failing(name: str):  # noqa: ANN202 - a replacement for os.fdatasync / os.fsync
+        def sync(fd: int) -> None:
+            with lock:
+                fire = not fired
+                if fire:
+                    fired.append(1)
+            if fire:
+                raise OSError(errno.EIO, "injected EIO (conformance suite)")
+            real[name](fd)
+
+        return sync
+
+    for name in real:
+        setattr(os, name, failing(name))
+    try:
+        yield fired
+    finally:
+        for name, function in real.items():
+            setattr(os, name, function)

@@ -64,3 +64,30 @@ def test_handle_pointing_at_nothing_is_an_error_not_empty(storage, sut):
     doc["log_id"] = "ghost.kg0-4"
     with pytest.raises((StorageError, ValueError)):
         read_changes(storage, ChangelogHandle.from_dict(doc))
+
+
+@requires("sync_failure_injection")
+def test_a_failed_sync_loses_nothing_acknowledged_before_or_after(storage, sut):
+    """PostgreSQL's fsync lesson: after a failed sync, every acknowledged persist still reads back."""
+    backdoor = sut.require_backdoor()
+    writer = storage.create_writer("op", KG)
+    acknowledged = []
+    expected: list[bytes] = []
+    failures = 0
+    with backdoor.failing_sync(storage) as fired:
+        for index in range(8):
+            data = change_bytes("sync", index, 300)
+            writer.append(index % 4, data)
+            expected.append(data)
+            try:
+                acknowledged.append((persist(writer, 0, index + 1, sut.timeout), list(expected)))
+            except StorageError as exc:
+                assert exc.retriable, f"a failed sync must be retriable: {exc}"
+                failures += 1
+    assert fired, "the backdoor injected no sync failure"
+    assert failures <= 1 and len(acknowledged) >= 7
+    for handle, data in acknowledged:
+        assert [d for _, _, d in read_changes(storage, handle)] == data
+    fresh = sut.open()
+    for handle, data in acknowledged:
+        assert [d for _, _, d in read_changes(fresh, handle)] == data

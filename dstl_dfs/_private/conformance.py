@@ -5,10 +5,12 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from dstl.conformance import ConformanceBackdoor
-from dstl.spi import ChangelogHandle, StateChangelogStorage
+from dstl.conformance.testing import failing_os_sync
+from dstl.spi import ChangelogHandle, StateChangelogStorage, StorageError
 
 from .object_store import FsspecStore, S3Store
 from .storage import DfsStorage
@@ -65,3 +67,29 @@ class DfsBackdoor(ConformanceBackdoor):
 
             return {**fast, "dstl.dfs.s3.endpoint-url": f"http://127.0.0.1:{free_port()}"}, 0.5 * 3 + 3.0
         return {**fast, "dstl.dfs.base-path": "file:///dev/null/dstl-unreachable"}, 0.5 * 3 + 3.0
+
+    def failing_sync(self, storage: StateChangelogStorage) -> AbstractContextManager[list[int]]:
+        """On ``file://`` the next ``fsync`` fails once with ``EIO``; on S3 the next upload gets a 5xx."""
+        assert isinstance(storage, DfsStorage)
+        if isinstance(storage.store, S3Store):
+            return _failing_upload(storage.store)
+        return failing_os_sync()
+
+
+@contextlib.contextmanager
+def _failing_upload(store: S3Store) -> Iterator[list[int]]:
+    fired: list[int] = []
+    real = store.put_new
+
+    def put_new(key: str, data: bytes) -> None:
+        if not fired:
+            fired.append(1)
+            msg = f"writing {store.describe(key)} failed: injected 503 SlowDown (conformance suite)"
+            raise StorageError(msg, retriable=True)
+        real(key, data)
+
+    store.put_new = put_new  # type: ignore[method-assign]
+    try:
+        yield fired
+    finally:
+        store.put_new = real  # type: ignore[method-assign]

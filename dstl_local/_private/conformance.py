@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from dstl.conformance import ConformanceBackdoor
+from dstl.conformance.testing import failing_os_sync
 from dstl.spi import ChangelogHandle, StateChangelogStorage
 
 from .storage import LocalStorage
@@ -41,3 +43,7 @@ class LocalBackdoor(ConformanceBackdoor):
     def unreachable_config(self, config: Mapping[str, str]) -> tuple[dict[str, str], float]:
         """A directory below a regular file cannot be created."""
         return {"dstl.local.dir": "/dev/null/dstl-unreachable"}, 5.0
+
+    def failing_sync(self, storage: StateChangelogStorage) -> AbstractContextManager[list[int]]:
+        """The next ``fsync``/``fdatasync`` of the process fails once with ``EIO``."""
+        return failing_os_sync()
