@@ -5,12 +5,17 @@ A. Overhead: persist latency against a raw boto3 ``put_object`` of the same batc
 B. Hedging: a fault-injecting proxy stalls a fraction of PUTs (1% for 2 s by
    default); persist latency with hedging (``retry-policy=fixed``) against a
    single attempt (``retry-policy=none``), same run.
+C. Hedging on the fsspec path (``memory://``): the same stalls injected into the
+   filesystem's writes; hedges must not queue behind the stalled attempt.
+
+Writes ``dfs-bench-s3.md`` and ``dfs-bench-s3.json`` under ``--results``.
 
     python -m bench.dfs_bench [--persists N] [--quick]
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
 import uuid
@@ -139,6 +144,61 @@ def hedging(endpoint: S3Endpoint, persists: int, changes: int, stall: float, sec
     return results, stalls
 
 
+def fsspec_hedging(persists: int, changes: int, stall: float, seconds: float, progress):
+    """Persist latency on ``memory://`` (the fsspec path) with a share of data writes stalled."""
+    import threading
+
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    real_pipe = MemoryFileSystem.pipe_file
+    lock = threading.Lock()
+    counter = {"puts": 0, "stalled": 0}
+
+    def stalling_pipe(self, path, value, mode="overwrite", **kwargs):
+        if "/data/" in path:
+            with lock:
+                counter["puts"] += 1
+                stalled = int(counter["puts"] * stall) > int((counter["puts"] - 1) * stall)
+                counter["stalled"] += stalled
+            if stalled:
+                time.sleep(seconds)
+        return real_pipe(self, path, value, mode=mode, **kwargs)
+
+    configs = {
+        "fsspec, retry-policy=none": {"dstl.dfs.upload.retry-policy": "none"},
+        "fsspec, hedging, timeout 250ms": {
+            "dstl.dfs.upload.retry-policy": "fixed",
+            "dstl.dfs.upload.timeout": "250ms",
+        },
+    }
+    data = os.urandom(100)
+    results: dict[str, list[float]] = {}
+    MemoryFileSystem.pipe_file = stalling_pipe
+    try:
+        for name, overrides in configs.items():
+            task = progress.add_task(f"C: {name}", total=persists)
+            config = {
+                "dstl.storage": "filesystem",
+                "dstl.dfs.base-path": f"memory://bench-{uuid.uuid4().hex[:8]}",
+                "dstl.dfs.batch.persist-delay": "0ms",
+                **overrides,
+            }
+            with load_storage(config, job_id="bench") as storage:
+                writer = storage.create_writer("hedging", KG)
+                latencies = []
+                for checkpoint in range(1, persists + 1):
+                    latencies.append(_persist_once(storage, writer, checkpoint, changes, data)[0])
+                    progress.advance(task)
+            results[name] = latencies
+    finally:
+        MemoryFileSystem.pipe_file = real_pipe
+    return results
+
+
+def _quantiles(values: list[float], qs: tuple[float, ...]) -> dict[str, float]:
+    return {"n": len(values), **{f"p{q:g}_ms": percentile(values, q) * 1000 for q in qs}}
+
+
 def _rows(results: dict[str, list[float]], qs: tuple[float, ...]) -> list[list[str]]:
     return [
         [name, str(len(v)), *(f"{percentile(v, q) * 1000:.1f}" for q in qs)] for name, v in results.items()
@@ -159,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     with moto_s3_server() as endpoint, Progress(console=console) as progress:
         over = overhead(endpoint, max(40, persists // 2), args.changes, progress)
         hedge, stalls = hedging(endpoint, persists, args.changes, stall_fraction, stall_seconds, progress)
+        fsspec = fsspec_hedging(persists, args.changes, stall_fraction, stall_seconds, progress)
     qs = (50, 90, 99)
     over_rows = _rows(over, qs)
     p99 = {name: percentile(v, 99) for name, v in over.items()}
@@ -181,6 +242,10 @@ def main(argv: list[str] | None = None) -> int:
     console.print(f"persist p99 overhead over raw put_object || list: {fencing_floor_pct:+.1f}%")
     title = f"B: {stall_fraction:.0%} of PUTs stalled {stall_seconds:g} s"
     console.print(_table(title, hedge_cols, hedge_rows))
+    fsspec_cols = ["configuration", "n", *(f"p{q:g} ms" for q in hedge_qs)]
+    fsspec_rows = _rows(fsspec, hedge_qs)
+    fsspec_title = f"C: fsspec path (memory://), {stall_fraction:.0%} of writes stalled {stall_seconds:g} s"
+    console.print(_table(fsspec_title, fsspec_cols, fsspec_rows))
     for name, reduction in reductions.items():
         console.print(f"p99.9 with {name}: {reduction:.1f}% lower than retry-policy=none")
     results_dir = Path(args.results)
@@ -205,7 +270,15 @@ def main(argv: list[str] | None = None) -> int:
         *(f"- p99.9 with {n}: {r:.1f}% lower than retry-policy=none" for n, r in reductions.items()),
         "",
     ]
+    lines += [f"## {fsspec_title}", "", *_markdown(fsspec_cols, fsspec_rows), ""]
     report.write_text("\n".join(lines))
+    figures = {
+        "overhead": {name: _quantiles(v, qs) for name, v in over.items()},
+        "overhead_p99_pct": {"raw put_object": overhead_pct, "raw put_object || list": fencing_floor_pct},
+        "hedging_s3": {name: _quantiles(v, hedge_qs) for name, v in hedge.items()},
+        "hedging_fsspec": {name: _quantiles(v, hedge_qs) for name, v in fsspec.items()},
+    }
+    report.with_suffix(".json").write_text(json.dumps(figures, indent=2))
     console.print(f"report: {report}")
     return 0
 
