@@ -56,3 +56,12 @@ class ConformanceBackdoor(ABC):  # noqa: B024 - every method is optional, by cap
         """
         msg = "sync_failure_injection declared but failing_sync() not implemented"
         raise NotImplementedError(msg)
+
+    def list_metadata(self, storage: StateChangelogStorage) -> list[str]:
+        """Every metadata object the storage keeps for ``storage``'s job besides change data.
+
+        Capability ``metadata_check``: epoch files, epoch markers, claims, owner rows.
+        The suite checks that they do not grow with the number of writer epochs.
+        """
+        msg = "metadata_check declared but list_metadata() not implemented"
+        raise NotImplementedError(msg)

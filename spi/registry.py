@@ -32,6 +32,7 @@ KNOWN_CAPABILITIES = frozenset(
         "corruption_injection",  # the backdoor can damage stored bytes
         "failure_injection",  # the backdoor can make the backing service unreachable
         "orphan_collection",  # collect_orphans deletes change data no live handle needs
+        "metadata_check",  # the backdoor lists metadata (epoch files, markers, claims)
         "sync_failure_injection",  # the backdoor can make the next sync or upload fail once
     }
 )

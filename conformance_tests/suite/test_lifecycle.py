@@ -94,3 +94,23 @@ def test_no_objects_remain_after_discard_and_close(sut):
     storage.discard(handles)
     storage.close()
     assert backdoor.list_objects(sut.open()) == []
+
+
+@requires("metadata_check")
+def test_metadata_does_not_grow_with_writer_epochs(storage, sut):
+    """A job makes a writer per task and batch: metadata must stay bounded by the live logs."""
+    backdoor = sut.require_backdoor()
+    latest = {}
+    counts = {}
+    for epoch in range(1, 201):
+        for operator in ("a", "b"):
+            writer = storage.create_writer(operator, KeyGroupRange(0, 4), epoch=epoch)
+            writer.append(0, change_bytes("m", epoch))
+            handle = persist(writer, 0, epoch, sut.timeout)
+            writer.close()
+            if operator in latest:
+                storage.discard([latest[operator]])
+            latest[operator] = handle
+        if epoch in (20, 200):
+            counts[epoch] = len(backdoor.list_metadata(storage))
+    assert counts[200] <= counts[20] + 2, f"metadata grew with writer epochs: {counts}"

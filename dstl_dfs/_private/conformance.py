@@ -76,6 +76,12 @@ class DfsBackdoor(ConformanceBackdoor):
         return failing_os_sync()
 
 
+    def list_metadata(self, storage: StateChangelogStorage) -> list[str]:
+        """Epoch markers of the job."""
+        assert isinstance(storage, DfsStorage)
+        return storage.markers.list(f"{storage.job_id}/epochs/")
+
+
 @contextlib.contextmanager
 def _failing_upload(store: S3Store) -> Iterator[list[int]]:
     fired: list[int] = []

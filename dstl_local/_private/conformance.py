@@ -47,3 +47,9 @@ class LocalBackdoor(ConformanceBackdoor):
     def failing_sync(self, storage: StateChangelogStorage) -> AbstractContextManager[list[int]]:
         """The next ``fsync``/``fdatasync`` of the process fails once with ``EIO``."""
         return failing_os_sync()
+
+    def list_metadata(self, storage: StateChangelogStorage) -> list[str]:
+        """Epoch files, discard records and lock files of the job."""
+        assert isinstance(storage, LocalStorage)
+        files = [p for p in storage.job_dir.rglob("*") if p.is_file()]
+        return sorted(str(p.relative_to(storage.job_dir)) for p in files if not p.name.endswith(".log"))
