@@ -107,6 +107,23 @@ class BackendSnapshot:
         )
 
 
+def catch_up_delta(held: BackendSnapshot, target: BackendSnapshot) -> BackendSnapshot | None:
+    """What ``target`` adds to a state that holds ``held``, or ``None`` when it is no continuation."""
+    known = len(held.materialized)
+    if tuple(target.materialized[:known]) != tuple(held.materialized):
+        return None  # a new full snapshot, or another chain
+    extra = tuple(target.materialized[known:])
+    if extra:
+        if not held.materialized:
+            return None  # the first snapshot of a chain is full
+        return BackendSnapshot(target.checkpoint_id, tuple(target.handles), extra)
+    held_handles = {handle.to_json() for handle in held.handles}
+    if not held_handles <= {handle.to_json() for handle in target.handles}:
+        return None  # held is not an ancestor (e.g. a lost attempt's log)
+    added = tuple(handle for handle in target.handles if handle.to_json() not in held_handles)
+    return BackendSnapshot(target.checkpoint_id, added, ())
+
+
 def _lmdb_delegate(
     cfg: Config, storage: StateChangelogStorage, operator_id: str, key_groups: KeyGroupRange
 ) -> StateDelegate:
@@ -428,6 +445,35 @@ class ChangelogKeyedStateBackend:
                 load_snapshots,
                 fork_from=self._fork_replay_from,
             )
+
+    def catch_up(
+        self,
+        held: BackendSnapshot,
+        target: BackendSnapshot,
+        registrations: Mapping[str, tuple[str, str]],
+        config: Config | Mapping[str, Any] | None = None,
+    ) -> int | None:
+        """Bring a working copy that holds ``held`` up to ``target`` by applying only the difference.
+
+        ``held`` must be an earlier checkpoint of the same lineage (the caller checks
+        that it completed). Two cases are cheap: the same snapshot chain, where the
+        handles ``target`` adds are replayed; or a chain that grew by incremental
+        snapshots, which are loaded over the copy (they hold every key changed since
+        the previous snapshot, tombstones included), then ``target``'s log. A new
+        full snapshot, another key-group range or a foreign chain is no catch-up.
+
+        :returns: the bytes read, or ``None`` when ``target`` does not follow ``held``
+            (the caller restores in full; nothing was changed).
+        """
+        delta = catch_up_delta(held, target)
+        if delta is None:
+            return None
+        began = time.perf_counter()
+        with _bulk_load():
+            self._load(delta, config)
+        self.resume(target, {**registrations, **self._restored_kinds}, config)
+        self._metrics.restore_seconds = time.perf_counter() - began
+        return sum(h.size for h in delta.handles) + sum(ref.size for ref in delta.materialized)
 
     def resume(
         self,

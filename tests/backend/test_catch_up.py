@@ -1,0 +1,108 @@
+"""Catch-up: a working copy left behind (its instance ran elsewhere) applies only what came since."""
+
+import pytest
+
+from dstl.backend.changelog import ChangelogKeyedStateBackend
+from dstl.backend.changelog.backend import catch_up_delta
+from dstl.backend.delegate import LmdbDelegate
+from dstl.spi import KeyGroupRange, load_storage
+
+ALL = KeyGroupRange(0, 128)
+
+
+class Host:
+    """One executor's working copy of the instance, and the checkpoint it holds."""
+
+    def __init__(self, path):
+        self.delegate = LmdbDelegate(path, map_size=64 << 20)
+        self.held = None
+        self.registrations = {}
+
+
+@pytest.fixture
+def job(tmp_path, memory_config):
+    storage = load_storage(memory_config, job_id="job")
+    yield storage, (tmp_path / "chk").as_uri(), [Host(tmp_path / "a"), Host(tmp_path / "b")]
+    storage.close()
+
+
+def _batch(storage, snapshots, host, batch, previous, model, *, materialize=False):
+    """One batch of the instance on ``host``: bring the copy to ``previous``, update, checkpoint."""
+    backend = ChangelogKeyedStateBackend(
+        storage,
+        "op",
+        ALL,
+        epoch=batch,
+        delegate=host.delegate,
+        snapshot_dir=snapshots,
+        full_materialization_every=5,
+    )
+    how = "fresh"
+    if previous is not None and host.held == previous:
+        backend.resume(previous, host.registrations)
+        how = "warm"
+    elif previous is not None and host.held is not None:
+        read = backend.catch_up(host.held, previous, host.registrations)
+        how = "caught_up" if read is not None else "full"
+        if read is None:
+            host.delegate.clear()
+            backend.restore(previous)
+    elif previous is not None:
+        host.delegate.clear()
+        backend.restore(previous)
+        how = "full"
+    counts = backend.value_state("count")
+    items = backend.list_state("items")
+    for key in range(batch % 5, 300, 5):
+        backend.set_current_key(key)
+        counts.update((counts.value() or 0) + batch)
+        items.add(batch)
+        model.setdefault(key, [0, []])
+        model[key][0] += batch
+        model[key][1].append(batch)
+    backend.set_current_key(7)
+    counts.clear()
+    model.pop(7, None)
+    if materialize:
+        backend.materialize().result(timeout=30)
+    snapshot = backend.checkpoint(batch).result(timeout=30)
+    host.held, host.registrations = snapshot, backend.registrations()
+    for key in range(300):
+        backend.set_current_key(key)
+        expected = model.get(key)
+        assert counts.value() == (expected[0] if expected else None), (batch, key, how)
+        if key != 7:
+            assert items.get() == (expected[1] if expected else []), (batch, key, how)
+    backend.close()
+    return snapshot, how
+
+
+def test_a_copy_left_behind_catches_up_across_logs_and_incremental_snapshots(job):
+    storage, snapshots, (a, b) = job
+    model = {}
+    plan = [  # (host, materialize, how the copy is brought up)
+        (a, False, "fresh"),
+        (b, False, "full"),  # b has no copy yet
+        (b, False, "warm"),
+        (a, False, "caught_up"),  # a holds checkpoint 0: replays the logs of 1 and 2 only
+        (b, True, "caught_up"),  # and materializes: the chain starts with a full snapshot
+        (a, False, "full"),  # a's copy predates the full snapshot: no catch-up
+        (b, True, "caught_up"),  # log of 5, then an incremental snapshot
+        (a, False, "caught_up"),  # applies the incremental snapshot, then the log after it
+    ]
+    previous = None
+    for batch, (host, materialize, expected_how) in enumerate(plan):
+        previous, how = _batch(storage, snapshots, host, batch, previous, model, materialize=materialize)
+        assert how == expected_how, f"batch {batch}: {how}"
+    assert len(previous.materialized) == 2  # full + incremental: the last catch-up used both
+
+
+def test_a_lost_attempts_copy_is_no_ancestor(job):
+    storage, snapshots, (a, b) = job
+    model = {}
+    first, _ = _batch(storage, snapshots, a, 0, None, model)
+    lost_model = {k: [v[0], list(v[1])] for k, v in model.items()}
+    lost, _ = _batch(storage, snapshots, b, 1, first, lost_model)  # its checkpoint never completes
+    retried, _ = _batch(storage, snapshots, a, 2, first, model)
+    assert catch_up_delta(lost, retried) is None
+    assert catch_up_delta(first, retried) is not None
