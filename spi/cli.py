@@ -134,6 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--verify", action="store_true", help="kill and restart the job mid-stream, then check it: PASS/FAIL"
     )
     demo.add_argument("--workdir", help="keep input, output and checkpoints here (default: a temp dir)")
+    demo.add_argument(
+        "--progress", metavar="FILE", help="write each batch's progress as one JSON object per line"
+    )
     demo.set_defaults(run=_cmd_demo)
     try:
         from dstl.conformance.cli import add_conformance_parser

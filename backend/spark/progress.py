@@ -18,6 +18,10 @@ class BatchProgress:
     :ivar persisted_bytes: bytes uploaded for this checkpoint (log + new snapshots).
     :ivar full_checkpoint_bytes: bytes a restore of this checkpoint reads (every instance).
     :ivar warm_instances: instances that continued from their working copy.
+    :ivar caught_up: instances whose working copy was behind (they ran elsewhere) and
+        replayed only the log and incremental snapshots since.
+    :ivar full_restores: instances that rebuilt their state from the snapshots and log.
+    :ivar restored_bytes: what the caught-up and fully restored instances read.
     :ivar materialized: instances that materialized their state in this batch.
     """
 
@@ -26,6 +30,9 @@ class BatchProgress:
     keys_touched: int
     instances: int
     warm_instances: int
+    caught_up: int
+    full_restores: int
+    restored_bytes: int
     materialized: tuple[str, ...]
     restore_ms: float
     checkpoint_ms: float
@@ -45,6 +52,9 @@ class BatchProgress:
             keys_touched=sum(s["keys"] for s in stats),
             instances=len(stats),
             warm_instances=sum(1 for s in stats if s["warm"]),
+            caught_up=sum(1 for s in stats if s.get("restore") == "caught_up"),
+            full_restores=sum(1 for s in stats if s.get("restore") == "full"),
+            restored_bytes=sum(s.get("restored_bytes", 0) for s in stats),
             materialized=tuple(s["instance"] for s in stats if s["materialized"]),
             restore_ms=max((s["restore_ms"] for s in stats), default=0.0),
             checkpoint_ms=max((s["checkpoint_ms"] for s in stats), default=0.0),

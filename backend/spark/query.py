@@ -39,6 +39,7 @@ from ._private.task import (
     TaskPlan,
     instance_function,
 )
+from ._private.working_copy import snapshot_digest
 from .placement import instance_name, instance_ranges, routing_exprs, snapshot_for_range
 from .processor import StatefulProcessor
 from .progress import BatchProgress
@@ -53,6 +54,8 @@ __all__ = ["StatefulQuery", "check_storage_for_spark", "transform_with_state"]
 log = logging.getLogger(__name__)
 
 Sink = Callable[["DataFrame", int], None]
+#: Completed checkpoints per instance a stale working copy may catch up from.
+_LINEAGE_DEPTH = 64
 
 
 def _uri(path: str) -> str:
@@ -192,6 +195,10 @@ class _BatchRunner:
             on_damaged=str(cfg["state.checkpoints.on-damaged"]),
         )
         self.coordinator.recover()
+        # Per instance, (checkpoint, digest) of its snapshot in recent completed checkpoints.
+        self.lineage: dict[str, list[tuple[int, str]]] = {}
+        for completed in self.coordinator.retained:
+            self._remember(completed)
         self.run_id = _next_run_id(directory, job_id)
         self.working_dir = cfg.get("dstl.spark.working-dir") or f"{tempfile.gettempdir()}/dstl-working"
         self.interval = float(cfg["state.changelog.materialization.interval"])
@@ -200,6 +207,20 @@ class _BatchRunner:
         self.progress: list[BatchProgress] = []
         self.listeners: list[Callable[[BatchProgress], None]] = []
         self.completed = threading.Condition()
+
+    def _remember(self, completed: CompletedCheckpoint) -> None:
+        """Record the instances' snapshots of a completed checkpoint (a working copy at one may catch up)."""
+        for name, snapshot in completed.snapshots.items():
+            history = self.lineage.setdefault(name, [])
+            digest = snapshot_digest(snapshot)
+            if not history or history[-1][1] != digest:
+                history.append((completed.checkpoint_id, digest))
+            del history[:-_LINEAGE_DEPTH]
+
+    def _forget_from(self, batch_id: int) -> None:
+        """Checkpoints from ``batch_id`` on were dropped (a replay): no copy may continue from them."""
+        for history in self.lineage.values():
+            history[:] = [(checkpoint, digest) for checkpoint, digest in history if checkpoint < batch_id]
 
     @property
     def ranges(self) -> list:
@@ -217,6 +238,7 @@ class _BatchRunner:
         if latest is not None and latest.checkpoint_id >= batch_id:
             log.info("batch %d is replayed: dropping checkpoints from %d on", batch_id, batch_id)
             self.coordinator.abort_from(batch_id)
+            self._forget_from(batch_id)
             latest = self.coordinator.latest()
         found = latest.checkpoint_id if latest is not None else None
         expected = batch_id - 1 if batch_id > 0 else None
@@ -284,6 +306,7 @@ class _BatchRunner:
             working_dir=self.working_dir,
             previous={name: snapshot.to_json() for name, snapshot in previous.items()},
             materialize=self._due_for_materialization(previous),
+            lineage={name: tuple(digest for _, digest in history) for name, history in self.lineage.items()},
         )
         key_group, instance = routing_exprs(
             list(self.spec.key_columns), self.parallelism, self.max_parallelism
@@ -321,6 +344,7 @@ class _BatchRunner:
             snapshots[doc["name"]] = BackendSnapshot.from_json(json.dumps(doc["snapshot"]))
             stats.append(json.loads(row[STATS_COLUMN]))
         completed = self.coordinator.complete(batch_id, snapshots)
+        self._remember(completed)
         now = time.monotonic()
         for item in stats:
             if item["materialized"]:

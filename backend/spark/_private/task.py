@@ -57,6 +57,9 @@ class TaskPlan:
     working_dir: str
     previous: dict[str, str] = field(default_factory=dict)  # instance name -> snapshot JSON
     materialize: frozenset[int] = frozenset()  # instances whose state is materialized this batch
+    # instance name -> digests of its snapshots in recently completed checkpoints: a working
+    # copy stamped with one of them holds committed state and may catch up from it.
+    lineage: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def epoch_for(run_id: int, task_attempt_id: int) -> int:
@@ -132,6 +135,7 @@ def run_instance(
     with copy.exclusive():
         stamp = copy.stamp()
         warm = stamp is not None and stamp["digest"] == snapshot_digest(previous)
+        committed = stamp is not None and stamp["digest"] in plan.lineage.get(name, ())
         copy.invalidate()
         backend = ChangelogKeyedStateBackend(
             storage,
@@ -148,12 +152,9 @@ def run_instance(
         )
         try:
             restore_began = time.perf_counter()
-            if warm and previous is not None:
-                backend.resume(previous, stamp["registrations"], cfg)
-            elif not warm:
-                copy.delegate.clear()
-                if previous is not None:
-                    backend.restore(previous, cfg)
+            mode, restored_bytes = _bring_up(
+                backend, copy, stamp, previous, warm=warm, committed=committed, cfg=cfg
+            )
             restore_seconds = time.perf_counter() - restore_began
             processor = make_processor()
             context = StateContext(backend, plan.batch_id, task_attempt, plan.key_columns)
@@ -175,7 +176,9 @@ def run_instance(
         "instance": name,
         "rows": len(rows),
         "keys": keys,
-        "warm": warm,
+        "warm": mode == "warm",
+        "restore": mode,
+        "restored_bytes": restored_bytes,
         "materialized": materialized,
         "restore_ms": round(restore_seconds * 1000, 3),
         "checkpoint_ms": metrics["lastCheckpointDuration"],
@@ -194,6 +197,40 @@ def run_instance(
     frame[SNAPSHOT_COLUMN] = frame[SNAPSHOT_COLUMN].astype(object)
     frame[STATS_COLUMN] = frame[STATS_COLUMN].astype(object)
     return frame
+
+
+def _bring_up(
+    backend: ChangelogKeyedStateBackend,
+    copy: WorkingCopy,
+    stamp: dict[str, Any] | None,
+    previous: BackendSnapshot | None,
+    *,
+    warm: bool,
+    committed: bool,
+    cfg: Config,
+) -> tuple[str, int]:
+    """Bring the working copy to ``previous``; returns how and the bytes read.
+
+    How is ``warm``, ``caught_up``, ``full`` or ``fresh``.
+
+    Warm: the copy is at ``previous`` already. Caught up: it holds an earlier
+    committed checkpoint of the same lineage (the instance ran elsewhere since),
+    and only the log and incremental snapshots after it are applied. Otherwise
+    the copy is cleared and restored in full (``fresh`` when there is no state yet).
+    """
+    if warm:
+        if previous is not None:
+            backend.resume(previous, stamp["registrations"], cfg)  # type: ignore[index]
+        return "warm", 0
+    if committed and previous is not None and stamp is not None and stamp["snapshot"] is not None:
+        read = backend.catch_up(stamp["snapshot"], previous, stamp["registrations"], cfg)
+        if read is not None:
+            return "caught_up", read
+    copy.delegate.clear()
+    if previous is None:
+        return "fresh", 0
+    backend.restore(previous, cfg)
+    return "full", sum(h.size for h in previous.handles) + sum(ref.size for ref in previous.materialized)
 
 
 def instance_function(

@@ -25,6 +25,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from dstl.spi import DstlError
+
 from ...changelog import BackendSnapshot
 from ...delegate import LmdbDelegate
 
@@ -66,10 +68,14 @@ class WorkingCopy:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
     def stamp(self) -> dict[str, Any] | None:
-        """``{"digest": ..., "registrations": {...}}`` of the checkpoint the copy holds, or ``None``."""
+        """``{"digest", "registrations", "snapshot"}`` of the checkpoint the copy holds, or ``None``.
+
+        ``snapshot`` is the held :class:`BackendSnapshot` (``None`` in stamps that
+        lack it): what a catch-up starts from.
+        """
         try:
             doc = json.loads(self._stamp.read_text())
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             return None
         if not isinstance(doc, dict) or not isinstance(doc.get("digest"), str):
             return None
@@ -79,7 +85,19 @@ class WorkingCopy:
             for kinds in registrations.values()
         ):
             return None  # damaged or hand-edited: the copy is at no known checkpoint, restore it
-        return {"digest": doc["digest"], "registrations": {k: tuple(v) for k, v in registrations.items()}}
+        held = None
+        if doc.get("snapshot") is not None:
+            try:
+                held = BackendSnapshot.from_dict(doc["snapshot"])
+            except DstlError:
+                return None
+            if snapshot_digest(held) != doc["digest"]:
+                return None
+        return {
+            "digest": doc["digest"],
+            "registrations": {k: tuple(v) for k, v in registrations.items()},
+            "snapshot": held,
+        }
 
     def invalidate(self) -> None:
         """The copy is about to change: until :meth:`mark`, it is at no checkpoint (durably)."""
@@ -91,7 +109,12 @@ class WorkingCopy:
         """The copy now holds exactly ``snapshot``: sync the environment, then write the stamp atomically."""
         self.delegate.sync()
         temporary = self._stamp.with_suffix(f".tmp{os.getpid()}")
-        data = json.dumps({"digest": snapshot_digest(snapshot), "registrations": registrations}).encode()
+        doc = {
+            "digest": snapshot_digest(snapshot),
+            "registrations": registrations,
+            "snapshot": json.loads(snapshot.to_json()),
+        }
+        data = json.dumps(doc).encode()
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             os.write(fd, data)

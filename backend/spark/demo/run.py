@@ -148,34 +148,39 @@ def _job(argv: list[str]) -> int:
 
 
 # -- the front end ----------------------------------------------------------------------------------
+def _size(count: float) -> str:
+    """Bytes in at most five characters: ``812B``, ``12.1K``, ``118M``."""
+    for unit in ("B", "K", "M", "G"):
+        if count < 1000 or unit == "G":
+            return f"{count:.0f}{unit}" if count >= 100 or unit == "B" else f"{count:.1f}{unit}"
+        count /= 1024
+    return f"{count:.0f}G"
+
+
 def _table(rows: list[dict[str, Any]], title: str) -> Table:
-    table = Table(title=title)
-    columns = (
-        "run",
-        "batch",
-        "rows",
-        "keys",
-        "warm",
-        "restore ms",
-        "checkpoint ms",
-        "persisted KB",
-        "full KB",
-        "materialized",
+    """The last batches, readable in an 80-column terminal (units in the caption)."""
+    table = Table(
+        title=title,
+        caption="w/c/f: instances warm/caught up/restored in full; restore, ckpt in ms; mat: materialized",
+        box=None,
+        header_style="bold underline",
+        padding=(0, 1),
     )
+    columns = ("run", "batch", "rows", "keys", "w/c/f", "restore", "ckpt", "persist", "state", "mat")
     for column in columns:
-        table.add_column(column, justify="right")
+        table.add_column(column, justify="right", no_wrap=True)
     for row in rows[-12:]:
         table.add_row(
             str(row["run"]),
             str(row["batch_id"]),
             str(row["rows"]),
             str(row["keys_touched"]),
-            f"{row['warm_instances']}/{row['instances']}",
-            f"{row['restore_ms']:.1f}",
+            f"{row['warm_instances']}/{row.get('caught_up', 0)}/{row.get('full_restores', 0)}",
+            f"{row['restore_ms']:.0f}",
             f"{row['checkpoint_ms']:.1f}",
-            f"{row['persisted_bytes'] / 1024:.1f}",
-            f"{row['full_checkpoint_bytes'] / 1024:.1f}",
-            ",".join(row["materialized"]) or "-",
+            _size(row["persisted_bytes"]),
+            _size(row["full_checkpoint_bytes"]),
+            str(len(row["materialized"])) if row["materialized"] else "-",
         )
     return table
 
@@ -189,8 +194,12 @@ def _run_job(
     live: Live,
     title: str,
     kill_after_batches: int | None = None,
+    progress_file: Path | None = None,
 ) -> int:
-    """Run one child job, streaming its progress into the table; SIGKILL it after N batches if asked."""
+    """Run one child job, streaming its progress into the table; SIGKILL it after N batches if asked.
+
+    :param progress_file: append each batch's progress there as one JSON object per line.
+    """
     workdir.mkdir(parents=True, exist_ok=True)
     command, config_file = job_command(workdir, seconds, config)
     log_path = workdir / f"job-{run}.log"
@@ -204,6 +213,9 @@ def _run_job(
         if not line.startswith(PROGRESS):
             continue
         rows.append({"run": run, **json.loads(line[len(PROGRESS) :])})
+        if progress_file is not None:
+            with open(progress_file, "a", encoding="utf-8") as sink:
+                sink.write(json.dumps(rows[-1]) + "\n")
         batches += 1
         live.update(_table(rows, title))
         if kill_after_batches is not None and batches >= kill_after_batches:
@@ -287,19 +299,33 @@ def run_demo(args: argparse.Namespace, console: Console) -> int:
     master = os.environ.get("DSTL_SPARK_MASTER", "local[2]")
     title = f"dstl demo: PySpark {master}, storage {storage}, work dir {workdir}"
     rows: list[dict[str, Any]] = []
+    progress_file = Path(args.progress) if getattr(args, "progress", None) else None
+    if progress_file is not None:
+        progress_file.parent.mkdir(parents=True, exist_ok=True)
+        progress_file.write_text("")
     try:
         with Live(_table(rows, title), console=console, refresh_per_second=4) as live:
             if args.verify:
                 half = max(args.seconds / 2, 4.0)
                 _run_job(
-                    workdir, half * 4, config, 1, rows, live, title, kill_after_batches=max(3, int(half))
+                    workdir,
+                    half * 4,
+                    config,
+                    1,
+                    rows,
+                    live,
+                    title,
+                    kill_after_batches=max(3, int(half)),
+                    progress_file=progress_file,
                 )
                 console.print(
                     "[yellow]job killed with SIGKILL mid-stream; restarting from its checkpoints[/]"
                 )
-                code = _run_job(workdir, half, config, 2, rows, live, title)
+                code = _run_job(workdir, half, config, 2, rows, live, title, progress_file=progress_file)
             else:
-                code = _run_job(workdir, args.seconds, config, 1, rows, live, title)
+                code = _run_job(
+                    workdir, args.seconds, config, 1, rows, live, title, progress_file=progress_file
+                )
         if code != 0:
             console.print(f"[red]the job exited with {code}[/]")
             return 1

@@ -52,3 +52,32 @@ def test_the_job_gets_its_config_from_a_private_file_not_its_command_line(tmp_pa
     (tmp_path / "bad.json").write_text('{"a": 1}')
     with pytest.raises(SystemExit, match="JSON object of strings"):
         _read_config(str(tmp_path / "bad.json"))
+
+
+def test_the_demo_table_fits_an_80_column_terminal():
+    from rich.console import Console
+
+    from dstl.backend.spark.demo.run import _table
+
+    row = {
+        "run": 2,
+        "batch_id": 12345,
+        "rows": 100000,
+        "keys_touched": 30000,
+        "warm_instances": 12,
+        "caught_up": 3,
+        "full_restores": 1,
+        "instances": 16,
+        "restore_ms": 12345.6,
+        "checkpoint_ms": 123.4,
+        "persisted_bytes": 12345678,
+        "full_checkpoint_bytes": 123456789,
+        "materialized": ["kg0-64"],
+    }
+    console = Console(width=80, record=True)
+    console.print(_table([row] * 3, "dstl demo: PySpark local-cluster[2,1,1024], storage filesystem"))
+    text = console.export_text()
+    assert "…" not in text, text
+    for header in ("restore", "ckpt", "persist", "state", "w/c/f"):
+        assert header in text
+    assert "12/3/1" in text

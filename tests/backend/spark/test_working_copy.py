@@ -17,7 +17,8 @@ def test_a_marked_copy_names_its_checkpoint_and_registrations(copy):
     snapshot = BackendSnapshot(7, ())
     copy.mark(snapshot, {"totals": ("value", "msgpack")})
     expected = {"totals": ("value", "msgpack")}
-    assert copy.stamp() == {"digest": snapshot_digest(snapshot), "registrations": expected}
+    digest = snapshot_digest(snapshot)
+    assert copy.stamp() == {"digest": digest, "registrations": expected, "snapshot": snapshot}
     copy.invalidate()
     assert copy.stamp() is None
 
