@@ -190,7 +190,7 @@ def run(
         # Recovery: fresh processes restore the last checkpoint from the storages (median); the
         # first also writes the restored state as one full snapshot: the size of the state.
         restored = restore_probe.measure(
-            snapshot, storage_config, snapshot_dir, ALL, workdir, repeat=preset.recovery_repeat
+            snapshot, storage_config, snapshot_dir, ALL, workdir, job_id=job, repeat=preset.recovery_repeat
         )
         if restored.entries != result.state_entries:
             msg = f"{configuration}: a fresh process restored {restored.entries}, not {result.state_entries}"

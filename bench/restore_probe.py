@@ -45,6 +45,7 @@ def measure(
     key_groups: KeyGroupRange,
     workdir: Path,
     *,
+    job_id: str,
     repeat: int = 3,
     timeout: float = 600,
 ) -> RestoreFigures:
@@ -56,6 +57,7 @@ def measure(
                 "snapshot": snapshot.to_json(),
                 "storage": storage_config,
                 "snapshot_dir": snapshot_dir,
+                "job_id": job_id,
                 "key_groups": [key_groups.start, key_groups.end],
             }
         )
@@ -92,10 +94,15 @@ def measure(
 def _probe(request: dict[str, Any], *, size: bool) -> dict[str, Any]:
     snapshot = BackendSnapshot.from_json(request["snapshot"])
     key_groups = KeyGroupRange(*request["key_groups"])
-    # A job of its own: the probe's writer (every backend has one) touches nothing of the checkpoint's.
-    with load_storage(request["storage"], job_id=f"restore-probe-{uuid.uuid4().hex[:8]}") as storage:
+    # The checkpoint's job (a restore reads only its own job's snapshots), an operator of its own:
+    # the probe's writer (every backend has one) claims no log of the checkpoint's.
+    with load_storage(request["storage"], job_id=request["job_id"]) as storage:
         backend = ChangelogKeyedStateBackend(
-            storage, "op", key_groups, epoch=1, snapshot_dir=request["snapshot_dir"]
+            storage,
+            f"restore-probe-{uuid.uuid4().hex[:8]}",
+            key_groups,
+            epoch=1,
+            snapshot_dir=request["snapshot_dir"],
         )
         began = time.perf_counter()
         backend.restore(snapshot, request["storage"])

@@ -18,6 +18,7 @@ from dstl.spi import (
     ConfigError,
     CorruptedError,
     FencedError,
+    InvalidHandleError,
     KeyGroupRange,
     StorageError,
     load_storage,
@@ -156,10 +157,15 @@ def test_a_forged_discard_length_cannot_delete_live_change_sets(tmp_path):
         live = persist(victim, 0, 1)
         victim.append(0, b"v" * 5000)  # rolls: the segment holding both is sealed
         persist(victim, 1, 2)
-        doc = forged_source.to_dict()
-        doc["locations"][0]["length"] = 10**12
         attacker.close()
-        storage.discard([ChangelogHandle.from_dict(doc)])
+        for length, refused in ((10**12, InvalidHandleError), (10**6, None)):
+            doc = forged_source.to_dict()
+            doc["locations"][0]["length"] = length  # covers the victim's change set too
+            if refused is not None:
+                with pytest.raises(refused, match="length"):
+                    storage.discard([ChangelogHandle.from_dict(doc)])
+            else:
+                storage.discard([ChangelogHandle.from_dict(doc)])
         assert storage.metrics.counter("refused_discards") == 1
         assert read_data(storage, live) == [b"live"]
 
