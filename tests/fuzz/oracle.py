@@ -21,11 +21,14 @@ from dstl.spi import DstlError
 
 #: Documents per parser: 20,000 in CI; ``make fuzz`` runs ten times more.
 EXAMPLES = int(os.environ.get("DSTL_FUZZ_EXAMPLES", "20000"))
+#: Each document hypothesis draws is also parsed in this many cheap byte-level variants
+#: (generation, not parsing, is what costs): the parsers see EXAMPLES documents in all.
+VARIANTS = 10
 #: Extra address space a parser may take while fuzzed.
 MEMORY_HEADROOM = 1 << 30
 
 FUZZ_SETTINGS = settings(
-    max_examples=EXAMPLES,
+    max_examples=-(-EXAMPLES // VARIANTS),
     deadline=timedelta(seconds=5),
     database=None,
     derandomize=os.environ.get("DSTL_FUZZ_SEED") is None,
@@ -62,6 +65,33 @@ class Tally:
             f"fuzz {self.name}: {self.runs} documents, {self.refused} refused with DstlError, "
             f"{self.accepted} accepted, {len(self.escapes)} escapes"
         )
+
+
+def variants(document: bytes | str, seed: int, count: int = VARIANTS - 1) -> list[bytes]:
+    """``count`` byte-level mutations of ``document`` (flips, cuts, duplicated runs), seeded."""
+    import random
+
+    rng = random.Random(seed)
+    data = document.encode("utf-8", "surrogatepass") if isinstance(document, str) else bytes(document)
+    out = []
+    for _ in range(count):
+        mutated = bytearray(data)
+        for _ in range(rng.randint(1, 3)):
+            if not mutated:
+                mutated += bytes([rng.randrange(256)])
+                continue
+            position = rng.randrange(len(mutated))
+            kind = rng.randrange(4)
+            if kind == 0:
+                mutated[position] ^= 1 << rng.randrange(8)
+            elif kind == 1:
+                del mutated[position : position + rng.randint(1, 32)]
+            elif kind == 2:
+                mutated[position:position] = mutated[position : position + rng.randint(1, 32)]
+            else:
+                mutated[position] = rng.choice(b'{}[]",:0\\ ')
+        out.append(bytes(mutated))
+    return out
 
 
 def _vm_size() -> int:

@@ -32,7 +32,7 @@ from dstl.spi import (
     encode_change_set,
     iter_change_sets,
 )
-from tests.fuzz.oracle import EXAMPLES, FUZZ_SETTINGS, Tally, bounded_memory
+from tests.fuzz.oracle import EXAMPLES, FUZZ_SETTINGS, VARIANTS, Tally, bounded_memory, variants
 from tests.fuzz.strategies import hostile_values, json_inputs, mutated_bytes
 
 _LOCATIONS = {
@@ -68,14 +68,23 @@ def _handle(storage_id: str) -> ChangelogHandle:
     )
 
 
-def _fuzz(name, documents, parse):
-    """Run ``parse`` on :data:`EXAMPLES` drawn ``documents`` under the oracle."""
+def _fuzz(name, documents, parse, expand=None):
+    """Run ``parse`` on :data:`EXAMPLES` documents under the oracle.
+
+    Each drawn document also yields :data:`VARIANTS` - 1 byte-level variants
+    (``expand(document, seed)`` for documents that are not bytes or text).
+    """
     tally = Tally(name)
 
+    def default_expand(document, seed):
+        return variants(document, seed) if isinstance(document, bytes | str) else []
+
     @FUZZ_SETTINGS
-    @given(documents)
-    def run(document):
+    @given(documents, st.integers(0, 2**32))
+    def run(document, seed):
         tally.check(lambda: parse(document))
+        for variant in (expand or default_expand)(document, seed):
+            tally.check(lambda variant=variant: parse(variant))
 
     with bounded_memory():
         run()
@@ -142,7 +151,12 @@ def test_change_set_frames():
         decode_change_set(data, offset, location="fuzz", key_groups=(0, 4))
 
     frames = st.tuples(st.one_of(mutated_bytes(_FRAMES), st.binary(max_size=300)), st.integers(0, 400))
-    _fuzz("change-set frame", frames, parse)
+    _fuzz(
+        "change-set frame",
+        frames,
+        parse,
+        expand=lambda document, seed: [(data, document[1]) for data in variants(document[0], seed)],
+    )
 
 
 _RECORDS = [
@@ -179,10 +193,16 @@ def test_config_values():
         ).map(lambda pair: f"{pair[0]}{pair[1]}"),
     )
 
+    def other_options(pair, seed):  # the same value, for other options
+        import random
+
+        return [(option, pair[1]) for option in random.Random(seed).sample(options, VARIANTS - 1)]
+
     _fuzz(
         "config value",
         st.tuples(st.sampled_from(options), st.one_of(text_values, hostile_values)),
         lambda pair: Config.of({pair[0].name: pair[1]})[pair[0].name],
+        expand=other_options,
     )
 
 
