@@ -427,7 +427,12 @@ class ChangelogKeyedStateBackend:
             self._load(snapshot, config)
         self._restored_handles = tuple(snapshot.handles)
         self._restored_refs = tuple(snapshot.materialized)
-        self.materializer.restored()
+        # The delegate now holds exactly the snapshot: when its chain is this log's own, the next
+        # materialization may be incremental on it, as after a warm resume (no forced full snapshot,
+        # which would in turn force every other working copy of the instance to restore in full).
+        self.materializer.resumed(
+            tuple(snapshot.materialized), lambda: self._changed_keys(tuple(snapshot.handles), config)
+        )
         self._metrics.restore_seconds = time.perf_counter() - began
 
     def _load(self, snapshot: BackendSnapshot, config: Config | Mapping[str, Any] | None) -> None:

@@ -90,10 +90,6 @@ class Materializer:
         latest = self.latest
         return latest if latest is not None and latest.path in self._made else None
 
-    def restored(self) -> None:
-        """State came from elsewhere: the next snapshot must be full."""
-        self._needs_full = True
-
     def resumed(
         self,
         chain: tuple[MaterializationRef, ...],
