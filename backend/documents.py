@@ -35,6 +35,9 @@ def parse_json(text: str | bytes, what: str, *, max_bytes: int = MAX_DOCUMENT_BY
 
     :raises InvalidHandleError: naming ``what`` and the problem.
     """
+    if not isinstance(text, str | bytes | bytearray):
+        msg = f"{what} must be text or bytes, got {type(text).__name__}"
+        raise InvalidHandleError(msg)
     if len(text) > max_bytes:
         msg = f"{what} is {len(text)} bytes, more than the {max_bytes} a dstl document may have"
         raise InvalidHandleError(msg)

@@ -270,6 +270,9 @@ class ChangelogHandle:
 
         :raises InvalidHandleError: on oversized, malformed or hostile input.
         """
+        if not isinstance(text, str | bytes | bytearray):
+            msg = f"handle JSON must be text or bytes, got {type(text).__name__}"
+            raise InvalidHandleError(msg)
         if len(text) > MAX_HANDLE_JSON_BYTES:
             msg = (
                 f"handle JSON is {len(text)} bytes, above the limit of {MAX_HANDLE_JSON_BYTES}; "

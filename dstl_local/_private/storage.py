@@ -18,6 +18,7 @@ from dstl.spi import (
     ConfigError,
     CorruptedError,
     FencedError,
+    InvalidHandleError,
     KeyGroupRange,
     StorageError,
     check_relative_path,
@@ -107,6 +108,8 @@ class LocalReader(ChangeSetReader):
         self._storage = storage
 
     def _fetch(self, handle: ChangelogHandle, location: dict[str, LocationValue]) -> FetchedChangeSet:
+        # Reads may cross jobs under the same base (a handle is readable from config + handle
+        # JSON, whatever job opened the storage); deletes never do (``_own_segment``).
         path = self._storage._absolute(str(location["segment"]))
         offset, length = int(location["offset"]), int(location["length"])  # type: ignore[arg-type]
         return FetchedChangeSet(read_change_set_bytes(path, offset, length), 0, str(path), base_offset=offset)
@@ -164,6 +167,17 @@ class LocalStorage(ChangeSetStorage):
     def _absolute(self, relative: str) -> Path:
         check_relative_path(relative, "segment location")
         return self.base / relative
+
+    def _own_segment(self, relative: str) -> Path:
+        """The path of a segment of this storage's job; any other location is refused (never deleted)."""
+        path = self._absolute(relative)
+        if path.parent != self.segments_dir:
+            msg = (
+                f"segment location {relative!r} does not belong to job {self.job_id!r} of this storage "
+                f"(expected {self.job_id}/segments/<segment>): a damaged or foreign handle"
+            )
+            raise InvalidHandleError(msg)
+        return path
 
     # -- recovery -----------------------------------------------------------------------
     def _recover(self) -> None:
@@ -288,34 +302,24 @@ class LocalStorage(ChangeSetStorage):
         """Create a reader."""
         return LocalReader(self)
 
-    def _segment_of(self, relative: str) -> str:
-        path = self._absolute(relative)
-        if path.parent != self.segments_dir:
-            msg = f"location {relative!r} does not belong to job {self.job_id!r} of this storage"
-            raise StorageError(msg)
-        return path.name
-
     def _unpin(self, locations: list[Location]) -> None:
-        pairs = [(self._segment_of(str(loc["segment"])), int(loc["offset"])) for loc in locations]  # type: ignore[arg-type]
+        pairs = [(self._own_segment(str(loc["segment"])).name, int(loc["offset"])) for loc in locations]  # type: ignore[arg-type]
         for segment in self._discards.unpin(pairs):
             self._discards.collect(segment)
 
     def discard(self, handles: Iterable[ChangelogHandle]) -> None:
         """Record the handles' change sets as discarded; delete segments nothing needs."""
-        by_job: dict[Path, dict[str, set[tuple[int, int]]]] = {}
+        by_segment: dict[str, set[tuple[int, int]]] = {}
         handles = list(handles)
         self._metrics.inc("discarded_change_sets", sum(len(h.locations) for h in handles))
         for handle in handles:
             for loc in checked_locations(handle, LocalReader.location_fields):
-                path = self._absolute(str(loc["segment"]))
+                path = self._own_segment(str(loc["segment"]))
                 entry = (int(loc["offset"]), int(loc["length"]))  # type: ignore[arg-type]
                 if self._wrote(path, *entry):
-                    by_job.setdefault(path.parent, {}).setdefault(path.name, set()).add(entry)
-        deleted = 0
-        for segments_dir, entries in by_job.items():
-            tracker = self._discards if segments_dir == self.segments_dir else DiscardTracker(segments_dir)
-            deleted += len(tracker.discard(entries))
-        deleted += self._roll_if_discarded(by_job.get(self.segments_dir, {}))
+                    by_segment.setdefault(path.name, set()).add(entry)
+        deleted = len(self._discards.discard(by_segment))
+        deleted += self._roll_if_discarded(by_segment)
         self._metrics.inc("deleted_objects", deleted)
 
     def _wrote(self, path: Path, offset: int, length: int) -> bool:

@@ -303,3 +303,19 @@ def test_unwritable_directory_is_a_storage_error(tmp_path):
     blocker.write_text("x")
     with pytest.raises(StorageError, match="cannot use dstl.local.dir"):
         load_storage({"dstl.storage": "local", "dstl.local.dir": str(blocker / "sub")}, job_id="job")
+
+
+def test_a_discard_never_deletes_another_jobs_segments(tmp_path):
+    config = {"dstl.storage": "local", "dstl.local.dir": str(tmp_path), "dstl.local.segment-size": "4kb"}
+    with load_storage(config, job_id="other") as other:
+        writer = other.create_writer("op", KG)
+        writer.append(0, b"x" * 5000)
+        handle = persist(writer, 0, 1)
+        writer.truncate(1)
+        writer.close()
+    segment = tmp_path / handle.location_dicts[0]["segment"]
+    with load_storage(config, job_id="job") as storage:
+        with pytest.raises(InvalidHandleError, match="does not belong to job 'job'"):
+            storage.discard([handle])
+        assert read_data(storage, handle) == [b"x" * 5000]  # reading across jobs is the SPI's contract
+    assert segment.exists()

@@ -139,3 +139,9 @@ def test_handle_is_immutable_and_never_pickled_in_json():
         handle.size = 3  # type: ignore[misc]
     assert "pickle" not in handle.to_json()
     assert isinstance(json.loads(handle.to_json()), dict)
+
+
+@pytest.mark.parametrize("value", [None, 5, [], {}, 1.5])
+def test_from_json_of_a_non_text_value_is_an_invalid_handle_error(value):
+    with pytest.raises(InvalidHandleError, match="must be text or bytes"):
+        ChangelogHandle.from_json(value)
