@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 from dstl.spi import InvalidHandleError
+from dstl.spi.handle import reject_duplicate_keys
 
 __all__ = ["MAX_DOCUMENT_BYTES", "MAX_DOCUMENT_DEPTH", "check_fields", "load_document", "parse_json"]
 
@@ -18,16 +19,6 @@ __all__ = ["MAX_DOCUMENT_BYTES", "MAX_DOCUMENT_DEPTH", "check_fields", "load_doc
 MAX_DOCUMENT_BYTES = 16 << 20
 #: Deepest nesting of objects and lists (dstl's own documents need 8).
 MAX_DOCUMENT_DEPTH = 24
-
-
-def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    doc: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in doc:
-            msg = f"duplicate key {key!r}"
-            raise ValueError(msg)
-        doc[key] = value
-    return doc
 
 
 def parse_json(text: str | bytes, what: str, *, max_bytes: int = MAX_DOCUMENT_BYTES) -> Any:  # noqa: ANN401
@@ -44,7 +35,7 @@ def parse_json(text: str | bytes, what: str, *, max_bytes: int = MAX_DOCUMENT_BY
     try:
         if isinstance(text, bytes | bytearray):
             text = bytes(text).decode("utf-8")
-        doc = json.loads(text, object_pairs_hook=_refuse_duplicates)
+        doc = json.loads(text, object_pairs_hook=reject_duplicate_keys)
     except UnicodeDecodeError as exc:
         msg = f"{what} is not UTF-8 text: {exc}"
         raise InvalidHandleError(msg) from exc

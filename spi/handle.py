@@ -16,7 +16,13 @@ from .errors import InvalidHandleError, InvalidIdentifierError
 from .names import check_relative_path, validate_name
 from .types import KeyGroupRange, SequenceNumberRange
 
-__all__ = ["HANDLE_SCHEMA", "HANDLE_SCHEMA_VERSION", "MAX_HANDLE_JSON_BYTES", "ChangelogHandle"]
+__all__ = [
+    "HANDLE_SCHEMA",
+    "HANDLE_SCHEMA_VERSION",
+    "MAX_HANDLE_JSON_BYTES",
+    "ChangelogHandle",
+    "reject_duplicate_keys",
+]
 
 HANDLE_SCHEMA = "dstl.changelog-handle"
 HANDLE_SCHEMA_VERSION = 1
@@ -100,11 +106,15 @@ def _pair_field(doc: Mapping[str, Any], name: str) -> tuple[int, int]:
     return value[0], value[1]
 
 
-def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook`` for untrusted JSON: a repeated key is an error, not "the last one wins".
+
+    :raises InvalidHandleError: naming the key.
+    """
     seen: dict[str, Any] = {}
     for key, value in pairs:
         if key in seen:
-            msg = f"duplicate key {key!r} in handle JSON"
+            msg = f"duplicate key {key!r}"
             raise InvalidHandleError(msg)
         seen[key] = value
     return seen
@@ -280,7 +290,7 @@ class ChangelogHandle:
             )
             raise InvalidHandleError(msg)
         try:
-            doc = json.loads(text, object_pairs_hook=_reject_duplicates)
+            doc = json.loads(text, object_pairs_hook=reject_duplicate_keys)
         except InvalidHandleError:
             raise
         except (ValueError, RecursionError) as exc:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from dstl.spi import CorruptedError, StorageError
 from dstl.spi.changeset_format import CHANGE_SET_HEADER_SIZE, decode_change_set, framed_size
+from dstl.spi.durability import fsync_directory
 
 SEGMENT_SUFFIX = ".log"
 SEALED_SUFFIX = ".sealed"
@@ -41,14 +42,6 @@ def segment_name(instance: str, number: int) -> str:
 def instance_of(segment: str) -> str:
     """The instance id in a segment file name."""
     return segment.split("-")[1]
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class ActiveSegment:
@@ -69,7 +62,7 @@ class ActiveSegment:
         self.failure: OSError | None = None
         if fsync:
             try:
-                _fsync_dir(directory)  # the new file's directory entry must be durable too
+                fsync_directory(directory)  # the new file's directory entry must be durable too
             except OSError:
                 os.close(self.fd)
                 self.path.unlink(missing_ok=True)

@@ -36,3 +36,21 @@ def failing_snapshot_store(backend):
         yield
     finally:
         materializer._fs = real
+
+
+def restored_counts(storage, checkpoints_dir, snapshot, config, *, epoch, keys=range(200)):
+    """The ``count`` value state per key after restoring ``snapshot`` into a new backend of ``op``."""
+    from dstl.backend.changelog import ChangelogKeyedStateBackend
+    from dstl.spi import KeyGroupRange
+
+    backend = ChangelogKeyedStateBackend(
+        storage, "op", KeyGroupRange(0, 128), epoch=epoch, snapshot_dir=checkpoints_dir
+    )
+    backend.restore(snapshot, config)
+    state = backend.value_state("count")
+    values = {}
+    for key in keys:
+        backend.set_current_key(key)
+        values[key] = state.value()
+    backend.close()
+    return values

@@ -7,6 +7,7 @@ import pytest
 from dstl.backend.changelog import ChangelogKeyedStateBackend
 from dstl.backend.coordinator import CheckpointCoordinator, CompletedCheckpoint
 from dstl.spi import ConfigError, KeyGroupRange, load_storage
+from tests.backend.helpers import restored_counts
 
 ALL = KeyGroupRange(0, 128)
 
@@ -74,13 +75,9 @@ def test_recover_removes_orphans_and_restores_the_latest(tmp_path):
     assert not orphan.exists()
     assert not (tmp_path / "chk" / "job" / "checkpoints" / ".tmp-deadbeef").exists()
     with load_storage(config, job_id="job") as storage:
-        restored = ChangelogKeyedStateBackend(storage, "op", ALL, epoch=1, snapshot_dir=checkpoints_dir)
-        restored.restore(latest.snapshots["op/0"], config)
-        state = restored.value_state("count")
-        for key, value in expected.items():
-            restored.set_current_key(key)
-            assert state.value() == value
-        restored.close()
+        assert (
+            restored_counts(storage, checkpoints_dir, latest.snapshots["op/0"], config, epoch=1) == expected
+        )
 
 
 def test_metadata_round_trip_and_validation():
@@ -139,11 +136,5 @@ def test_recovery_collects_what_failed_attempts_left(tmp_path, storage_id):
     left = set(storage.list_objects())
     assert left <= {name.rsplit("/", 1)[-1] for name in referenced} | referenced, (before, left, referenced)
     assert len(left) < before, "nothing was collected"
-    restored = ChangelogKeyedStateBackend(storage, "op", ALL, epoch=9, snapshot_dir=checkpoints_dir)
-    restored.restore(latest.snapshots["op/0"], config)
-    state = restored.value_state("count")
-    for key, value in expected.items():
-        restored.set_current_key(key)
-        assert state.value() == value
-    restored.close()
+    assert restored_counts(storage, checkpoints_dir, latest.snapshots["op/0"], config, epoch=9) == expected
     storage.close()

@@ -5,10 +5,11 @@ import uuid
 
 import pytest
 
-from dstl.backend.changelog import BackendSnapshot, ChangelogKeyedStateBackend
+from dstl.backend.changelog import BackendSnapshot
 from dstl.backend.coordinator import CheckpointCoordinator, CompletedCheckpoint
 from dstl.spi import CorruptedError, InvalidHandleError, StorageError, load_storage
-from tests.backend.test_coordinator import ALL, run_job
+from tests.backend.helpers import restored_counts
+from tests.backend.test_coordinator import run_job
 
 
 @pytest.fixture
@@ -28,15 +29,7 @@ def _metadata(tmp_path, checkpoint_id):
 
 def _restored_values(config, checkpoints_dir, checkpoint):
     with load_storage(config, job_id="job") as storage:
-        backend = ChangelogKeyedStateBackend(storage, "op", ALL, epoch=7, snapshot_dir=checkpoints_dir)
-        backend.restore(checkpoint.snapshots["op/0"], config)
-        state = backend.value_state("count")
-        values = {}
-        for key in range(200):
-            backend.set_current_key(key)
-            values[key] = state.value()
-        backend.close()
-    return values
+        return restored_counts(storage, checkpoints_dir, checkpoint.snapshots["op/0"], config, epoch=7)
 
 
 @pytest.mark.parametrize("damage", ["truncate", "empty", "garbage"])

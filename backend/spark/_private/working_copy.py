@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from dstl.spi import DstlError
+from dstl.spi.durability import fsync_directory
 
 from ...changelog import BackendSnapshot
 from ...delegate import LmdbDelegate
@@ -103,7 +104,7 @@ class WorkingCopy:
         """The copy is about to change: until :meth:`mark`, it is at no checkpoint (durably)."""
         if self._stamp.exists():
             self._stamp.unlink(missing_ok=True)
-            _fsync_directory(self.path)
+            fsync_directory(self.path)
 
     def mark(self, snapshot: BackendSnapshot, registrations: dict[str, tuple[str, str]]) -> None:
         """The copy now holds exactly ``snapshot``: sync the environment, then write the stamp atomically."""
@@ -122,12 +123,4 @@ class WorkingCopy:
         finally:
             os.close(fd)
         temporary.replace(self._stamp)
-        _fsync_directory(self.path)
-
-
-def _fsync_directory(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        fsync_directory(self.path)
