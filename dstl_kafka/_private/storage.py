@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -33,6 +34,14 @@ from .records import ChunkId, chunks, claim_headers, headers
 log = logging.getLogger(__name__)
 
 IDENTIFIER = "kafka"
+
+
+@functools.cache
+def _poisoning_errors() -> frozenset[int]:
+    """Per-record errors after which the idempotent producer never succeeds again."""
+    from confluent_kafka import KafkaError
+
+    return frozenset({KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH, KafkaError._FENCED})
 
 
 class KafkaWriter(ChangeSetWriter):
@@ -201,7 +210,6 @@ class KafkaStorage(ChangeSetStorage):
 
     def __init__(self, config: Config, job_id: str) -> None:
         super().__init__(job_id)
-        from confluent_kafka import Producer
 
         self.factory = ClientFactory(config)
         self.topic = f"{config['dstl.kafka.topic']}.{self.job_id}"
@@ -211,7 +219,9 @@ class KafkaStorage(ChangeSetStorage):
         )
         self.chunk_size = self.factory.max_message
         self.claims = ClaimsTracker(self.factory, self.claims_topic, self.job_id)
-        self._producer = Producer(self.factory.producer_config(), logger=log)
+        self._fatal = threading.Event()
+        self._producer_lock = threading.Lock()
+        self._producer = self._new_producer()
         # Fetch the topic's metadata now rather than on the first persist.
         self._producer.list_topics(self.topic, timeout=self.factory.timeout)
         self._delete_records_checked = False
@@ -295,6 +305,8 @@ class KafkaStorage(ChangeSetStorage):
         def delivered(err: Any, message: Any) -> None:  # noqa: ANN401
             if err is None:
                 ledger.delivered(message.offset())
+            elif err.fatal() or err.code() in _poisoning_errors():
+                self._fatal.set()
             if callback is not None:
                 callback(err, message)
 
@@ -340,8 +352,35 @@ class KafkaStorage(ChangeSetStorage):
         remaining = self._producer.flush(self.factory.timeout)
         if remaining or errors or not delivered():
             detail = errors[0] if errors else "not delivered in time"
+            if self._fatal.is_set():
+                self._replace_producer()
+                detail += " (the producer hit a fatal error and was replaced: retry)"
             msg = f"{what} failed: {detail}"
             raise StorageError(msg, retriable=True)
+
+    def _new_producer(self) -> Any:  # noqa: ANN401 - confluent_kafka.Producer
+        from confluent_kafka import Producer
+
+        def on_error(err: Any) -> None:  # noqa: ANN401
+            if err.fatal():
+                self._fatal.set()
+
+        return Producer({**self.factory.producer_config(), "error_cb": on_error}, logger=log)
+
+    def _replace_producer(self) -> None:
+        """Start a new producer after a fatal error, which poisons an idempotent producer for good.
+
+        Seen with Tansu after a restart: the broker lost its producer state and
+        answers PRODUCER_FENCED to every later produce of the old producer.
+        """
+        with self._producer_lock:
+            if not self._fatal.is_set():
+                return  # another thread replaced it already
+            old, self._producer = self._producer, self._new_producer()
+            self._fatal.clear()
+        log.warning("kafka storage: the producer hit a fatal error and was replaced")
+        self._metrics.inc("producer_replacements")
+        old.purge()
 
     def _make_writer(self, log_id: str, key_groups: KeyGroupRange, epoch: int, token: str) -> KafkaWriter:
         return KafkaWriter(self, log_id, key_groups, epoch, token)

@@ -231,3 +231,44 @@ def test_the_claims_topic_is_compacted_by_log(kafka_config):
         (future,) = admin.describe_configs([resource]).values()
         entries = future.result(timeout=30)
         assert entries["cleanup.policy"].value == "compact"
+
+
+def test_a_broker_killed_mid_stream_loses_nothing_acknowledged(s3_endpoint):
+    """SIGKILL of Tansu (S3 engine): persists fail within their bound, then the same writer goes on."""
+    broker = TansuBroker(s3=s3_endpoint, bucket_prefix=f"kill-{time.monotonic_ns()}")
+    broker.start()
+    config = {
+        "dstl.storage": "kafka",
+        "dstl.kafka.bootstrap.servers": broker.bootstrap,
+        "dstl.kafka.request.timeout": "3s",
+    }
+    try:
+        with load_storage(config, job_id="kill") as storage:
+            writer = storage.create_writer("op", KG)
+            acknowledged, expected = [], []
+            for round_ in range(3):
+                expected.append(f"before {round_}".encode())
+                writer.append(0, expected[-1])
+                acknowledged.append((persist(writer, 0, round_ + 1), list(expected)))
+            broker.stop()  # SIGKILL
+            expected.append(b"during the outage")
+            writer.append(0, expected[-1])
+            started = time.monotonic()
+            with pytest.raises(StorageError):
+                persist(writer, 0, 4, timeout=60)
+            assert time.monotonic() - started < 3 * 3 + 5, "the failed persist was not bounded"
+            broker.start()
+            for round_ in range(3):
+                expected.append(f"after {round_}".encode())
+                writer.append(0, expected[-1])
+                for attempt in range(5):  # the client reconnects: a retriable failure may come first
+                    try:
+                        acknowledged.append((persist(writer, 0, 5 + round_, timeout=60), list(expected)))
+                        break
+                    except StorageError as exc:
+                        assert exc.retriable, exc
+                        assert attempt < 4, exc
+            for handle, data in acknowledged:
+                assert read_data(storage, handle) == data
+    finally:
+        broker.stop()
