@@ -188,15 +188,21 @@ def _create_retrying(storage, op, epoch, attempts=4):
     raise AssertionError(f"no writer for {op} after {attempts} attempts")
 
 
-def test_fencing_never_runs_backwards_on_the_s3_engine(s3_endpoint):
-    """A writer is created only on a claim it can see: the newer epoch always wins (Tansu on S3)."""
-    broker = TansuBroker(s3=s3_endpoint, bucket_prefix=f"fence-{time.monotonic_ns()}")
+def _s3_engine_broker(s3_endpoint, name, timeout):
+    """A Tansu broker on the S3 engine (started) and a kafka storage config for it."""
+    broker = TansuBroker(s3=s3_endpoint, bucket_prefix=f"{name}-{time.monotonic_ns()}")
     broker.start()
     config = {
         "dstl.storage": "kafka",
         "dstl.kafka.bootstrap.servers": broker.bootstrap,
-        "dstl.kafka.request.timeout": "4s",
+        "dstl.kafka.request.timeout": timeout,
     }
+    return broker, config
+
+
+def test_fencing_never_runs_backwards_on_the_s3_engine(s3_endpoint):
+    """A writer is created only on a claim it can see: the newer epoch always wins (Tansu on S3)."""
+    broker, config = _s3_engine_broker(s3_endpoint, "fence", "4s")
     retries = 0
     try:
         with (
@@ -235,13 +241,7 @@ def test_the_claims_topic_is_compacted_by_log(kafka_config):
 
 def test_a_broker_killed_mid_stream_loses_nothing_acknowledged(s3_endpoint):
     """SIGKILL of Tansu (S3 engine): persists fail within their bound, then the same writer goes on."""
-    broker = TansuBroker(s3=s3_endpoint, bucket_prefix=f"kill-{time.monotonic_ns()}")
-    broker.start()
-    config = {
-        "dstl.storage": "kafka",
-        "dstl.kafka.bootstrap.servers": broker.bootstrap,
-        "dstl.kafka.request.timeout": "3s",
-    }
+    broker, config = _s3_engine_broker(s3_endpoint, "kill", "3s")
     try:
         with load_storage(config, job_id="kill") as storage:
             writer = storage.create_writer("op", KG)
