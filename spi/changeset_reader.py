@@ -122,11 +122,17 @@ class ChangeSetReader(StateChangelogReader):
         return list(self._fetch_each(handle))
 
     def _fetch_each(self, handle: ChangelogHandle) -> Iterator[tuple[int, FetchedChangeSet]]:
-        """``(sqn, fetched)`` per change set, lazily; storages that fetch in bulk wrap it."""
+        """``(sqn, fetched)`` per change set, lazily (locations checked once, here)."""
         if handle.storage_id != self._storage_id:
             msg = f"handle of storage {handle.storage_id!r} cannot be read by storage {self._storage_id!r}"
             raise StorageError(msg)
-        for loc in self._wanted_locations(handle):
+        yield from self._fetch_wanted(handle, self._wanted_locations(handle))
+
+    def _fetch_wanted(
+        self, handle: ChangelogHandle, wanted: list[dict[str, LocationValue]]
+    ) -> Iterator[tuple[int, FetchedChangeSet]]:
+        """``(sqn, fetched)`` of the checked ``wanted`` locations; storages that fetch in bulk wrap it."""
+        for loc in wanted:
             yield int(loc["sqn"]), self._fetch(handle, loc)  # type: ignore[arg-type]
 
     def _wanted_locations(self, handle: ChangelogHandle) -> list[dict[str, LocationValue]]:

@@ -128,20 +128,23 @@ class KafkaReader(ChangeSetReader):
         self._storage = storage
         self._fetched: dict[tuple[str, int, int, str, int], bytes] = {}
 
-    def _fetch_each(self, handle: ChangelogHandle) -> Iterator[tuple[int, FetchedChangeSet]]:
-        """Prefetch the handle's partition ranges, then hand out its change sets in SQN order."""
-        if handle.storage_id == IDENTIFIER:
-            self._fetched = self._prefetch(handle)
+    def _fetch_wanted(
+        self, handle: ChangelogHandle, wanted: list[dict[str, LocationValue]]
+    ) -> Iterator[tuple[int, FetchedChangeSet]]:
+        """Prefetch the partition ranges of ``wanted``, then hand out its change sets in SQN order."""
+        self._fetched = self._prefetch(handle, wanted)
         try:
-            yield from super()._fetch_each(handle)
+            yield from super()._fetch_wanted(handle, wanted)
         finally:
             self._fetched = {}
 
-    def _prefetch(self, handle: ChangelogHandle) -> dict[tuple[str, int, int, str, int], bytes]:
+    def _prefetch(
+        self, handle: ChangelogHandle, wanted: list[dict[str, LocationValue]]
+    ) -> dict[tuple[str, int, int, str, int], bytes]:
         from confluent_kafka import Consumer, KafkaException, TopicPartition
 
         ranges: dict[tuple[str, int], tuple[int, int]] = {}
-        for loc in self._wanted_locations(handle):
+        for loc in wanted:
             spot = (str(loc["topic"]), int(loc["partition"]))  # type: ignore[arg-type]
             first, last = int(loc["first"]), int(loc["last"])  # type: ignore[arg-type]
             low, high = ranges.get(spot, (first, last))
