@@ -75,7 +75,6 @@ class DfsBackdoor(ConformanceBackdoor):
             return _failing_upload(storage.store)
         return failing_os_sync()
 
-
     def list_metadata(self, storage: StateChangelogStorage) -> list[str]:
         """Epoch markers of the job."""
         assert isinstance(storage, DfsStorage)

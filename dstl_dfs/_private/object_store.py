@@ -116,13 +116,11 @@ class FsspecStore(ObjectStore):
 
     def list(self, prefix: str) -> list[str]:
         base = self._path(prefix).rstrip("/")
-        try:
-            with self._translate("listing", prefix):
+        with self._translate("listing", prefix):
+            try:
                 found = self.fs.find(base)
-        except StorageError as exc:
-            if isinstance(exc.__cause__, FileNotFoundError):
+            except FileNotFoundError:
                 return []
-            raise
         root = self.root + "/"
         return sorted(p[len(root) :] if p.startswith(root) else p for p in found)
 
