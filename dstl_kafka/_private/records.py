@@ -8,6 +8,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dstl.spi.changeset_reader import LocationField
+
+#: What a handle's location holds: the records ``first..last`` of ``topic[partition]``
+#: (besides ``sqn``); ``writer`` tells apart attempts of the same epoch.
+LOCATION_FIELDS = {
+    "topic": LocationField(str),
+    "partition": LocationField(int, 0, (1 << 31) - 1),
+    "first": LocationField(int),
+    "last": LocationField(int),
+    "writer": LocationField(str, required=False),
+}
+
 HEADER_LOG = "dstl.log"
 HEADER_EPOCH = "dstl.epoch"
 HEADER_WRITER = "dstl.writer"

@@ -23,13 +23,13 @@ from dstl.spi import (
     KeyGroupRange,
     StorageError,
 )
-from dstl.spi.changeset_reader import LocationField
 from dstl.spi.handle import Location, LocationValue
 
 from .claims import ClaimsTracker
 from .clients import ClientFactory, ensure_topics, partition_for
 from .ledger import PartitionLedger
-from .records import ChunkId, chunks, claim_headers, headers
+from .records import LOCATION_FIELDS, ChunkId, chunks, claim_headers, headers
+from .truncation import RecordTruncator
 
 log = logging.getLogger(__name__)
 
@@ -115,13 +115,7 @@ class KafkaWriter(ChangeSetWriter):
 class KafkaReader(ChangeSetReader):
     """Reads each partition range once per read (read_committed, bounded by a timeout)."""
 
-    location_fields = {
-        "topic": LocationField(str),
-        "partition": LocationField(int, 0, (1 << 31) - 1),
-        "first": LocationField(int),
-        "last": LocationField(int),
-        "writer": LocationField(str, required=False),
-    }
+    location_fields = LOCATION_FIELDS
 
     def __init__(self, storage: KafkaStorage) -> None:
         super().__init__(IDENTIFIER)
@@ -227,7 +221,7 @@ class KafkaStorage(ChangeSetStorage):
         self._producer = self._new_producer()
         # Fetch the topic's metadata now rather than on the first persist.
         self._producer.list_topics(self.topic, timeout=self.factory.timeout)
-        self._delete_records_checked = False
+        self._truncator = RecordTruncator(self.factory, self.topic, self.partitions)
         self._ledgers: dict[int, PartitionLedger] = {}
         self._ledgers_lock = threading.Lock()
 
@@ -393,22 +387,29 @@ class KafkaStorage(ChangeSetStorage):
         return KafkaReader(self)
 
     def discard(self, handles: Iterable[ChangelogHandle]) -> None:
-        """Count the discarded change sets; the records go with topic retention.
+        """Count the discarded change sets; their records go when the coordinator collects orphans.
 
         Records of many logs and processes share a partition, so deleting below an
-        offset (DeleteRecords) is only safe with the checkpoint coordinator's view of
-        every live handle; until then retention (``dstl.kafka.topic.config.retention.ms``)
-        frees them.
+        offset is only safe with the checkpoint coordinator's view of every live
+        handle: see :meth:`collect_orphans`.
         """
         handles = list(handles)
         self._metrics.inc("discarded_change_sets", sum(len(h.locations) for h in handles))
-        if not self._delete_records_checked:
-            self._delete_records_checked = True
-            log.info(
-                "kafka storage: discarded change sets are freed by topic retention of %s "
-                "(set dstl.kafka.topic.config.retention.ms), not by DeleteRecords",
-                self.topic,
-            )
+
+    def collect_orphans(self, live: Iterable[ChangelogHandle], *, older_than: float) -> int:
+        """Delete (DeleteRecords) every partition's records below what ``live`` and the cutoff still need.
+
+        A broker without DeleteRecords is probed once; then topic retention
+        (``dstl.kafka.topic.config.retention.ms``) frees the records, as logged.
+
+        :returns: the partitions truncated.
+        """
+        if self._truncator.supported is False:
+            return 0
+        plan, lows = self._truncator.plan(live, IDENTIFIER, older_than)
+        truncated = self._truncator.delete_below(plan, lows)
+        self._metrics.inc("truncated_partitions", truncated)
+        return truncated
 
     def _close_resources(self) -> None:
         remaining = self._producer.flush(self.factory.timeout)
