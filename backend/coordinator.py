@@ -109,7 +109,7 @@ class CompletedCheckpoint:
             for handle in snapshot.handles:
                 for location in handle.locations:
                     keys.add(("log", handle.storage_id, handle.log_id, handle.epoch, location))
-            for ref in snapshot.materialized:
+            for ref in snapshot.references:
                 keys.add(("snapshot", ref.path))
         return keys
 

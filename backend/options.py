@@ -84,6 +84,14 @@ BACKEND_OPTIONS = (
         minimum=1,
     ),
     ConfigOption(
+        "state.changelog.materialization.bridge",
+        OptionType.BOOL,
+        True,
+        "With a full snapshot, also write the keys changed since the previous chain and keep that "
+        "chain one generation longer: a working copy on the old chain (an instance that ran on another "
+        "executor meanwhile) then catches up with a delta instead of restoring the full state.",
+    ),
+    ConfigOption(
         "state.changelog.max-failures-allowed",
         OptionType.INT,
         3,

@@ -70,16 +70,25 @@ class BackendSnapshot:
     checkpoint_id: int
     handles: tuple[ChangelogHandle, ...]
     materialized: tuple[MaterializationRef, ...] = ()
+    #: The previous snapshot chain plus an incremental at ``materialized[0]``'s SQN: what a
+    #: working copy of the previous chain loads instead of the full ``materialized[0]``.
+    bridge: tuple[MaterializationRef, ...] = ()
 
     def to_json(self) -> str:
         """Serialise for the checkpoint metadata."""
-        return json.dumps(
-            {
-                "checkpoint_id": self.checkpoint_id,
-                "handles": [h.to_dict() for h in self.handles],
-                "materialized": [m.to_dict() for m in self.materialized],
-            }
-        )
+        doc: dict[str, Any] = {
+            "checkpoint_id": self.checkpoint_id,
+            "handles": [h.to_dict() for h in self.handles],
+            "materialized": [m.to_dict() for m in self.materialized],
+        }
+        if self.bridge:
+            doc["bridge"] = [m.to_dict() for m in self.bridge]
+        return json.dumps(doc)
+
+    @property
+    def references(self) -> tuple[MaterializationRef, ...]:
+        """Every snapshot object this checkpoint keeps alive (its chain and its bridge)."""
+        return (*self.materialized, *self.bridge)
 
     @classmethod
     def from_json(cls, text: str | bytes) -> BackendSnapshot:
@@ -96,19 +105,35 @@ class BackendSnapshot:
         if doc["checkpoint_id"] < 0:
             msg = f"backend snapshot field 'checkpoint_id' must be non-negative, got {doc['checkpoint_id']}"
             raise InvalidHandleError(msg)
-        materialized = doc.get("materialized", [])
-        if not isinstance(materialized, list):
-            msg = "backend snapshot field 'materialized' must be a list"
-            raise InvalidHandleError(msg)
+        refs = {}
+        for field in ("materialized", "bridge"):
+            value = doc.get(field, [])
+            if not isinstance(value, list):
+                msg = f"backend snapshot field {field!r} must be a list"
+                raise InvalidHandleError(msg)
+            refs[field] = tuple(MaterializationRef.from_dict(m) for m in value)
         return cls(
             doc["checkpoint_id"],
             tuple(ChangelogHandle.from_dict(h) for h in doc["handles"]),
-            tuple(MaterializationRef.from_dict(m) for m in materialized),
+            refs["materialized"],
+            refs["bridge"] if refs["materialized"] else (),
         )
 
 
 def catch_up_delta(held: BackendSnapshot, target: BackendSnapshot) -> BackendSnapshot | None:
-    """What ``target`` adds to a state that holds ``held``, or ``None`` when it is no continuation."""
+    """What ``target`` adds to a state that holds ``held``, or ``None`` when it is no continuation.
+
+    A ``target`` whose chain starts with a new full snapshot continues ``held`` through
+    its bridge: the previous chain plus the keys changed up to the full snapshot.
+    """
+    delta = _chain_delta(held, target)
+    if delta is None and target.bridge:
+        bridged = (*target.bridge, *target.materialized[1:])
+        delta = _chain_delta(held, BackendSnapshot(target.checkpoint_id, target.handles, bridged))
+    return delta
+
+
+def _chain_delta(held: BackendSnapshot, target: BackendSnapshot) -> BackendSnapshot | None:
     known = len(held.materialized)
     if tuple(target.materialized[:known]) != tuple(held.materialized):
         return None  # a new full snapshot, or another chain
@@ -180,6 +205,7 @@ class ChangelogKeyedStateBackend:
         max_log_ratio: float = 0.0,
         squash_updates: bool = False,
         fork_replay_from: int = 1 << 20,
+        bridge_full_snapshots: bool = True,
     ) -> None:
         if not KeyGroupRange(0, max_parallelism).contains_range(key_groups):
             msg = f"key groups {key_groups} exceed max_parallelism {max_parallelism}"
@@ -196,7 +222,10 @@ class ChangelogKeyedStateBackend:
         self._restored_handles: tuple[ChangelogHandle, ...] = ()
         self._key: tuple[int, bytes] | None = None
         self._restored_refs: tuple[MaterializationRef, ...] = ()
-        self.materializer = Materializer(self, snapshot_dir, max_failures_allowed, full_materialization_every)
+        self._restored_bridge: tuple[MaterializationRef, ...] = ()
+        self.materializer = Materializer(
+            self, snapshot_dir, max_failures_allowed, full_materialization_every, bridge=bridge_full_snapshots
+        )
         self._interval = materialization_interval
         self._max_log_ratio = max_log_ratio if snapshot_dir else 0.0
         # Squashing: a change that replaces a key's entry waits here until the next checkpoint,
@@ -241,6 +270,7 @@ class ChangelogKeyedStateBackend:
             max_log_ratio=float(cfg["state.changelog.materialization.max-log-ratio"]),
             squash_updates=bool(cfg["state.changelog.squash-updates"]),
             fork_replay_from=int(cfg["state.changelog.restore.fork-replay-from"]),
+            bridge_full_snapshots=bool(cfg["state.changelog.materialization.bridge"]),
         )
 
     # -- keys --------------------------------------------------------------------------------
@@ -359,16 +389,18 @@ class ChangelogKeyedStateBackend:
         own = self.materializer.own_latest
         if own is not None:  # materialized by this backend: its log continues from there
             start, refs, base = own.sqn, self.materializer.chain, ()
+            bridge = self.materializer.bridge
         else:  # the restored (or resumed) snapshot, its log, then this writer's log
             start, refs = self._log_start, self.materializer.chain or self._restored_refs
             base = self._restored_handles
+            bridge = self.materializer.bridge if self.materializer.chain else self._restored_bridge
         result: Future[BackendSnapshot] = Future()
         self.flush_pending()
         persisted = self.writer.persist(start, checkpoint_id)
 
         def done(future: Future[ChangelogHandle]) -> None:
             try:
-                snapshot = BackendSnapshot(checkpoint_id, (*base, future.result()), refs)
+                snapshot = BackendSnapshot(checkpoint_id, (*base, future.result()), refs, bridge)
                 self._metrics.checkpointed(snapshot, time.perf_counter() - began)
                 result.set_result(snapshot)
             except BaseException as exc:  # noqa: BLE001 - the caller's future must always settle
@@ -427,11 +459,14 @@ class ChangelogKeyedStateBackend:
             self._load(snapshot, config)
         self._restored_handles = tuple(snapshot.handles)
         self._restored_refs = tuple(snapshot.materialized)
+        self._restored_bridge = tuple(snapshot.bridge)
         # The delegate now holds exactly the snapshot: when its chain is this log's own, the next
         # materialization may be incremental on it, as after a warm resume (no forced full snapshot,
         # which would in turn force every other working copy of the instance to restore in full).
         self.materializer.resumed(
-            tuple(snapshot.materialized), lambda: self._changed_keys(tuple(snapshot.handles), config)
+            tuple(snapshot.materialized),
+            lambda: self._changed_keys(tuple(snapshot.handles), config),
+            tuple(snapshot.bridge),
         )
         self._metrics.restore_seconds = time.perf_counter() - began
 
@@ -499,7 +534,10 @@ class ChangelogKeyedStateBackend:
         self._restored_kinds.update(registrations)
         self._restored_handles = tuple(snapshot.handles)
         self._restored_refs = tuple(snapshot.materialized)
-        self.materializer.resumed(snapshot.materialized, lambda: self._changed_keys(snapshot.handles, config))
+        self._restored_bridge = tuple(snapshot.bridge)
+        self.materializer.resumed(
+            snapshot.materialized, lambda: self._changed_keys(snapshot.handles, config), snapshot.bridge
+        )
 
     def _changed_keys(
         self, handles: tuple[ChangelogHandle, ...], config: Config | Mapping[str, Any] | None

@@ -32,6 +32,8 @@ class Materializer:
         snapshot_dir: str | None,
         max_failures: int,
         full_every: int = 1,
+        *,
+        bridge: bool = True,
     ) -> None:
         self._backend = backend
         self._dir = snapshot_dir
@@ -40,6 +42,10 @@ class Materializer:
         self._running: Future[MaterializationRef] | None = None
         self._thread: threading.Thread | None = None
         self.chain: tuple[MaterializationRef, ...] = ()  # full snapshot, then incrementals
+        # The previous chain plus an incremental at the full snapshot's SQN: equivalent to
+        # ``chain[0]`` for a working copy that holds a state of the previous chain.
+        self.bridge: tuple[MaterializationRef, ...] = ()
+        self._bridging = bridge
         self._full_every = max(1, full_every)
         self._dirty: set[tuple[str, int, bytes]] = set()
         # Keys changed in the log of a resumed snapshot: read only if an incremental needs them.
@@ -94,6 +100,7 @@ class Materializer:
         self,
         chain: tuple[MaterializationRef, ...],
         changed_since: Callable[[], set[tuple[str, int, bytes]]],
+        bridge: tuple[MaterializationRef, ...] = (),
     ) -> None:
         """Continue the snapshot chain of a warm working copy (see ``ChangelogKeyedStateBackend.resume``).
 
@@ -105,6 +112,7 @@ class Materializer:
             ref.path.startswith(self._prefix()) and ref.key_groups == backend.key_groups for ref in chain
         )
         self.chain = tuple(chain) if own else ()
+        self.bridge = tuple(bridge) if own else ()
         self._needs_full = not own
         self._dirty_in_resumed_log = changed_since if own else None
 
@@ -147,21 +155,23 @@ class Materializer:
             if not full and self._dirty_in_resumed_log is not None:
                 dirty |= self._dirty_in_resumed_log()
                 full = chain_keys + len(dirty) >= full_keys
+            bridged = full and self._bridging and bool(self.chain)
+            if bridged and self._dirty_in_resumed_log is not None:
+                dirty |= self._dirty_in_resumed_log()
+            views = []
+            if not full or bridged:
+                views.append(("incr", _changed_entries(backend.delegate, dirty)))
             if full:
-                view = _purged(backend.delegate.snapshot(), backend.ttl_states(), backend.clock())
-            else:
-                # Only keys changed or removed since the last snapshot; None is a tombstone.
-                view = {}
-                for state, key_group, key in dirty:
-                    entry = backend.delegate.get(state, key_group, key)
-                    view.setdefault(state, {}).setdefault(key_group, {})[key] = entry
+                views.append(
+                    ("full", _purged(backend.delegate.snapshot(), backend.ttl_states(), backend.clock()))
+                )
             registrations = backend.registrations()
             future: Future[MaterializationRef] = Future()
             self._running = future
             self.started += 1
             self._thread = threading.Thread(
                 target=self._upload,
-                args=(fs, root, sqn, view, registrations, future, full, dirty, began),
+                args=(fs, root, sqn, views, registrations, future, dirty, began),
                 daemon=True,
             )
             self._thread.start()
@@ -172,34 +182,16 @@ class Materializer:
         fs: Any,  # noqa: ANN401
         root: str,
         sqn: int,
-        view: Any,  # noqa: ANN401
+        views: list[tuple[str, Any]],
         registrations: dict,
         future: Future,
-        full: bool,
         dirty: set[tuple[str, int, bytes]],
         began: float,
     ) -> None:
         backend = self._backend
+        full = views[-1][0] == "full"
         try:
-            sections: dict[int, list[list[Any]]] = {}
-            for state, groups in view.items():
-                for key_group, entries in groups.items():
-                    sections.setdefault(key_group, []).extend(
-                        [state, key, entry] for key, entry in entries.items()
-                    )
-            meta = {
-                "sqn": sqn,
-                "registrations": registrations,
-                "key_groups": [backend.key_groups.start, backend.key_groups.end],
-            }
-            data = write_snapshot(sections, meta)
-            kind = "full" if full else "incr"
-            relative = f"{self._prefix()}sqn{sqn}-{kind}-{uuid.uuid4().hex[:8]}.snap"
-            path = f"{root}/{relative}"
-            fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-            fs.pipe_file(path, data)
-            entries = sum(len(group) for groups in view.values() for group in groups.values())
-            ref = MaterializationRef(relative, backend.key_groups, sqn, len(data), entries)
+            refs = [self._write(fs, root, sqn, kind, view, registrations) for kind, view in views]
         except Exception as exc:  # noqa: BLE001 - counted, reported through the future
             with self._lock:
                 self.failures += 1
@@ -211,15 +203,51 @@ class Materializer:
             )
             future.set_exception(StorageError(f"materialization failed: {exc}", retriable=True))
             return
+        ref = refs[-1]
         with self._lock:
-            self.chain = (ref,) if full else (*self.chain, ref)
-            self._made.add(ref.path)
+            if full:
+                # An incremental written next to the full snapshot bridges the previous chain.
+                self.bridge = (*self.chain, refs[0]) if len(refs) == 2 else ()  # noqa: PLR2004
+                self.chain = (ref,)
+            else:
+                self.chain = (*self.chain, ref)
+            self._made.update(r.path for r in refs)
             self._needs_full = False
             self._dirty_in_resumed_log = None  # now part of the chain
             self.failures = 0
             self.completed += 1
             self.last_duration = time.perf_counter() - began
         future.set_result(ref)
+
+    def _write(  # noqa: PLR0913
+        self,
+        fs: Any,  # noqa: ANN401
+        root: str,
+        sqn: int,
+        kind: str,
+        view: Any,  # noqa: ANN401
+        registrations: dict,
+    ) -> MaterializationRef:
+        """Upload one snapshot object of ``view`` (``kind`` is ``full`` or ``incr``)."""
+        backend = self._backend
+        sections: dict[int, list[list[Any]]] = {}
+        for state, groups in view.items():
+            for key_group, entries in groups.items():
+                sections.setdefault(key_group, []).extend(
+                    [state, key, entry] for key, entry in entries.items()
+                )
+        meta = {
+            "sqn": sqn,
+            "registrations": registrations,
+            "key_groups": [backend.key_groups.start, backend.key_groups.end],
+        }
+        data = write_snapshot(sections, meta)
+        relative = f"{self._prefix()}sqn{sqn}-{kind}-{uuid.uuid4().hex[:8]}.snap"
+        path = f"{root}/{relative}"
+        fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+        fs.pipe_file(path, data)
+        entries = sum(len(group) for groups in view.values() for group in groups.values())
+        return MaterializationRef(relative, backend.key_groups, sqn, len(data), entries)
 
     def load(self, ref: MaterializationRef) -> dict[str, tuple[str, str]]:
         """Apply ``ref``'s sections of the backend's key groups to the delegate; returns its registrations."""
@@ -256,6 +284,16 @@ class Materializer:
         thread = self._thread
         if thread is not None:
             thread.join(60)
+
+
+def _changed_entries(
+    delegate: Any, dirty: set[tuple[str, int, bytes]]
+) -> dict[str, dict[int, dict[bytes, Any]]]:  # noqa: ANN401
+    """The entries of the ``dirty`` keys as they are now; ``None`` is a tombstone (removed since)."""
+    view: dict[str, dict[int, dict[bytes, Any]]] = {}
+    for state, key_group, key in dirty:
+        view.setdefault(state, {}).setdefault(key_group, {})[key] = delegate.get(state, key_group, key)
+    return view
 
 
 def _purged(

@@ -26,7 +26,7 @@ def job(tmp_path, memory_config):
     storage.close()
 
 
-def _batch(storage, snapshots, host, batch, previous, model, *, materialize=False):
+def _batch(storage, snapshots, host, batch, previous, model, *, materialize=False, full_every=5, bridge=True):  # noqa: PLR0913
     """One batch of the instance on ``host``: bring the copy to ``previous``, update, checkpoint."""
     backend = ChangelogKeyedStateBackend(
         storage,
@@ -35,7 +35,8 @@ def _batch(storage, snapshots, host, batch, previous, model, *, materialize=Fals
         epoch=batch,
         delegate=host.delegate,
         snapshot_dir=snapshots,
-        full_materialization_every=5,
+        full_materialization_every=full_every,
+        bridge_full_snapshots=bridge,
     )
     how = "fresh"
     if previous is not None and host.held == previous:
@@ -86,7 +87,7 @@ def test_a_copy_left_behind_catches_up_across_logs_and_incremental_snapshots(job
         (b, False, "warm"),
         (a, False, "caught_up"),  # a holds checkpoint 0: replays the logs of 1 and 2 only
         (b, True, "caught_up"),  # and materializes: the chain starts with a full snapshot
-        (a, False, "full"),  # a's copy predates the full snapshot: no catch-up
+        (a, False, "full"),  # a's copy predates the first snapshot: nothing bridges a log alone
         (b, True, "caught_up"),  # log of 5, then an incremental snapshot
         (a, False, "caught_up"),  # applies the incremental snapshot, then the log after it
     ]
@@ -95,6 +96,39 @@ def test_a_copy_left_behind_catches_up_across_logs_and_incremental_snapshots(job
         previous, how = _batch(storage, snapshots, host, batch, previous, model, materialize=materialize)
         assert how == expected_how, f"batch {batch}: {how}"
     assert len(previous.materialized) == 2  # full + incremental: the last catch-up used both
+
+
+@pytest.mark.parametrize("bridge", [True, False])
+def test_a_copy_of_the_previous_chain_catches_up_through_the_bridge(job, bridge):
+    storage, snapshots, (a, b) = job
+    model = {}
+    plan = [  # (host, materialize, how the copy is brought up)
+        (a, True, "fresh"),  # full snapshot F0 (no chain before it: no bridge)
+        (b, False, "full"),
+        (a, True, "caught_up"),  # the state doubled: full F1, bridged by F0 and the keys changed since
+        (b, True, "caught_up" if bridge else "full"),  # b holds F0 + log: the bridge continues it
+        (a, False, "caught_up"),  # b's incremental on F1
+    ]
+    previous = None
+    for batch, (host, materialize, expected_how) in enumerate(plan):
+        previous, how = _batch(
+            storage,
+            snapshots,
+            host,
+            batch,
+            previous,
+            model,
+            materialize=materialize,
+            full_every=2,
+            bridge=bridge,
+        )
+        assert how == expected_how, f"batch {batch}: {how}"
+        if batch == 2:  # noqa: PLR2004
+            assert "-full-" in previous.materialized[0].path and len(previous.materialized) == 1
+            assert len(previous.bridge) == (2 if bridge else 0)
+            bridged = previous
+    assert len(previous.materialized) == 2  # noqa: PLR2004
+    assert previous.bridge == bridged.bridge  # carried by the checkpoints on the new chain
 
 
 def test_a_lost_attempts_copy_is_no_ancestor(job):

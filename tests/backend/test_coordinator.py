@@ -47,12 +47,13 @@ def test_only_what_the_retained_checkpoints_reference_remains(tmp_path):
         for loc in h.location_dicts
     }
     referenced_snapshots = {
-        ref.path for c in retained for s in c.snapshots.values() for ref in s.materialized
+        ref.path for c in retained for s in c.snapshots.values() for ref in s.references
     }
     assert set(storage.list_objects()) == referenced_objects
     on_disk = {str(p.relative_to(tmp_path / "chk")) for p in (tmp_path / "chk").rglob("*.snap")}
-    # Checkpoint 49 still needs the snapshot taken at 40, checkpoint 50 its own; 10-30 are gone.
-    assert on_disk == referenced_snapshots and len(on_disk) == 2
+    # Checkpoint 49 still needs the snapshot taken at 40 and its bridge from 30, checkpoint 50 its
+    # own and its bridge from 40 (full 30, incr 40, full 40, incr 50, full 50); 10-20 are gone.
+    assert on_disk == referenced_snapshots and len(on_disk) == 5
     metadata = sorted(p.name for p in (tmp_path / "chk" / "job" / "checkpoints").iterdir())
     assert metadata == ["chk-000000000049.json", "chk-000000000050.json"]
     backend.close()
