@@ -141,6 +141,15 @@ BACKEND_OPTIONS = (
         None,
         "Local directory of the executors' working state (LMDB); default: the system temp dir.",
     ),
+    ConfigOption(
+        "dstl.spark.placement",
+        OptionType.ENUM,
+        "sticky",
+        "sticky: each operator instance prefers the executor that ran it before (Spark's preferred "
+        "locations; spark.locality.wait bounds the wait), so its working copy stays warm. spark: "
+        "wherever Spark's scheduler puts it (applyInPandas).",
+        choices=("sticky", "spark"),
+    ),
 )
 
 

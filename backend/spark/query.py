@@ -31,6 +31,7 @@ from dstl.spi import Config, ConfigError, CorruptedError
 
 from ..changelog import BackendSnapshot
 from ..coordinator import CheckpointCoordinator, CompletedCheckpoint
+from ._private.affinity import ExecutorHomes, pinned_instances
 from ._private.task import (
     INSTANCE_COLUMN,
     KEY_GROUP_COLUMN,
@@ -38,6 +39,7 @@ from ._private.task import (
     STATS_COLUMN,
     TaskPlan,
     instance_function,
+    pinned_function,
 )
 from ._private.working_copy import snapshot_digest
 from .placement import instance_name, instance_ranges, routing_exprs, snapshot_for_range
@@ -201,6 +203,7 @@ class _BatchRunner:
             self._remember(completed)
         self.run_id = _next_run_id(directory, job_id)
         self.working_dir = cfg.get("dstl.spark.working-dir") or f"{tempfile.gettempdir()}/dstl-working"
+        self.homes = ExecutorHomes() if cfg["dstl.spark.placement"] == "sticky" else None
         self.interval = float(cfg["state.changelog.materialization.interval"])
         started = time.monotonic()
         self.materialized_at = {instance_name(r): started for r in self.ranges}
@@ -286,6 +289,33 @@ class _BatchRunner:
             return frozenset()
         return frozenset({names.index(oldest)})
 
+    def _pinned(self, routed: DataFrame, plan: TaskPlan, schema: Any) -> DataFrame | None:  # noqa: ANN401
+        """The instances' results with sticky placement (one partition per instance, on its home).
+
+        ``None`` when placement is Spark's (by config, or the gateway cannot pin).
+        """
+        if self.homes is None:
+            return None
+        columns = tuple(routed.columns)
+        index = columns.index(INSTANCE_COLUMN)
+        groups = (
+            routed.rdd.map(lambda row: (row[index], row))
+            .partitionBy(self.parallelism, _instance_partition)
+            .values()
+            .glom()
+        )
+        spark = routed.sparkSession
+        pairs = pinned_instances(spark.sparkContext, groups, self.homes)
+        if pairs is None:
+            return None
+        from pyspark.sql.types import DoubleType, FloatType
+
+        floats = frozenset(
+            f.name for f in self.spec.output_schema.fields if isinstance(f.dataType, DoubleType | FloatType)
+        )
+        results = pairs.mapPartitions(pinned_function(plan, self.spec.make_processor, columns, floats))
+        return spark.createDataFrame(results, schema, verifySchema=False)
+
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         from pyspark.sql import functions as F  # noqa: N812
         from pyspark.sql.types import StringType, StructField, StructType
@@ -322,11 +352,12 @@ class _BatchRunner:
         routed = routed.withColumn(KEY_GROUP_COLUMN, F.expr(key_group)).withColumn(
             INSTANCE_COLUMN, F.expr(instance)
         )
-        result = (
-            routed.groupBy(INSTANCE_COLUMN)
-            .applyInPandas(instance_function(plan, self.spec.make_processor), schema)
-            .localCheckpoint(eager=True)
-        )
+        result = self._pinned(routed, plan, schema)
+        if result is None:
+            result = routed.groupBy(INSTANCE_COLUMN).applyInPandas(
+                instance_function(plan, self.spec.make_processor), schema
+            )
+        result = result.localCheckpoint(eager=True)
         reports = (
             result.where(F.col(SNAPSHOT_COLUMN).isNotNull()).select(SNAPSHOT_COLUMN, STATS_COLUMN).collect()
         )
@@ -360,6 +391,10 @@ class _BatchRunner:
             self.completed.notify_all()
         for listener in self.listeners:
             listener(progress)
+
+
+def _instance_partition(instance: int) -> int:
+    return instance
 
 
 def _hash_ready(frame: DataFrame, key_columns: tuple[str, ...]) -> DataFrame:

@@ -9,6 +9,7 @@ the instance's figures.
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -28,6 +29,8 @@ __all__ = [
     "SNAPSHOT_COLUMN",
     "STATS_COLUMN",
     "TaskPlan",
+    "instance_function",
+    "pinned_function",
     "run_instance",
 ]
 
@@ -117,6 +120,19 @@ def run_instance(
     """Process ``rows`` (one instance's rows of the batch); returns output rows + the snapshot row."""
     import pandas as pd
 
+    output, meta = process_instance(plan, make_processor, rows)
+    frame = pd.DataFrame([*output, meta], columns=[*plan.output_columns, SNAPSHOT_COLUMN, STATS_COLUMN])
+    frame[SNAPSHOT_COLUMN] = frame[SNAPSHOT_COLUMN].astype(object)
+    frame[STATS_COLUMN] = frame[STATS_COLUMN].astype(object)
+    return frame
+
+
+def process_instance(
+    plan: TaskPlan,
+    make_processor: Callable[[], StatefulProcessor],
+    rows: Any,  # noqa: ANN401 - pandas
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Process ``rows`` (one instance's rows of the batch); returns the output rows and the snapshot row."""
     began = time.perf_counter()
     instance = int(rows[INSTANCE_COLUMN].iloc[0])
     key_groups = key_group_range_for_instance(instance, plan.parallelism, plan.max_parallelism)
@@ -193,10 +209,7 @@ def run_instance(
     meta = {column: None for column in plan.output_columns}
     meta[SNAPSHOT_COLUMN] = json.dumps({"name": name, "snapshot": json.loads(snapshot.to_json())})
     meta[STATS_COLUMN] = json.dumps(stats)
-    frame = pd.DataFrame([*output, meta], columns=[*plan.output_columns, SNAPSHOT_COLUMN, STATS_COLUMN])
-    frame[SNAPSHOT_COLUMN] = frame[SNAPSHOT_COLUMN].astype(object)
-    frame[STATS_COLUMN] = frame[STATS_COLUMN].astype(object)
-    return frame
+    return output, meta
 
 
 def _bring_up(
@@ -231,6 +244,38 @@ def _bring_up(
         return "fresh", 0
     backend.restore(previous, cfg)
     return "full", sum(h.size for h in previous.handles) + sum(ref.size for ref in previous.materialized)
+
+
+def pinned_function(
+    plan: TaskPlan,
+    make_processor: Callable[[], StatefulProcessor],
+    columns: tuple[str, ...],
+    float_columns: frozenset[str],
+) -> Callable[[Iterable[tuple[int, list[Any]]]], Iterable[tuple[Any, ...]]]:
+    """The ``mapPartitions`` function of sticky placement: ``(instance, rows)`` in, result tuples out.
+
+    :param columns: the names of the rows' fields (the routed batch's columns).
+    :param float_columns: output columns of a floating type, where NaN is a value; in
+        the others it marks a missing value (pandas' way), which becomes null.
+    """
+    names = (*plan.output_columns, SNAPSHOT_COLUMN, STATS_COLUMN)
+
+    def cell(name: str, value: Any) -> Any:  # noqa: ANN401
+        if isinstance(value, float) and math.isnan(value) and name not in float_columns:
+            return None
+        return value.item() if hasattr(value, "item") and not isinstance(value, str) else value
+
+    def process(pairs: Iterable[tuple[int, list[Any]]]) -> Iterable[tuple[Any, ...]]:
+        import pandas as pd
+
+        for _, rows in pairs:
+            if rows:  # an instance without rows carries its snapshot forward (driver side)
+                frame = pd.DataFrame.from_records(rows, columns=list(columns))
+                output, meta = process_instance(plan, make_processor, frame)
+                for row in (*output, meta):
+                    yield tuple(cell(name, row.get(name)) for name in names)
+
+    return process
 
 
 def instance_function(

@@ -1,0 +1,116 @@
+"""Sticky placement: each operator instance runs on the executor that holds its working copy.
+
+Spark places the tasks of a shuffle's reduce side wherever a core is free, so
+an instance's working copy would go cold on most batches of a multi-executor
+job. Spark's own state stores avoid that with preferred locations. Here, the
+instances' rows are shuffled into one partition per instance and zipped with a
+one-element-per-partition RDD whose partitions carry the home executor of the
+instance (``executor_<host>_<id>``, an executor-level task location); the
+zipped partitions inherit that preference, and Spark's delay scheduling
+(``spark.locality.wait``) keeps each instance on its executor while it lives.
+
+Everything that reaches into the JVM through the session's gateway lives in
+this module; when it is not available (Spark Connect, a changed internal API),
+:func:`pinned_instances` returns ``None`` once, says why, and the caller falls
+back to ``applyInPandas`` placement.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+from collections import Counter
+from typing import Any
+
+__all__ = ["ExecutorHomes", "pinned_instances"]
+
+log = logging.getLogger(__name__)
+
+
+class ExecutorHomes:
+    """Driver side: the home executor of every instance, kept while that executor lives.
+
+    Instances whose executor is gone (or that have none yet) move to the live
+    executor with the fewest instances; the others never move, so a new or a lost
+    executor moves only the instances it must.
+    """
+
+    def __init__(self) -> None:
+        self._homes: dict[int, tuple[str, str]] = {}  # instance -> (executor id, host)
+
+    def assign(self, parallelism: int, executors: list[tuple[str, str]]) -> dict[int, str]:
+        """Task locations (``executor_<host>_<id>``) of instances ``0..parallelism-1`` on ``executors``.
+
+        :param executors: ``(id, host)`` of the live executors (the driver excluded).
+        :returns: nothing when there is no executor yet (no preference).
+        """
+        if not executors:
+            return {}
+        live = set(executors)
+        homes = {i: home for i, home in self._homes.items() if i < parallelism and home in live}
+        load = Counter(homes.values())
+        for executor in executors:
+            load.setdefault(executor, 0)
+        for instance in range(parallelism):
+            if instance not in homes:
+                home = min(sorted(live), key=lambda e: load[e])
+                homes[instance] = home
+                load[home] += 1
+        self._homes = homes
+        return {i: f"executor_{host}_{executor}" for i, (executor, host) in homes.items()}
+
+
+def live_executors(sc: Any) -> list[tuple[str, str]]:  # noqa: ANN401 - SparkContext
+    """``(id, host)`` of the live executors, from the driver's status store (the driver excluded)."""
+    jvm = sc._jvm  # noqa: SLF001 - the gateway is the only way to the scheduler's view
+    summaries = jvm.scala.jdk.javaapi.CollectionConverters.asJava(
+        sc._jsc.sc().statusStore().executorList(True)  # noqa: SLF001
+    )
+    found = []
+    for summary in summaries:
+        executor = str(summary.id())
+        if executor != "driver":
+            found.append((executor, str(summary.hostPort()).rsplit(":", 1)[0]))
+    return sorted(found)
+
+
+_UNAVAILABLE: list[str] = []  # why sticky placement is off in this driver (said once)
+
+
+def pinned_instances(sc: Any, groups: Any, homes: ExecutorHomes) -> Any:  # noqa: ANN401
+    """``(instance, rows)`` per partition of ``groups``, each partition preferring its instance's home.
+
+    :param groups: a Python RDD with one partition per instance, each holding one
+        element (the instance's rows, e.g. from ``glom()``).
+    :param homes: the driver's home executors, updated with the live executors.
+    :returns: the zipped RDD, or ``None`` when the gateway cannot build it (the
+        caller falls back; the reason is logged once).
+    """
+    if _UNAVAILABLE:
+        return None
+    try:
+        locations = homes.assign(groups.getNumPartitions(), live_executors(sc))
+        from pyspark.rdd import RDD
+        from pyspark.serializers import CPickleSerializer, PairDeserializer
+
+        jvm = sc._jvm  # noqa: SLF001
+        converters = jvm.scala.jdk.javaapi.CollectionConverters
+        partitions = groups.getNumPartitions()
+        elements = []
+        for instance in range(partitions):
+            preferred = [locations[instance]] if instance in locations else []
+            elements.append(
+                jvm.scala.Tuple2(bytearray(pickle.dumps(instance)), converters.asScala(preferred).toSeq())
+            )
+        byte_array = jvm.scala.reflect.ClassTag.apply(jvm.java.lang.Class.forName("[B"))
+        homes = sc._jsc.sc().makeRDD(converters.asScala(elements).toSeq(), byte_array)  # noqa: SLF001
+        zipped = homes.toJavaRDD().zip(groups._jrdd)  # noqa: SLF001 - zips partition i with partition i
+        return RDD(zipped, sc, PairDeserializer(CPickleSerializer(), groups._jrdd_deserializer))  # noqa: SLF001
+    except Exception as exc:  # noqa: BLE001 - any gateway failure means: no sticky placement
+        _UNAVAILABLE.append(str(exc))
+        log.warning(
+            "dstl: sticky placement is not available (%s); instances run where Spark places them "
+            "(set dstl.spark.placement=spark to silence this)",
+            exc,
+        )
+        return None
