@@ -46,9 +46,7 @@ def test_only_what_the_retained_checkpoints_reference_remains(tmp_path):
         for h in s.handles
         for loc in h.location_dicts
     }
-    referenced_snapshots = {
-        ref.path for c in retained for s in c.snapshots.values() for ref in s.references
-    }
+    referenced_snapshots = {ref.path for c in retained for s in c.snapshots.values() for ref in s.references}
     assert set(storage.list_objects()) == referenced_objects
     on_disk = {str(p.relative_to(tmp_path / "chk")) for p in (tmp_path / "chk").rglob("*.snap")}
     # Checkpoint 49 still needs the snapshot taken at 40 and its bridge from 30, checkpoint 50 its

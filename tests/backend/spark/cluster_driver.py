@@ -1,0 +1,143 @@
+"""Driver of the cluster tier: one ``local-cluster[2,1,1024]`` application runs every scenario.
+
+Spark allows one context per process, and the test session already holds a
+``local[2]`` one, so the tier's driver is this child process (started once per
+test module). Each executor is its own JVM with its own Python workers and its
+own working directory, so a relative ``dstl.spark.working-dir`` gives each
+executor its own working copies, as on two hosts. Writes one JSON document:
+
+- ``steady``: per-batch progress of a 12-batch run (state placement after warm-up);
+- ``executor_kill``: progress around the SIGKILL of one executor (its JVM and
+  Python workers) mid-stream, and whether the result is exact;
+- ``rescale``: progress of a run at parallelism 2, then 3, and whether it is exact.
+
+Usage: ``python -m tests.backend.spark.cluster_driver OUT.json WORKDIR``
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROWS = 400
+MASTER = "local-cluster[2,1,1024]"
+
+
+def _config(base: Path, **extra: Any) -> dict[str, Any]:  # noqa: ANN401
+    return {
+        "dstl.storage": "filesystem",
+        "dstl.dfs.base-path": (base / "dfs").as_uri(),
+        "dstl.spark.working-dir": "dstl-wc",  # relative: each executor's own directory
+        "state.changelog.materialization.interval": "0s",
+        **extra,
+    }
+
+
+def _exact(spark: Any, workdir: Path) -> dict[str, Any]:  # noqa: ANN401
+    from dstl.backend.spark.demo.pipeline import expected_state, final_state
+
+    expected = expected_state(spark, workdir / "input")
+    actual = final_state(workdir / "output")
+    wrong = sorted(u for u in expected if actual.get(u) != expected[u])
+    return {"users": len(expected), "wrong": wrong[:5], "unexpected": sorted(set(actual) - set(expected))[:5]}
+
+
+def _run_available(spark: Any, workdir: Path, config: dict[str, Any], files: int) -> list[dict]:  # noqa: ANN401
+    from dstl.backend.spark.demo.pipeline import start_pipeline, write_input_file
+
+    existing = len(list((workdir / "input").glob("events-*.json"))) if (workdir / "input").exists() else 0
+    for index in range(existing, files):
+        write_input_file(workdir / "input", index, ROWS)
+    query = start_pipeline(spark, workdir, config, trigger={"availableNow": True})
+    query.await_termination(timeout=600)
+    if query.exception() is not None:
+        raise RuntimeError(str(query.exception()))
+    return [json.loads(p.to_json()) for p in query.progress]
+
+
+def _executor_processes(app_id: str, executor_id: str) -> list[int]:
+    """The executor's JVM and every process below it (its Python workers)."""
+    parents: dict[int, int] = {}
+    jvm = None
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            args = (entry / "cmdline").read_bytes().split(b"\0")
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+        words = [a.decode(errors="replace") for a in args]
+        executor = "org.apache.spark.executor.CoarseGrainedExecutorBackend" in words and app_id in words
+        if executor and words[words.index("--executor-id") + 1] == executor_id:
+            jvm = int(entry.name)
+    if jvm is None:
+        return []
+    family, grew = {jvm}, True
+    while grew:
+        below = {pid for pid, parent in parents.items() if parent in family} - family
+        grew = bool(below)
+        family |= below
+    return sorted(family)
+
+
+def _executor_kill(spark: Any, workdir: Path, config: dict[str, Any]) -> dict[str, Any]:  # noqa: ANN401
+    from dstl.backend.spark.demo.pipeline import start_pipeline, write_input_file
+
+    for index in range(3):
+        write_input_file(workdir / "input", index, ROWS)
+    query = start_pipeline(spark, workdir, config)
+    try:
+        if not query.wait_for_batches(3, timeout=240):
+            raise RuntimeError(f"the first 3 batches did not complete: {query.exception()}")
+        victims = _executor_processes(spark.sparkContext.applicationId, "1")
+        if not victims:
+            raise RuntimeError("executor 1 was not found among the processes")
+        for index in range(3, 9):  # batches in flight while the executor dies
+            write_input_file(workdir / "input", index, ROWS)
+            if index == 4:
+                for pid in victims:
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.3)
+        query.process_all_available()
+        if query.exception() is not None:
+            raise RuntimeError(str(query.exception()))
+    finally:
+        query.stop()
+    return {"victims": len(victims), "progress": [json.loads(p.to_json()) for p in query.progress]}
+
+
+def main() -> None:
+    out, base = Path(sys.argv[1]), Path(sys.argv[2])
+    os.environ["DSTL_SPARK_MASTER"] = MASTER
+    from dstl.backend.spark.demo.run import spark_session
+
+    spark = spark_session("dstl-cluster-tier")
+    spark.sparkContext.setLogLevel("ERROR")
+    result: dict[str, Any] = {"app_id": spark.sparkContext.applicationId}
+    try:
+        steady_dir = base / "steady"
+        result["steady"] = {"progress": _run_available(spark, steady_dir, _config(steady_dir), 12)}
+        result["steady"]["exact"] = _exact(spark, steady_dir)
+
+        kill_dir = base / "kill"
+        result["executor_kill"] = _executor_kill(spark, kill_dir, _config(kill_dir))
+        result["executor_kill"]["exact"] = _exact(spark, kill_dir)
+
+        rescale_dir = base / "rescale"
+        first = _run_available(spark, rescale_dir, _config(rescale_dir, **{"dstl.spark.parallelism": 2}), 4)
+        second = _run_available(spark, rescale_dir, _config(rescale_dir, **{"dstl.spark.parallelism": 3}), 8)
+        result["rescale"] = {"progress": first + second, "exact": _exact(spark, rescale_dir)}
+    finally:
+        out.write_text(json.dumps(result))
+        spark.stop()
+
+
+if __name__ == "__main__":
+    main()
