@@ -37,6 +37,8 @@ class ExecutorHomes:
 
     def __init__(self) -> None:
         self._homes: dict[int, tuple[str, str]] = {}  # instance -> (executor id, host)
+        #: Why pinning is not available to this query (then it is not tried again).
+        self.unavailable: str | None = None
 
     def assign(self, parallelism: int, executors: list[tuple[str, str]]) -> dict[int, str]:
         """Task locations (``executor_<host>_<id>``) of instances ``0..parallelism-1`` on ``executors``.
@@ -74,9 +76,6 @@ def live_executors(sc: Any) -> list[tuple[str, str]]:  # noqa: ANN401 - SparkCon
     return sorted(found)
 
 
-_UNAVAILABLE: list[str] = []  # why sticky placement is off in this driver (said once)
-
-
 def pinned_instances(sc: Any, groups: Any, homes: ExecutorHomes) -> Any:  # noqa: ANN401
     """``(instance, rows)`` per partition of ``groups``, each partition preferring its instance's home.
 
@@ -86,7 +85,7 @@ def pinned_instances(sc: Any, groups: Any, homes: ExecutorHomes) -> Any:  # noqa
     :returns: the zipped RDD, or ``None`` when the gateway cannot build it (the
         caller falls back; the reason is logged once).
     """
-    if _UNAVAILABLE:
+    if homes.unavailable is not None:
         return None
     try:
         locations = homes.assign(groups.getNumPartitions(), live_executors(sc))
@@ -107,7 +106,7 @@ def pinned_instances(sc: Any, groups: Any, homes: ExecutorHomes) -> Any:  # noqa
         zipped = homes.toJavaRDD().zip(groups._jrdd)  # noqa: SLF001 - zips partition i with partition i
         return RDD(zipped, sc, PairDeserializer(CPickleSerializer(), groups._jrdd_deserializer))  # noqa: SLF001
     except Exception as exc:  # noqa: BLE001 - any gateway failure means: no sticky placement
-        _UNAVAILABLE.append(str(exc))
+        homes.unavailable = str(exc)
         log.warning(
             "dstl: sticky placement is not available (%s); instances run where Spark places them "
             "(set dstl.spark.placement=spark to silence this)",
