@@ -116,7 +116,8 @@ BACKEND_OPTIONS = (
         "state.backend.lmdb.map-size",
         OptionType.SIZE,
         parse_size("1gb"),
-        "Largest size an operator instance's LMDB file may grow to.",
+        "Initial memory map of an operator instance's LMDB file; it doubles whenever a write does not fit "
+        "(the file grows with the data, not with the map).",
         minimum=1 << 20,
         maximum=1 << 44,
     ),

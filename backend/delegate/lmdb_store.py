@@ -11,12 +11,14 @@ Durability is the DSTL's job, so transactions are committed without fsync;
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import lmdb
 import msgpack
+
+from dstl.spi import StorageError
 
 from .base import StateDelegate
 
@@ -30,17 +32,69 @@ def _prefix(state: str, key_group: int) -> bytes:
     return bytes([len(name)]) + name + _KG.pack(key_group)
 
 
+def _disk_failure(exc: lmdb.Error) -> bool:
+    """Whether the disk refused the write (py-lmdb raises a plain Error for EIO, as a full tmpfs gives)."""
+    text = str(exc)
+    return isinstance(exc, lmdb.DiskError) or "Input/output error" in text or "No space left" in text
+
+
 class LmdbDelegate(StateDelegate):
     """Entries under ``len(state) state key_group key`` in one LMDB environment.
 
     :param path: directory of the environment (one per operator instance).
-    :param map_size: the most bytes the environment may hold.
+    :param map_size: the initial size of the memory map; a write that does not fit
+        doubles it (the file itself grows only with the data).
     """
 
     def __init__(self, path: str | Path, *, map_size: int = 1 << 30) -> None:
         Path(path).mkdir(parents=True, exist_ok=True)
         self.path = str(path)
         self._env = lmdb.open(self.path, map_size=map_size, sync=False, metasync=False, max_dbs=0)
+        self.resizes = 0
+
+    @property
+    def map_size(self) -> int:
+        """The current size of the memory map (the most the environment holds before it grows)."""
+        return int(self._env.info()["map_size"])
+
+    def _read(self) -> lmdb.Transaction:
+        """A read transaction; adopts a map another process of the host grew meanwhile."""
+        try:
+            return self._env.begin()
+        except lmdb.MapResizedError:
+            self._env.set_mapsize(0)
+            return self._env.begin()
+
+    def _write(self, work: Callable[[lmdb.Transaction], None]) -> None:
+        """Run ``work`` in one write transaction; the map doubles (and ``work`` reruns) when it is full.
+
+        Growing needs no other transaction of this process open: the delegate's own
+        are all short and on the caller's thread.
+
+        :raises StorageError: when the disk under the environment is full.
+        """
+        while True:
+            try:
+                try:
+                    txn = self._env.begin(write=True)
+                except lmdb.MapResizedError:
+                    self._env.set_mapsize(0)
+                    continue
+                with txn:
+                    work(txn)
+                return
+            except lmdb.MapFullError:
+                self._env.set_mapsize(self.map_size * 2)
+                self.resizes += 1
+            except lmdb.Error as exc:
+                if not _disk_failure(exc):
+                    raise
+                msg = (
+                    f"the working state at {self.path} cannot be written: {exc}. Free space on that disk or "
+                    "point state.backend.lmdb.dir (dstl.spark.working-dir in Spark) at a larger one; the "
+                    "checkpointed state is not affected"
+                )
+                raise StorageError(msg, retriable=True) from exc
 
     def _key(self, state: str, key_group: int, key: bytes) -> bytes:
         if len(state.encode()) > 255:
@@ -50,37 +104,40 @@ class LmdbDelegate(StateDelegate):
 
     def get(self, state: str, key_group: int, key: bytes) -> Any | None:  # noqa: ANN401
         """The entry, or ``None``."""
-        with self._env.begin() as txn:
+        with self._read() as txn:
             raw = txn.get(self._key(state, key_group, key))
         return None if raw is None else msgpack.unpackb(raw, raw=False, strict_map_key=False)
 
     def put(self, state: str, key_group: int, key: bytes, entry: Any) -> None:  # noqa: ANN401
         """Store ``entry``."""
-        with self._env.begin(write=True) as txn:
-            txn.put(self._key(state, key_group, key), msgpack.packb(entry, use_bin_type=True))
+        stored_key, value = self._key(state, key_group, key), msgpack.packb(entry, use_bin_type=True)
+        self._write(lambda txn: txn.put(stored_key, value))
 
     def write_batch(self, state: str, key_group: int, entries: Mapping[bytes, Any]) -> None:
         """All in one write transaction (a transaction per entry would dominate a restore)."""
         prefix = _prefix(state, key_group)
         self._key(state, key_group, b"")  # validates the state name
         packb = msgpack.packb
-        with self._env.begin(write=True) as txn:
+
+        def write(txn: lmdb.Transaction) -> None:
             for key, entry in entries.items():
                 if entry is None:
                     txn.delete(prefix + key)
                 else:
                     txn.put(prefix + key, packb(entry, use_bin_type=True))
 
+        self._write(write)
+
     def delete(self, state: str, key_group: int, key: bytes) -> None:
         """Remove the entry."""
-        with self._env.begin(write=True) as txn:
-            txn.delete(self._key(state, key_group, key))
+        stored_key = self._key(state, key_group, key)
+        self._write(lambda txn: txn.delete(stored_key))
 
     def entries(self, state: str, key_group: int) -> Iterator[tuple[bytes, Any]]:
         """Every entry of a state in a key group (read in one transaction)."""
         prefix = _prefix(state, key_group)
         found = []
-        with self._env.begin() as txn:
+        with self._read() as txn:
             cursor = txn.cursor()
             if cursor.set_range(prefix):
                 for raw_key, raw in cursor:
@@ -97,13 +154,12 @@ class LmdbDelegate(StateDelegate):
 
     def clear(self) -> None:
         """Remove every entry (one write transaction; the file keeps its pages for reuse)."""
-        with self._env.begin(write=True) as txn:
-            txn.drop(self._env.open_db(), delete=False)
+        self._write(lambda txn: txn.drop(self._env.open_db(), delete=False))
 
     def snapshot(self) -> dict[str, dict[int, dict[bytes, Any]]]:
         """Everything, read in one (MVCC) read transaction: a consistent view."""
         view: dict[str, dict[int, dict[bytes, Any]]] = {}
-        with self._env.begin() as txn:
+        with self._read() as txn:
             for raw_key, raw in txn.cursor():
                 length = raw_key[0]
                 state = bytes(raw_key[1 : 1 + length]).decode()

@@ -8,7 +8,7 @@ import pytest
 
 from dstl.backend.changelog import BackendSnapshot, ChangelogKeyedStateBackend
 from dstl.backend.delegate import HeapDelegate, LmdbDelegate
-from dstl.spi import KeyGroupRange, load_storage
+from dstl.spi import KeyGroupRange, StorageError, load_storage
 
 ALL = KeyGroupRange(0, 128)
 
@@ -99,3 +99,31 @@ def test_write_batch_stores_entries_and_none_removes(make_delegate):
     delegate.write_batch("s", 8, {b"gone": None})  # removing what is not there
     assert dict(delegate.entries("s", 7)) == {b"kept": b"2", b"new": [b"a"], b"back": {b"m": b"v"}}
     assert dict(delegate.entries("s", 8)) == {}
+
+
+def test_lmdb_grows_its_map_instead_of_failing(tmp_path):
+    delegate = LmdbDelegate(tmp_path / "grow", map_size=1 << 20)
+    value = b"v" * 1000
+    for batch in range(8):  # 8 MB of entries in a 1 MB map
+        delegate.write_batch("s", batch, {f"k{i}".encode(): value for i in range(1000)})
+    delegate.put("s", 99, b"one", value)
+    assert delegate.resizes >= 3 and delegate.map_size >= 8 << 20
+    assert sum(1 for kg in range(8) for _ in delegate.entries("s", kg)) == 8000
+    delegate.close()
+    # The next process of the host opens the file with the configured map: it keeps its data.
+    reopened = LmdbDelegate(tmp_path / "grow", map_size=1 << 20)
+    assert reopened.get("s", 7, b"k999") == value and reopened.map_size >= 8 << 20
+    reopened.write_batch("s", 8, {b"more": value})
+    reopened.close()
+
+
+def test_lmdb_on_a_full_disk_is_a_clear_retriable_error(small_tmpfs):
+    delegate = LmdbDelegate(small_tmpfs / "state", map_size=64 << 20)
+    kept = {f"k{i}".encode(): b"v" * 100 for i in range(100)}
+    delegate.write_batch("s", 0, kept)
+    with pytest.raises(StorageError, match="cannot be written.*Free space") as caught:
+        for batch in range(1, 1000):
+            delegate.write_batch("s", batch, {f"k{i}".encode(): b"x" * 2000 for i in range(100)})
+    assert caught.value.retriable
+    assert dict(delegate.entries("s", 0)) == kept  # committed state untouched
+    delegate.close()
