@@ -460,6 +460,7 @@ class ChangelogKeyedStateBackend:
         self._restored_handles = tuple(snapshot.handles)
         self._restored_refs = tuple(snapshot.materialized)
         self._restored_bridge = tuple(snapshot.bridge)
+        self._metrics.continued_from(snapshot)
         # The delegate now holds exactly the snapshot: when its chain is this log's own, the next
         # materialization may be incremental on it, as after a warm resume (no forced full snapshot,
         # which would in turn force every other working copy of the instance to restore in full).
@@ -535,6 +536,7 @@ class ChangelogKeyedStateBackend:
         self._restored_handles = tuple(snapshot.handles)
         self._restored_refs = tuple(snapshot.materialized)
         self._restored_bridge = tuple(snapshot.bridge)
+        self._metrics.continued_from(snapshot)
         self.materializer.resumed(
             snapshot.materialized, lambda: self._changed_keys(snapshot.handles, config), snapshot.bridge
         )

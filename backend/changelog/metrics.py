@@ -30,6 +30,10 @@ class BackendMetrics:
     restore_seconds: float = 0.0
     _previous_refs: frozenset[str] = field(default_factory=frozenset)
 
+    def continued_from(self, snapshot: BackendSnapshot) -> None:
+        """The backend continues ``snapshot`` (restored, resumed or caught up): its snapshots are not new."""
+        self._previous_refs = frozenset(ref.path for ref in snapshot.materialized)
+
     def checkpointed(self, snapshot: BackendSnapshot, seconds: float) -> None:
         """Record a completed checkpoint of the backend."""
         paths = frozenset(ref.path for ref in snapshot.materialized)

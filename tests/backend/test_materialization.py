@@ -336,6 +336,10 @@ def test_materialization_metrics_use_flink_names(setup):
         restored = ChangelogKeyedStateBackend(storage, "op", ALL, epoch=1, snapshot_dir=snapshots)
         restored.restore(first, config)
         assert restored.metrics()["lastRestoreDuration"] > 0
+        restored.checkpoint(3).result(timeout=30)
+        # A restored (or resumed) chain was uploaded before: not counted as this checkpoint's upload.
+        assert restored.metrics()["lastIncSizeOfMaterializedState"] == 0
+        assert restored.metrics()["lastFullSizeOfMaterializedState"] == ref.size
         restored.close()
 
 
