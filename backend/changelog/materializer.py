@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from dstl.spi import ConfigError, InvalidHandleError, StorageError
 
-from ..materialization import MaterializationRef, read_sections, write_snapshot
+from ..delegate import MappingView, StateView
+from ..materialization import MaterializationRef, SnapshotWriter, read_sections
 from ..ttl import purge_expired
 
 if TYPE_CHECKING:
@@ -158,20 +159,20 @@ class Materializer:
             bridged = full and self._bridging and bool(self.chain)
             if bridged and self._dirty_in_resumed_log is not None:
                 dirty |= self._dirty_in_resumed_log()
-            views = []
+            views: list[tuple[str, StateView]] = []
             if not full or bridged:
-                views.append(("incr", _changed_entries(backend.delegate, dirty)))
+                views.append(("incr", MappingView(_changed_entries(backend.delegate, dirty))))
             if full:
-                views.append(
-                    ("full", _purged(backend.delegate.snapshot(), backend.ttl_states(), backend.clock()))
-                )
+                # O(1) on LMDB (a read transaction); read section by section in the background.
+                views.append(("full", backend.delegate.view()))
             registrations = backend.registrations()
+            ttl_states, now = backend.ttl_states(), backend.clock()
             future: Future[MaterializationRef] = Future()
             self._running = future
             self.started += 1
             self._thread = threading.Thread(
                 target=self._upload,
-                args=(fs, root, sqn, views, registrations, future, dirty, began),
+                args=(fs, root, sqn, views, (registrations, ttl_states, now), future, dirty, began),
                 daemon=True,
             )
             self._thread.start()
@@ -182,8 +183,8 @@ class Materializer:
         fs: Any,  # noqa: ANN401
         root: str,
         sqn: int,
-        views: list[tuple[str, Any]],
-        registrations: dict,
+        views: list[tuple[str, StateView]],
+        context: tuple[dict, dict[str, tuple[str, float]], float],
         future: Future,
         dirty: set[tuple[str, int, bytes]],
         began: float,
@@ -191,7 +192,7 @@ class Materializer:
         backend = self._backend
         full = views[-1][0] == "full"
         try:
-            refs = [self._write(fs, root, sqn, kind, view, registrations) for kind, view in views]
+            refs = [self._write(fs, root, sqn, kind, view, context) for kind, view in views]
         except Exception as exc:  # noqa: BLE001 - counted, reported through the future
             with self._lock:
                 self.failures += 1
@@ -203,6 +204,9 @@ class Materializer:
             )
             future.set_exception(StorageError(f"materialization failed: {exc}", retriable=True))
             return
+        finally:
+            for _, view in views:
+                view.close()
         ref = refs[-1]
         with self._lock:
             if full:
@@ -225,29 +229,33 @@ class Materializer:
         root: str,
         sqn: int,
         kind: str,
-        view: Any,  # noqa: ANN401
-        registrations: dict,
+        view: StateView,
+        context: tuple[dict, dict[str, tuple[str, float]], float],
     ) -> MaterializationRef:
-        """Upload one snapshot object of ``view`` (``kind`` is ``full`` or ``incr``)."""
+        """Stream one snapshot object of ``view`` (``kind`` is ``full`` or ``incr``), a section at a time.
+
+        A full snapshot leaves out state whose TTL expired (that is where it is cleaned
+        up); memory holds one key group's section, not the state.
+        """
+        registrations, ttl_states, now = context
         backend = self._backend
-        sections: dict[int, list[list[Any]]] = {}
-        for state, groups in view.items():
-            for key_group, entries in groups.items():
-                sections.setdefault(key_group, []).extend(
-                    [state, key, entry] for key, entry in entries.items()
-                )
         meta = {
             "sqn": sqn,
             "registrations": registrations,
             "key_groups": [backend.key_groups.start, backend.key_groups.end],
         }
-        data = write_snapshot(sections, meta)
         relative = f"{self._prefix()}sqn{sqn}-{kind}-{uuid.uuid4().hex[:8]}.snap"
         path = f"{root}/{relative}"
         fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-        fs.pipe_file(path, data)
-        entries = sum(len(group) for groups in view.values() for group in groups.values())
-        return MaterializationRef(relative, backend.key_groups, sqn, len(data), entries)
+        key_groups = range(backend.key_groups.start, backend.key_groups.end)
+        with fs.open(path, "wb") as stream:
+            writer = SnapshotWriter(stream)
+            for key_group, section in view.sections(key_groups):
+                kept = _purged(section, ttl_states, now) if kind == "full" and ttl_states else section
+                if kept:
+                    writer.add_section(key_group, kept)
+            size = writer.finish(meta)
+        return MaterializationRef(relative, backend.key_groups, sqn, size, writer.entries)
 
     def load(self, ref: MaterializationRef) -> dict[str, tuple[str, str]]:
         """Apply ``ref``'s sections of the backend's key groups to the delegate; returns its registrations."""
@@ -269,7 +277,9 @@ class Materializer:
                 msg = f"snapshot {self._dir}/{ref.path} does not exist"
                 raise StorageError(msg) from exc
 
-        meta, sections = read_sections(read_range, backend.key_groups, where=f"{self._dir}/{ref.path}")
+        meta, sections = read_sections(
+            read_range, backend.key_groups, where=f"{self._dir}/{ref.path}", size=ref.size
+        )
         write_batch = backend.delegate.write_batch
         for key_group, entries in sections:
             # A section lists each state's entries together (see materialize): one batch per state.
@@ -297,15 +307,15 @@ def _changed_entries(
 
 
 def _purged(
-    view: dict[str, dict[int, dict[bytes, Any]]], ttl_states: dict[str, tuple[str, float]], now: float
-) -> dict[str, dict[int, dict[bytes, Any]]]:
-    """``view`` without expired state (a full snapshot is where TTL'd state is cleaned up)."""
-    for state, (kind, ttl) in ttl_states.items():
-        for entries in view.get(state, {}).values():
-            for key, entry in list(entries.items()):
-                kept = purge_expired(kind, entry, ttl, now)
-                if kept is None:
-                    del entries[key]
-                else:
-                    entries[key] = kept
-    return view
+    section: list[list[Any]], ttl_states: dict[str, tuple[str, float]], now: float
+) -> list[list[Any]]:
+    """``section`` without expired state (a full snapshot is where TTL'd state is cleaned up)."""
+    kept = []
+    for state, key, entry in section:
+        if state in ttl_states:
+            kind, ttl = ttl_states[state]
+            entry = purge_expired(kind, entry, ttl, now)  # noqa: PLW2901 - the entry as kept
+            if entry is None:
+                continue
+        kept.append([state, key, entry])
+    return kept

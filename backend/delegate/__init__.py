@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .base import StateDelegate
+from .base import MappingView, StateDelegate, StateView
 from .heap import HeapDelegate
 from .lmdb_store import LmdbDelegate
 
-__all__ = ["HeapDelegate", "LmdbDelegate", "StateDelegate"]
+__all__ = ["HeapDelegate", "LmdbDelegate", "MappingView", "StateDelegate", "StateView"]

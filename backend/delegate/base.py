@@ -3,10 +3,52 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-__all__ = ["StateDelegate"]
+__all__ = ["MappingView", "StateDelegate", "StateView"]
+
+
+class StateView(ABC):
+    """A consistent read view of a delegate's state that later changes do not touch.
+
+    Materialization reads it section by section, in the background, while the
+    delegate keeps changing; :meth:`close` releases it.
+    """
+
+    @abstractmethod
+    def sections(self, key_groups: Iterable[int]) -> Iterator[tuple[int, list[list[Any]]]]:
+        """``(key group, [[state, key, entry], ...])`` of ``key_groups``, ascending, empty ones left out."""
+
+    def close(self) -> None:  # noqa: B027 - nothing to release by default
+        """Release the view."""
+
+    def __enter__(self) -> StateView:
+        """Return the view itself."""
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Release the view."""
+        self.close()
+
+
+class MappingView(StateView):
+    """A view over ``state -> key group -> {key: entry}`` mappings held in memory."""
+
+    def __init__(self, view: Mapping[str, Mapping[int, Mapping[bytes, Any]]]) -> None:
+        self._view = view
+
+    def sections(self, key_groups: Iterable[int]) -> Iterator[tuple[int, list[list[Any]]]]:
+        """Each key group's entries of every state, states in name order."""
+        states = sorted(self._view)
+        for key_group in sorted(key_groups):
+            section = [
+                [state, key, entry]
+                for state in states
+                for key, entry in self._view[state].get(key_group, {}).items()
+            ]
+            if section:
+                yield key_group, section
 
 
 class StateDelegate(ABC):
@@ -56,3 +98,7 @@ class StateDelegate(ABC):
     @abstractmethod
     def snapshot(self) -> dict[str, dict[int, dict[bytes, Any]]]:
         """A consistent view ``state -> key group -> {key: entry}`` that later changes do not touch."""
+
+    def view(self) -> StateView:
+        """A consistent view to read section by section (by default over :meth:`snapshot`)."""
+        return MappingView(self.snapshot())

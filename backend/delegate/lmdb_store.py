@@ -11,7 +11,8 @@ Durability is the DSTL's job, so transactions are committed without fsync;
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterator, Mapping
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ import msgpack
 
 from dstl.spi import StorageError
 
-from .base import StateDelegate
+from .base import StateDelegate, StateView
 
 __all__ = ["LmdbDelegate"]
 
@@ -51,6 +52,10 @@ class LmdbDelegate(StateDelegate):
         self.path = str(path)
         self._env = lmdb.open(self.path, map_size=map_size, sync=False, metasync=False, max_dbs=0)
         self.resizes = 0
+        # Open views (long read transactions, e.g. a materialization in the background): the map
+        # may only grow while none is open.
+        self._views = 0
+        self._views_closed = threading.Condition()
 
     @property
     def map_size(self) -> int:
@@ -84,7 +89,9 @@ class LmdbDelegate(StateDelegate):
                     work(txn)
                 return
             except lmdb.MapFullError:
-                self._env.set_mapsize(self.map_size * 2)
+                with self._views_closed:
+                    self._views_closed.wait_for(lambda: self._views == 0)
+                    self._env.set_mapsize(self.map_size * 2)
                 self.resizes += 1
             except lmdb.Error as exc:
                 if not _disk_failure(exc):
@@ -170,6 +177,21 @@ class LmdbDelegate(StateDelegate):
                 )
         return view
 
+    def view(self) -> LmdbView:
+        """A read transaction: a consistent view in O(1), read one key group at a time."""
+        with self._views_closed:
+            self._views += 1
+        try:
+            return LmdbView(self, self._read())
+        except BaseException:
+            self._view_closed()
+            raise
+
+    def _view_closed(self) -> None:
+        with self._views_closed:
+            self._views -= 1
+            self._views_closed.notify_all()
+
     def sync(self) -> None:
         """Flush every committed transaction to disk (data and meta pages)."""
         self._env.sync(True)
@@ -177,3 +199,55 @@ class LmdbDelegate(StateDelegate):
     def close(self) -> None:
         """Close the environment (the file stays for the next process)."""
         self._env.close()
+
+
+class LmdbView(StateView):
+    """One LMDB read transaction (MVCC): the state as it was when the view was taken."""
+
+    def __init__(self, delegate: LmdbDelegate, txn: lmdb.Transaction) -> None:
+        self._delegate = delegate
+        self._txn: lmdb.Transaction | None = txn
+
+    def _states(self) -> list[str]:
+        """The state names in the view, found by skipping from one state's prefix to the next."""
+        assert self._txn is not None  # noqa: S101 - only called while open
+        cursor = self._txn.cursor()
+        found: list[str] = []
+        position = b""
+        while cursor.set_range(position):
+            raw_key = cursor.key()
+            length = raw_key[0]
+            name = bytes(raw_key[1 : 1 + length])
+            found.append(name.decode())
+            position = bytes([length]) + name + b"\xff" * (_KG.size + 1)  # past every key of this state
+        return sorted(found)
+
+    def sections(self, key_groups: Iterable[int]) -> Iterator[tuple[int, list[list[Any]]]]:
+        """Each key group's entries of every state, decoded one section at a time."""
+        if self._txn is None:
+            msg = "the view is closed"
+            raise ValueError(msg)
+        states = self._states()
+        unpackb = msgpack.unpackb
+        cursor = self._txn.cursor()
+        for key_group in sorted(key_groups):
+            section: list[list[Any]] = []
+            for state in states:
+                prefix = _prefix(state, key_group)
+                if not cursor.set_range(prefix):
+                    continue
+                for raw_key, raw in cursor:
+                    if not raw_key.startswith(prefix):
+                        break
+                    section.append(
+                        [state, bytes(raw_key[len(prefix) :]), unpackb(raw, raw=False, strict_map_key=False)]
+                    )
+            if section:
+                yield key_group, section
+
+    def close(self) -> None:
+        """End the read transaction (idempotent)."""
+        if self._txn is not None:
+            self._txn.abort()
+            self._txn = None
+            self._delegate._view_closed()  # noqa: SLF001 - the view belongs to its delegate

@@ -1,22 +1,32 @@
 """Snapshot objects: one per materialization, a checksummed section per key group.
 
-Layout (little-endian)::
+Version 2, written as a stream (little-endian)::
 
-    magic "DSTM" | version u8 | reserved 3 | meta length u32 | section count u32 | crc32c u32
-    meta (JSON: registrations, SQN)          } covered by the header crc
-    index: count x (key group i32 | offset u64 | length u32)
+    magic "DSTM" | version u8 = 2 | reserved 3
     sections: msgpack [[state, key, entry], ...] followed by its crc32c u32
+    meta (JSON: registrations, SQN)                           } covered by
+    index: count x (key group i32 | offset u64 | length u32)  } the trailer crc
+    trailer: meta offset u64 | meta length u32 | section count u32 | crc32c u32 | "DSTE"
 
-A restore of some key groups reads the header and index, then only its sections.
+Sections are written as the state is read, one key group at a time, and the
+index goes last, so a writer holds one section, never the whole state. Version 1
+(index in a header before the sections) is still read::
+
+    magic "DSTM" | version u8 = 1 | reserved 3 | meta length u32 | section count u32 | crc32c u32
+    meta | index | sections
+
+A restore of some key groups reads the trailer (or header) and index, then only
+its sections.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 import google_crc32c
 import msgpack
@@ -27,9 +37,13 @@ from ..documents import MAX_DOCUMENT_BYTES, check_fields, parse_json
 from ..keygroups import MAX_KEY_GROUPS
 
 _MAGIC = b"DSTM"
-_HEADER = struct.Struct("<4sB3xIII")
+_END_MAGIC = b"DSTE"
+_PREAMBLE = struct.Struct("<4sB3x")
+_HEADER = struct.Struct("<4sB3xIII")  # version 1
+_TRAILER = struct.Struct("<QIII4s")  # version 2
 _ENTRY = struct.Struct("<iQI")
 _CRC = struct.Struct("<I")
+VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -74,39 +88,57 @@ class MaterializationRef:
             raise InvalidHandleError(msg) from exc
 
 
+class SnapshotWriter:
+    """Writes a snapshot to a binary stream, one key group's section at a time (format version 2).
+
+    :param stream: any writable binary file object (a local file, an fsspec/S3 upload).
+    """
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self._stream = stream
+        self._offset = 0
+        self._index: list[bytes] = []
+        self._last_key_group: int | None = None
+        self.entries = 0
+        self._write(_PREAMBLE.pack(_MAGIC, VERSION))
+
+    def _write(self, data: bytes) -> None:
+        self._stream.write(data)
+        self._offset += len(data)
+
+    def add_section(self, key_group: int, entries: list[list[Any]]) -> None:
+        """Append the section of ``key_group`` (``[[state, key, entry], ...]``); key groups ascend."""
+        if self._last_key_group is not None and key_group <= self._last_key_group:
+            msg = f"sections must come in ascending key group order: {key_group} after {self._last_key_group}"
+            raise ValueError(msg)
+        self._last_key_group = key_group
+        body = msgpack.packb(entries, use_bin_type=True)
+        self._index.append(_ENTRY.pack(key_group, self._offset, len(body) + _CRC.size))
+        self._write(body + _CRC.pack(google_crc32c.value(body)))
+        self.entries += len(entries)
+
+    def finish(self, meta: dict[str, Any]) -> int:
+        """Write the meta, the index and the trailer; returns the snapshot's size in bytes."""
+        meta_bytes = json.dumps(meta, sort_keys=True).encode()
+        index_bytes = b"".join(self._index)
+        meta_offset = self._offset
+        crc = google_crc32c.value(meta_bytes + index_bytes)
+        self._write(meta_bytes + index_bytes)
+        self._write(_TRAILER.pack(meta_offset, len(meta_bytes), len(self._index), crc, _END_MAGIC))
+        return self._offset
+
+
 def write_snapshot(sections: dict[int, list[list[Any]]], meta: dict[str, Any]) -> bytes:
-    """The snapshot object for ``sections`` (key group -> [[state, key, entry], ...])."""
-    meta_bytes = json.dumps(meta, sort_keys=True).encode()
-    bodies = []
+    """The snapshot object for ``sections`` (key group -> [[state, key, entry], ...]), in memory."""
+    buffer = io.BytesIO()
+    writer = SnapshotWriter(buffer)
     for key_group in sorted(sections):
-        body = msgpack.packb(sections[key_group], use_bin_type=True)
-        bodies.append((key_group, body + _CRC.pack(google_crc32c.value(body))))
-    offset = _HEADER.size + len(meta_bytes) + _ENTRY.size * len(bodies)
-    index = []
-    for key_group, body in bodies:
-        index.append(_ENTRY.pack(key_group, offset, len(body)))
-        offset += len(body)
-    index_bytes = b"".join(index)
-    crc = google_crc32c.value(meta_bytes + index_bytes)
-    header = _HEADER.pack(_MAGIC, 1, len(meta_bytes), len(bodies), crc)
-    return b"".join([header, meta_bytes, index_bytes, *(body for _, body in bodies)])
+        writer.add_section(key_group, sections[key_group])
+    writer.finish(meta)
+    return buffer.getvalue()
 
 
-def read_sections(
-    read_range: Any,  # noqa: ANN401 - callable (start, end) -> bytes
-    key_groups: KeyGroupRange,
-    *,
-    where: str,
-) -> tuple[dict[str, Any], Iterator[tuple[int, list[Any]]]]:
-    """The meta and the sections of ``key_groups`` (each verified); reads only what it needs."""
-    head = read_range(0, _HEADER.size)
-    if len(head) < _HEADER.size:
-        msg = "snapshot header truncated"
-        raise CorruptedError(msg, location=where, offset=0)
-    magic, version, meta_len, count, crc = _HEADER.unpack_from(head, 0)
-    if magic != _MAGIC or version != 1:
-        msg = f"not a dstl snapshot (magic {magic!r}, version {version})"
-        raise CorruptedError(msg, location=where, offset=0)
+def _check_counts(count: int, meta_len: int, where: str) -> None:
     if count > MAX_KEY_GROUPS or meta_len > MAX_DOCUMENT_BYTES:
         # Checked before reading: a damaged header must not make a restore allocate gigabytes.
         msg = (
@@ -114,14 +146,76 @@ def read_sections(
             f"(at most {MAX_KEY_GROUPS} and {MAX_DOCUMENT_BYTES})"
         )
         raise CorruptedError(msg, location=where, offset=0)
+
+
+def _v1_head(read_range: Any, where: str) -> tuple[bytes, bytes, int]:  # noqa: ANN401
+    """Meta, index and section count of a version-1 snapshot (checked against the header crc)."""
+    head = read_range(0, _HEADER.size)
+    if len(head) < _HEADER.size:
+        msg = "snapshot header truncated"
+        raise CorruptedError(msg, location=where, offset=0)
+    _, _, meta_len, count, crc = _HEADER.unpack_from(head, 0)
+    _check_counts(count, meta_len, where)
     needed = _HEADER.size + meta_len + _ENTRY.size * count
-    if len(head) < needed:
-        head = read_range(0, needed)
+    head = read_range(0, needed)
     meta_bytes = head[_HEADER.size : _HEADER.size + meta_len]
     index_bytes = head[_HEADER.size + meta_len : needed]
     if len(index_bytes) != _ENTRY.size * count or google_crc32c.value(meta_bytes + index_bytes) != crc:
         msg = "snapshot header checksum mismatch"
         raise CorruptedError(msg, location=where, offset=0)
+    return meta_bytes, index_bytes, count
+
+
+def _v2_tail(read_range: Any, where: str, size: int | None) -> tuple[bytes, bytes, int]:  # noqa: ANN401
+    """Meta, index and section count of a version-2 snapshot (checked against the trailer crc)."""
+    if size is None or size < _PREAMBLE.size + _TRAILER.size:
+        msg = f"snapshot of {size} bytes cannot hold a trailer (size unknown or too small)"
+        raise CorruptedError(msg, location=where, offset=0)
+    tail = read_range(size - _TRAILER.size, size)
+    if len(tail) != _TRAILER.size:
+        msg = "snapshot trailer truncated (the object is shorter than its reference says)"
+        raise CorruptedError(msg, location=where, offset=size - _TRAILER.size)
+    meta_offset, meta_len, count, crc, end = _TRAILER.unpack(tail)
+    if end != _END_MAGIC:
+        msg = f"snapshot trailer damaged (end magic {end!r})"
+        raise CorruptedError(msg, location=where, offset=size - _TRAILER.size)
+    _check_counts(count, meta_len, where)
+    index_end = meta_offset + meta_len + _ENTRY.size * count
+    if meta_offset < _PREAMBLE.size or index_end != size - _TRAILER.size:
+        msg = "snapshot trailer does not describe the object (offsets out of place)"
+        raise CorruptedError(msg, location=where, offset=size - _TRAILER.size)
+    block = read_range(meta_offset, index_end)
+    meta_bytes, index_bytes = block[:meta_len], block[meta_len:]
+    if len(index_bytes) != _ENTRY.size * count or google_crc32c.value(meta_bytes + index_bytes) != crc:
+        msg = "snapshot index checksum mismatch"
+        raise CorruptedError(msg, location=where, offset=meta_offset)
+    return meta_bytes, index_bytes, count
+
+
+def read_sections(
+    read_range: Any,  # noqa: ANN401 - callable (start, end) -> bytes
+    key_groups: KeyGroupRange,
+    *,
+    where: str,
+    size: int | None = None,
+) -> tuple[dict[str, Any], Iterator[tuple[int, list[Any]]]]:
+    """The meta and the sections of ``key_groups`` (each verified); reads only what it needs.
+
+    :param size: the object's size (a reference records it); version 2 keeps its
+        index at the end, so it is required there.
+    """
+    head = read_range(0, _PREAMBLE.size)
+    if len(head) < _PREAMBLE.size:
+        msg = "snapshot header truncated"
+        raise CorruptedError(msg, location=where, offset=0)
+    magic, version = _PREAMBLE.unpack_from(head, 0)
+    if magic != _MAGIC or version not in (1, VERSION):
+        msg = f"not a dstl snapshot (magic {magic!r}, version {version})"
+        raise CorruptedError(msg, location=where, offset=0)
+    if version == 1:
+        meta_bytes, index_bytes, count = _v1_head(read_range, where)
+    else:
+        meta_bytes, index_bytes, count = _v2_tail(read_range, where, size)
     try:
         what = f"snapshot meta of {where}"
         meta = check_fields(parse_json(meta_bytes, what), what, {})

@@ -24,6 +24,11 @@ class _FailingFilesystem:
     def pipe_file(self, *args, **kwargs):
         raise OSError("injected: snapshot store unavailable")
 
+    def open(self, path, mode="rb", **kwargs):
+        if "w" in mode:
+            raise OSError("injected: snapshot store unavailable")
+        return self._real.open(path, mode, **kwargs)
+
 
 @contextmanager
 def failing_snapshot_store(backend):

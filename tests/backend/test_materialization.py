@@ -99,12 +99,15 @@ def test_corrupted_snapshot_is_reported(setup, tmp_path):
         backend, ref, snapshot = materialized_checkpoint(storage, snapshots, ["a", "b"])
         backend.close()
         path = tmp_path / "snapshots" / ref.path
-        raw = bytearray(path.read_bytes())
-        raw[-3] ^= 0xFF
-        path.write_bytes(bytes(raw))
-        restored = ChangelogKeyedStateBackend(storage, "op", ALL, epoch=1, snapshot_dir=snapshots)
-        with pytest.raises(CorruptedError, match="failed its checksum"):
-            restored.restore(snapshot, config)
+        original = path.read_bytes()
+        for offset, error in ((10, "failed its checksum"), (len(original) - 3, "trailer damaged")):
+            raw = bytearray(original)
+            raw[offset] ^= 0xFF  # inside the first section / the trailer's end magic
+            path.write_bytes(bytes(raw))
+            restored = ChangelogKeyedStateBackend(storage, "op", ALL, epoch=1, snapshot_dir=snapshots)
+            with pytest.raises(CorruptedError, match=error):
+                restored.restore(snapshot, config)
+            restored.close()
 
 
 def test_repeated_materialization_failures_fail_the_checkpoint(setup, tmp_path):
@@ -375,33 +378,69 @@ def test_log_outgrowing_the_materialized_state_starts_a_materialization(setup):
         backend.close()
 
 
-def test_hostile_snapshot_headers_and_sections_are_corrupted_errors():
+def _crc(data):
+    import google_crc32c
+
+    return google_crc32c.value(data)
+
+
+def _v2_bytes(sections, meta=b'{"sqn": 1}', count=None):
+    """A version-2 snapshot built by hand from raw section bodies (hostile input is hand-made)."""
     import struct
 
-    import google_crc32c
+    out = bytearray(b"DSTM" + bytes([2, 0, 0, 0]))
+    index = b""
+    for key_group, body in sections:
+        index += struct.pack("<iQI", key_group, len(out), len(body) + 4)
+        out += body + struct.pack("<I", _crc(body))
+    meta_offset = len(out)
+    out += meta + index
+    sections_count = len(sections) if count is None else count
+    out += struct.pack("<QIII4s", meta_offset, len(meta), sections_count, _crc(meta + index), b"DSTE")
+    return bytes(out)
+
+
+def _v1_bytes(sections, meta=b'{"sqn": 1}'):
+    """A version-1 snapshot (index before the sections), as older releases wrote them."""
+    import struct
+
+    head = 20 + len(meta) + 16 * len(sections)
+    index, bodies = b"", b""
+    for key_group, body in sections:
+        index += struct.pack("<iQI", key_group, head + len(bodies), len(body) + 4)
+        bodies += body + struct.pack("<I", _crc(body))
+    header = struct.pack("<4sB3xIII", b"DSTM", 1, len(meta), len(sections), _crc(meta + index))
+    return header + meta + index + bodies
+
+
+def test_hostile_snapshot_headers_and_sections_are_corrupted_errors():
+    import msgpack
 
     from dstl.backend.materialization.format import read_sections, write_snapshot
     from dstl.spi import CorruptedError, KeyGroupRange
 
-    def reader(data):
-        return lambda start, end: data[start:end]
+    def read(data, size=None):
+        return read_sections(
+            lambda start, end: data[start:end],
+            KeyGroupRange(0, 8),
+            where="snap",
+            size=len(data) if size is None else size,
+        )
 
-    good = write_snapshot({3: [["s", b"k", 1]]}, {"sqn": 1})
-    huge = bytearray(good)
-    struct.pack_into("<I", huge, 12, 0xFFFFFFFF)  # section count
+    body = msgpack.packb([["s", b"k", 1]], use_bin_type=True)
+    assert _v2_bytes([(3, body)]) == write_snapshot({3: [["s", b"k", 1]]}, {"sqn": 1})
     with pytest.raises(CorruptedError, match="claims 4294967295 sections"):
-        read_sections(reader(bytes(huge)), KeyGroupRange(0, 8), where="snap")
+        read(_v2_bytes([(3, body)], count=0xFFFFFFFF))
+    with pytest.raises(CorruptedError, match="trailer does not describe"):
+        read(_v2_bytes([(3, body)], count=2))
+    with pytest.raises(CorruptedError, match="cannot hold a trailer"):
+        read(_v2_bytes([(3, body)]), size=10)
+    with pytest.raises(CorruptedError, match="shorter than its reference"):
+        read(_v2_bytes([(3, body)])[:-3], size=len(_v2_bytes([(3, body)])))
     # A section whose checksum is right but whose body is not msgpack entries.
-    garbage = b"\xc1\xc1\xc1"
-    bad = write_snapshot({3: []}, {"sqn": 1})
-    body_start = len(bad) - len(b"\x90") - 4
-    forged = bad[:body_start] + garbage + struct.pack("<I", google_crc32c.value(garbage))
-    forged = bytearray(forged)
-    # fix the index length of the only section
-    struct.pack_into("<I", forged, len(forged) - len(garbage) - 4 - 4, len(garbage) + 4)
-    meta_len = struct.unpack_from("<I", forged, 8)[0]
-    index = bytes(forged[20 + meta_len : 20 + meta_len + 16])
-    struct.pack_into("<I", forged, 16, google_crc32c.value(bytes(forged[20 : 20 + meta_len]) + index))
-    _, sections = read_sections(reader(bytes(forged)), KeyGroupRange(0, 8), where="snap")
+    _, sections = read(_v2_bytes([(3, b"\xc1\xc1\xc1")]))
     with pytest.raises(CorruptedError, match="does not decode"):
         list(sections)
+    # Snapshots of older releases (version 1) still restore.
+    meta, sections = read(_v1_bytes([(2, body), (9, body)]))
+    assert meta == {"sqn": 1} and list(sections) == [(2, [["s", b"k", 1]])]

@@ -132,7 +132,9 @@ _SNAPSHOT = write_snapshot(
 
 def test_snapshot_objects():
     def parse(data):
-        _, sections = read_sections(lambda start, end: data[start:end], KeyGroupRange(0, 8), where="fuzz")
+        _, sections = read_sections(
+            lambda start, end: data[start:end], KeyGroupRange(0, 8), where="fuzz", size=len(data)
+        )
         list(sections)
 
     _fuzz("snapshot object", st.one_of(mutated_bytes(_SNAPSHOT), st.binary(max_size=300)), parse)
