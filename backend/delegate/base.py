@@ -6,7 +6,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-__all__ = ["MappingView", "StateDelegate", "StateView"]
+__all__ = ["SECTION_ENTRIES", "MappingView", "StateDelegate", "StateView"]
+
+#: The most entries in one section: a key group with more spans consecutive sections, so
+#: a materialization holds this many entries at a time whatever the state's size.
+SECTION_ENTRIES = 4096
 
 
 class StateView(ABC):
@@ -18,7 +22,11 @@ class StateView(ABC):
 
     @abstractmethod
     def sections(self, key_groups: Iterable[int]) -> Iterator[tuple[int, list[list[Any]]]]:
-        """``(key group, [[state, key, entry], ...])`` of ``key_groups``, ascending, empty ones left out."""
+        """``(key group, [[state, key, entry], ...])`` of ``key_groups``, ascending, empty ones left out.
+
+        A key group with more than :data:`SECTION_ENTRIES` entries comes as several
+        consecutive sections.
+        """
 
     def close(self) -> None:  # noqa: B027 - nothing to release by default
         """Release the view."""
@@ -42,11 +50,13 @@ class MappingView(StateView):
         """Each key group's entries of every state, states in name order."""
         states = sorted(self._view)
         for key_group in sorted(key_groups):
-            section = [
-                [state, key, entry]
-                for state in states
-                for key, entry in self._view[state].get(key_group, {}).items()
-            ]
+            section: list[list[Any]] = []
+            for state in states:
+                for key, entry in self._view[state].get(key_group, {}).items():
+                    section.append([state, key, entry])
+                    if len(section) == SECTION_ENTRIES:
+                        yield key_group, section
+                        section = []
             if section:
                 yield key_group, section
 

@@ -21,7 +21,7 @@ import msgpack
 
 from dstl.spi import StorageError
 
-from .base import StateDelegate, StateView
+from .base import SECTION_ENTRIES, StateDelegate, StateView
 
 __all__ = ["LmdbDelegate"]
 
@@ -242,6 +242,9 @@ class LmdbView(StateView):
                     section.append(
                         [state, bytes(raw_key[len(prefix) :]), unpackb(raw, raw=False, strict_map_key=False)]
                     )
+                    if len(section) == SECTION_ENTRIES:
+                        yield key_group, section
+                        section = []
             if section:
                 yield key_group, section
 

@@ -1,4 +1,4 @@
-"""Snapshot objects: one per materialization, a checksummed section per key group.
+"""Snapshot objects: one per materialization, checksummed sections per key group.
 
 Version 2, written as a stream (little-endian)::
 
@@ -8,9 +8,10 @@ Version 2, written as a stream (little-endian)::
     index: count x (key group i32 | offset u64 | length u32)  } the trailer crc
     trailer: meta offset u64 | meta length u32 | section count u32 | crc32c u32 | "DSTE"
 
-Sections are written as the state is read, one key group at a time, and the
-index goes last, so a writer holds one section, never the whole state. Version 1
-(index in a header before the sections) is still read::
+Sections are written as the state is read, key group by key group (a large key
+group in several consecutive sections), and the index goes last, so a writer
+holds one section, never the whole state. Version 1 (index in a header before
+the sections, one per key group) is still read::
 
     magic "DSTM" | version u8 = 1 | reserved 3 | meta length u32 | section count u32 | crc32c u32
     meta | index | sections
@@ -107,9 +108,12 @@ class SnapshotWriter:
         self._offset += len(data)
 
     def add_section(self, key_group: int, entries: list[list[Any]]) -> None:
-        """Append the section of ``key_group`` (``[[state, key, entry], ...]``); key groups ascend."""
-        if self._last_key_group is not None and key_group <= self._last_key_group:
-            msg = f"sections must come in ascending key group order: {key_group} after {self._last_key_group}"
+        """Append a section of ``key_group`` (``[[state, key, entry], ...]``).
+
+        Key groups never descend; a large key group may take several sections in a row.
+        """
+        if self._last_key_group is not None and key_group < self._last_key_group:
+            msg = f"sections must come in key group order: {key_group} after {self._last_key_group}"
             raise ValueError(msg)
         self._last_key_group = key_group
         body = msgpack.packb(entries, use_bin_type=True)

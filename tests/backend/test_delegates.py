@@ -127,3 +127,34 @@ def test_lmdb_on_a_full_disk_is_a_clear_retriable_error(small_tmpfs):
     assert caught.value.retriable
     assert dict(delegate.entries("s", 0)) == kept  # committed state untouched
     delegate.close()
+
+
+def test_an_lmdb_view_is_consistent_and_the_map_grows_only_after_it_closes(tmp_path):
+    import threading
+
+    from dstl.backend.delegate.base import SECTION_ENTRIES
+
+    delegate = LmdbDelegate(tmp_path / "view", map_size=1 << 20)
+    before = {f"k{i:05d}".encode(): i for i in range(SECTION_ENTRIES + 10)}  # two sections in group 3
+    delegate.write_batch("a", 3, before)
+    delegate.write_batch("b", 5, {b"x": 1})
+    view = delegate.view()
+    delegate.put("a", 3, b"k00000", "changed")  # after the view: not in it
+    delegate.delete("b", 5, b"x")
+    grown = threading.Event()
+
+    def fill_beyond_the_map():
+        delegate.write_batch("c", 7, {f"big{i}".encode(): b"v" * 1000 for i in range(3000)})
+        grown.set()
+
+    writer = threading.Thread(target=fill_beyond_the_map)
+    writer.start()
+    sections = list(view.sections(range(8)))
+    assert not grown.wait(0.5), "the map grew while a view was open"
+    assert [(kg, len(entries)) for kg, entries in sections] == [(3, SECTION_ENTRIES), (3, 10), (5, 1)]
+    assert {key: entry for _, entries in sections[:2] for _, key, entry in entries} == before
+    view.close()
+    writer.join(30)
+    assert grown.is_set() and delegate.resizes >= 1
+    assert delegate.get("a", 3, b"k00000") == "changed" and delegate.get("b", 5, b"x") is None
+    delegate.close()

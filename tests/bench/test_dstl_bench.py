@@ -89,3 +89,17 @@ def test_kafka_fencing_bench_compares_the_designs(tmp_path):
     for design in ("raw produce+flush", "transaction per persist", "claims end offset", "dstl persist"):
         assert f"| {design}" in report
     assert "measured persists: 0" in report  # its partition is its own: no request
+
+
+def test_lmdb_materialization_and_restore_memory_do_not_grow_with_the_state():
+    """Streamed materialization holds a section, not the state: peak anonymous memory stays flat."""
+    from bench.scale_bench import run_probe
+
+    mb = 1 << 20
+    small, large = run_probe("lmdb", 100_000), run_probe("lmdb", 800_000)
+    assert small["restored_keys"] == 100_000 and large["restored_keys"] == 800_000
+    for figures in (small, large):
+        # 800k x 200 B is 153 MB of state; the whole-state decode took about 4x that.
+        assert figures["materialize_peak_anon"] < 32 * mb, figures
+        assert figures["restore_peak_anon"] < 32 * mb, figures
+    assert large["materialize_peak_anon"] < small["materialize_peak_anon"] + 8 * mb, (small, large)

@@ -1,0 +1,194 @@
+"""State at scale: materialization and restore time and peak anonymous memory against the state size.
+
+Each size runs in a fresh process (so one size's heap does not inflate the
+next): the working state is filled with ``keys`` keys of ``--value-bytes`` bytes
+(straight into the delegate: the log is not what is measured), then one full
+materialization and one restore into a new backend run while a sampler reads
+the process's anonymous resident memory (``RssAnon``) every 5 ms. The figure is
+the peak above the level before the operation: what the operation itself holds.
+
+    python -m bench.scale_bench                         # 250k and 1M keys, LMDB and heap
+    python -m bench.scale_bench --sizes 1000000,4000000 --delegates lmdb
+    python -m bench.scale_bench --probe lmdb 200000 OUT.json   # one measurement (what a test runs)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import Progress
+
+from bench.dstl_bench import _markdown, _table
+
+SECTION_KEYS = 20_000  # keys written per delegate batch while filling
+
+
+def anon_rss() -> int:
+    """Anonymous resident memory of this process in bytes (Linux)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def peak_during(work: Callable[[], Any]) -> tuple[float, int]:
+    """``(seconds, peak anonymous memory above the level before)`` of ``work()``."""
+    import gc
+
+    gc.collect()
+    before = anon_rss()
+    peak = before
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, anon_rss())
+            time.sleep(0.005)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    started = time.perf_counter()
+    try:
+        work()
+    finally:
+        seconds = time.perf_counter() - started
+        done.set()
+        sampler.join()
+    return seconds, max(peak, anon_rss()) - before
+
+
+def probe(delegate_kind: str, keys: int, value_bytes: int, out: Path) -> dict[str, Any]:
+    """Fill, materialize and restore once in this process; writes and returns the figures."""
+    from dstl.backend.changelog import ChangelogKeyedStateBackend
+    from dstl.backend.delegate import HeapDelegate, LmdbDelegate
+    from dstl.spi import KeyGroupRange, load_storage
+
+    key_groups = KeyGroupRange(0, 128)
+    with tempfile.TemporaryDirectory(prefix="dstl-scale-") as workdir:
+        snapshots = Path(workdir, "snapshots").as_uri()
+        config = {"dstl.storage": "memory", "dstl.memory.namespace": f"scale-{uuid.uuid4().hex}"}
+
+        def delegate() -> Any:  # noqa: ANN401
+            if delegate_kind == "lmdb":
+                return LmdbDelegate(Path(workdir, f"lmdb-{uuid.uuid4().hex[:6]}"), map_size=1 << 30)
+            return HeapDelegate()
+
+        with load_storage(config, job_id="scale") as storage:
+            backend = ChangelogKeyedStateBackend(
+                storage, "op", key_groups, delegate=delegate(), snapshot_dir=snapshots
+            )
+            backend.value_state("v")  # registered, so a restore knows the state
+            value = b"v" * value_bytes
+            filler: dict[int, dict[bytes, Any]] = {}
+            for index in range(keys):
+                filler.setdefault(index % 128, {})[f"key-{index:09d}".encode()] = value
+                if (index + 1) % SECTION_KEYS == 0 or index + 1 == keys:
+                    for key_group, entries in filler.items():
+                        backend.delegate.write_batch("v", key_group, entries)
+                    filler = {}
+            refs: list[Any] = []
+            materialize_s, materialize_mem = peak_during(lambda: refs.append(backend.materialize().result()))
+            snapshot = backend.checkpoint(1).result()
+            backend.close()
+            restored = ChangelogKeyedStateBackend(
+                storage, "op", key_groups, epoch=1, delegate=delegate(), snapshot_dir=snapshots
+            )
+            restore_s, restore_mem = peak_during(lambda: restored.restore(snapshot, config))
+            count = sum(1 for kg in range(128) for _ in restored.delegate.entries("v", kg))
+            restored.close()
+    figures = {
+        "delegate": delegate_kind,
+        "keys": keys,
+        "value_bytes": value_bytes,
+        "snapshot_bytes": refs[0].size,
+        "materialize_s": materialize_s,
+        "materialize_peak_anon": materialize_mem,
+        "restore_s": restore_s,
+        "restore_peak_anon": restore_mem,
+        "restored_keys": count,
+    }
+    out.write_text(json.dumps(figures))
+    return figures
+
+
+def run_probe(delegate_kind: str, keys: int, value_bytes: int = 200) -> dict[str, Any]:
+    """:func:`probe` in a fresh interpreter; returns its figures."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "figures.json"
+        command = [sys.executable, "-m", "bench.scale_bench", "--probe", delegate_kind, str(keys), str(out)]
+        command += ["--value-bytes", str(value_bytes)]
+        subprocess.run(command, check=True, timeout=3600, cwd=Path(__file__).resolve().parents[1])
+        return json.loads(out.read_text())
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run every size and delegate; print and write the table."""
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--sizes", default="250000,1000000")
+    parser.add_argument("--delegates", default="lmdb,heap")
+    parser.add_argument("--value-bytes", type=int, default=200)
+    parser.add_argument("--probe", nargs=3, metavar=("DELEGATE", "KEYS", "OUT"))
+    parser.add_argument("--results", default="bench/results")
+    args = parser.parse_args(argv)
+    if args.probe:
+        kind, keys, out = args.probe
+        probe(kind, int(keys), args.value_bytes, Path(out))
+        return 0
+    console = Console()
+    records = []
+    runs = [(d, int(s)) for d in args.delegates.split(",") for s in args.sizes.split(",")]
+    with Progress(console=console) as progress:
+        task = progress.add_task("scale runs", total=len(runs))
+        for kind, keys in runs:
+            progress.update(task, description=f"{kind}, {keys:,} keys")
+            records.append(run_probe(kind, keys, args.value_bytes))
+            progress.advance(task)
+    mb = 1 << 20
+    columns = [
+        "delegate",
+        "keys",
+        "state MB",
+        "snapshot MB",
+        "materialize s",
+        "materialize peak anon MB",
+        "restore s",
+        "restore peak anon MB",
+    ]
+    rows = [
+        [
+            r["delegate"],
+            f"{r['keys']:,}",
+            f"{r['keys'] * r['value_bytes'] / mb:.0f}",
+            f"{r['snapshot_bytes'] / mb:.0f}",
+            f"{r['materialize_s']:.2f}",
+            f"{r['materialize_peak_anon'] / mb:.1f}",
+            f"{r['restore_s']:.2f}",
+            f"{r['restore_peak_anon'] / mb:.1f}",
+        ]
+        for r in records
+    ]
+    title = f"Full materialization and restore, {args.value_bytes} B values"
+    console.print(_table(title, columns, rows))
+    out = Path(args.results)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "scale-bench.md").write_text("\n".join([f"# {title}", "", *_markdown(columns, rows), ""]))
+    (out / "scale-bench.json").write_text(json.dumps(records, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
