@@ -5,6 +5,7 @@ from __future__ import annotations
 from dstl.spi import ConfigOption, OptionType, hookimpl, parse_duration, parse_size
 
 from .keygroups import MAX_KEY_GROUPS
+from .materialization.codecs import CODEC_IDS
 
 __all__ = ["BACKEND_OPTIONS"]
 
@@ -82,6 +83,14 @@ BACKEND_OPTIONS = (
         5,
         "Every k-th materialization is full; the others hold only keys changed or removed since.",
         minimum=1,
+    ),
+    ConfigOption(
+        "state.changelog.materialization.compression",
+        OptionType.ENUM,
+        "zstd",
+        "Compression of snapshot sections (each on its own, so partial restores stay partial): zstd "
+        "(level 1), lz4 or none.",
+        choices=tuple(CODEC_IDS),
     ),
     ConfigOption(
         "state.changelog.materialization.bridge",

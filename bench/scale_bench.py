@@ -69,7 +69,24 @@ def peak_during(work: Callable[[], Any]) -> tuple[float, int]:
     return seconds, max(peak, anon_rss()) - before
 
 
-def probe(delegate_kind: str, keys: int, value_bytes: int, out: Path) -> dict[str, Any]:
+def _values(value_bytes: int, count: int = 4096) -> list[bytes]:
+    """Values like real state (counters, ids, a random hex string): about 2:1 compressible, not 100:1."""
+    import os
+    import random
+
+    import msgpack
+
+    rng = random.Random(11)
+    values = []
+    for _ in range(count):
+        record = {"n": rng.randint(0, 10**6), "t": rng.randint(1_700_000_000_000, 1_800_000_000_000)}
+        head = msgpack.packb(record, use_bin_type=True)
+        pad = os.urandom(max(value_bytes - len(head), 0) // 2).hex().encode()
+        values.append((head + pad)[:value_bytes].ljust(value_bytes, b"."))
+    return values
+
+
+def probe(delegate_kind: str, keys: int, value_bytes: int, out: Path, codec: str = "zstd") -> dict[str, Any]:  # noqa: PLR0913
     """Fill, materialize and restore once in this process; writes and returns the figures."""
     from dstl.backend.changelog import ChangelogKeyedStateBackend
     from dstl.backend.delegate import HeapDelegate, LmdbDelegate
@@ -87,13 +104,18 @@ def probe(delegate_kind: str, keys: int, value_bytes: int, out: Path) -> dict[st
 
         with load_storage(config, job_id="scale") as storage:
             backend = ChangelogKeyedStateBackend(
-                storage, "op", key_groups, delegate=delegate(), snapshot_dir=snapshots
+                storage,
+                "op",
+                key_groups,
+                delegate=delegate(),
+                snapshot_dir=snapshots,
+                snapshot_compression=codec,
             )
             backend.value_state("v")  # registered, so a restore knows the state
-            value = b"v" * value_bytes
+            values = _values(value_bytes)
             filler: dict[int, dict[bytes, Any]] = {}
             for index in range(keys):
-                filler.setdefault(index % 128, {})[f"key-{index:09d}".encode()] = value
+                filler.setdefault(index % 128, {})[f"key-{index:09d}".encode()] = values[index % len(values)]
                 if (index + 1) % SECTION_KEYS == 0 or index + 1 == keys:
                     for key_group, entries in filler.items():
                         backend.delegate.write_batch("v", key_group, entries)
@@ -110,6 +132,7 @@ def probe(delegate_kind: str, keys: int, value_bytes: int, out: Path) -> dict[st
             restored.close()
     figures = {
         "delegate": delegate_kind,
+        "codec": codec,
         "keys": keys,
         "value_bytes": value_bytes,
         "snapshot_bytes": refs[0].size,
@@ -123,12 +146,12 @@ def probe(delegate_kind: str, keys: int, value_bytes: int, out: Path) -> dict[st
     return figures
 
 
-def run_probe(delegate_kind: str, keys: int, value_bytes: int = 200) -> dict[str, Any]:
+def run_probe(delegate_kind: str, keys: int, value_bytes: int = 200, codec: str = "zstd") -> dict[str, Any]:
     """:func:`probe` in a fresh interpreter; returns its figures."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "figures.json"
         command = [sys.executable, "-m", "bench.scale_bench", "--probe", delegate_kind, str(keys), str(out)]
-        command += ["--value-bytes", str(value_bytes)]
+        command += ["--value-bytes", str(value_bytes), "--codecs", codec]
         subprocess.run(command, check=True, timeout=3600, cwd=Path(__file__).resolve().parents[1])
         return json.loads(out.read_text())
 
@@ -141,25 +164,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="250000,1000000")
     parser.add_argument("--delegates", default="lmdb,heap")
     parser.add_argument("--value-bytes", type=int, default=200)
+    parser.add_argument("--codecs", default="zstd", help="snapshot codecs to compare, e.g. none,zstd,lz4")
     parser.add_argument("--probe", nargs=3, metavar=("DELEGATE", "KEYS", "OUT"))
     parser.add_argument("--results", default="bench/results")
     args = parser.parse_args(argv)
     if args.probe:
         kind, keys, out = args.probe
-        probe(kind, int(keys), args.value_bytes, Path(out))
+        probe(kind, int(keys), args.value_bytes, Path(out), args.codecs.split(",")[0])
         return 0
     console = Console()
     records = []
-    runs = [(d, int(s)) for d in args.delegates.split(",") for s in args.sizes.split(",")]
+    runs = [
+        (d, int(s), c)
+        for d in args.delegates.split(",")
+        for s in args.sizes.split(",")
+        for c in args.codecs.split(",")
+    ]
     with Progress(console=console) as progress:
         task = progress.add_task("scale runs", total=len(runs))
-        for kind, keys in runs:
-            progress.update(task, description=f"{kind}, {keys:,} keys")
-            records.append(run_probe(kind, keys, args.value_bytes))
+        for kind, keys, codec in runs:
+            progress.update(task, description=f"{kind}, {keys:,} keys, {codec}")
+            records.append(run_probe(kind, keys, args.value_bytes, codec))
             progress.advance(task)
     mb = 1 << 20
     columns = [
         "delegate",
+        "codec",
         "keys",
         "state MB",
         "snapshot MB",
@@ -171,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = [
         [
             r["delegate"],
+            r["codec"],
             f"{r['keys']:,}",
             f"{r['keys'] * r['value_bytes'] / mb:.0f}",
             f"{r['snapshot_bytes'] / mb:.0f}",

@@ -206,6 +206,7 @@ class ChangelogKeyedStateBackend:
         squash_updates: bool = False,
         fork_replay_from: int = 1 << 20,
         bridge_full_snapshots: bool = True,
+        snapshot_compression: str = "zstd",
     ) -> None:
         if not KeyGroupRange(0, max_parallelism).contains_range(key_groups):
             msg = f"key groups {key_groups} exceed max_parallelism {max_parallelism}"
@@ -224,7 +225,12 @@ class ChangelogKeyedStateBackend:
         self._restored_refs: tuple[MaterializationRef, ...] = ()
         self._restored_bridge: tuple[MaterializationRef, ...] = ()
         self.materializer = Materializer(
-            self, snapshot_dir, max_failures_allowed, full_materialization_every, bridge=bridge_full_snapshots
+            self,
+            snapshot_dir,
+            max_failures_allowed,
+            full_materialization_every,
+            bridge=bridge_full_snapshots,
+            codec=snapshot_compression,
         )
         self._interval = materialization_interval
         self._max_log_ratio = max_log_ratio if snapshot_dir else 0.0
@@ -271,6 +277,7 @@ class ChangelogKeyedStateBackend:
             squash_updates=bool(cfg["state.changelog.squash-updates"]),
             fork_replay_from=int(cfg["state.changelog.restore.fork-replay-from"]),
             bridge_full_snapshots=bool(cfg["state.changelog.materialization.bridge"]),
+            snapshot_compression=str(cfg["state.changelog.materialization.compression"]),
         )
 
     # -- keys --------------------------------------------------------------------------------

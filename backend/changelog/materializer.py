@@ -35,6 +35,7 @@ class Materializer:
         full_every: int = 1,
         *,
         bridge: bool = True,
+        codec: str = "zstd",
     ) -> None:
         self._backend = backend
         self._dir = snapshot_dir
@@ -47,6 +48,7 @@ class Materializer:
         # ``chain[0]`` for a working copy that holds a state of the previous chain.
         self.bridge: tuple[MaterializationRef, ...] = ()
         self._bridging = bridge
+        self._codec = codec
         self._full_every = max(1, full_every)
         self._dirty: set[tuple[str, int, bytes]] = set()
         # Keys changed in the log of a resumed snapshot: read only if an incremental needs them.
@@ -249,7 +251,7 @@ class Materializer:
         fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
         key_groups = range(backend.key_groups.start, backend.key_groups.end)
         with fs.open(path, "wb") as stream:
-            writer = SnapshotWriter(stream)
+            writer = SnapshotWriter(stream, self._codec)
             for key_group, section in view.sections(key_groups):
                 kept = _purged(section, ttl_states, now) if kind == "full" and ttl_states else section
                 if kept:

@@ -2,11 +2,15 @@
 
 Version 2, written as a stream (little-endian)::
 
-    magic "DSTM" | version u8 = 2 | reserved 3
-    sections: msgpack [[state, key, entry], ...] followed by its crc32c u32
-    meta (JSON: registrations, SQN)                           } covered by
-    index: count x (key group i32 | offset u64 | length u32)  } the trailer crc
+    magic "DSTM" | version u8 = 2 | codec u8 | reserved 2
+    sections: codec(msgpack [[state, key, entry], ...]) followed by its crc32c u32
+    meta (JSON: registrations, SQN)                                } covered by
+    index: count x (key group i32 | offset u64 | length u32 |      } the
+                    raw length u32)                                } trailer crc
     trailer: meta offset u64 | meta length u32 | section count u32 | crc32c u32 | "DSTE"
+
+The codec (see :mod:`.codecs`) compresses each section on its own; the crc
+covers the stored bytes, the raw length bounds decompression.
 
 Sections are written as the state is read, key group by key group (a large key
 group in several consecutive sections), and the index goes last, so a writer
@@ -36,15 +40,19 @@ from dstl.spi import CorruptedError, InvalidHandleError, KeyGroupRange, check_re
 
 from ..documents import MAX_DOCUMENT_BYTES, check_fields, parse_json
 from ..keygroups import MAX_KEY_GROUPS
+from .codecs import CODEC_IDS, CODEC_NAMES, compressor, decompress
 
 _MAGIC = b"DSTM"
 _END_MAGIC = b"DSTE"
-_PREAMBLE = struct.Struct("<4sB3x")
+_PREAMBLE = struct.Struct("<4sBB2x")  # magic, version, codec (version 2)
 _HEADER = struct.Struct("<4sB3xIII")  # version 1
 _TRAILER = struct.Struct("<QIII4s")  # version 2
-_ENTRY = struct.Struct("<iQI")
+_ENTRY_V1 = struct.Struct("<iQI")
+_ENTRY = struct.Struct("<iQII")  # version 2: key group, offset, stored length, raw length
 _CRC = struct.Struct("<I")
 VERSION = 2
+#: The most bytes one section may decode to: bounds what a damaged or forged section costs.
+MAX_SECTION_BYTES = 256 << 20
 
 
 @dataclass(frozen=True)
@@ -93,15 +101,17 @@ class SnapshotWriter:
     """Writes a snapshot to a binary stream, one key group's section at a time (format version 2).
 
     :param stream: any writable binary file object (a local file, an fsspec/S3 upload).
+    :param codec: section compression, a name of :data:`~.codecs.CODEC_IDS`.
     """
 
-    def __init__(self, stream: BinaryIO) -> None:
+    def __init__(self, stream: BinaryIO, codec: str = "none") -> None:
         self._stream = stream
         self._offset = 0
         self._index: list[bytes] = []
         self._last_key_group: int | None = None
+        self._compress = compressor(codec)
         self.entries = 0
-        self._write(_PREAMBLE.pack(_MAGIC, VERSION))
+        self._write(_PREAMBLE.pack(_MAGIC, VERSION, CODEC_IDS[codec]))
 
     def _write(self, data: bytes) -> None:
         self._stream.write(data)
@@ -116,8 +126,20 @@ class SnapshotWriter:
             msg = f"sections must come in key group order: {key_group} after {self._last_key_group}"
             raise ValueError(msg)
         self._last_key_group = key_group
-        body = msgpack.packb(entries, use_bin_type=True)
-        self._index.append(_ENTRY.pack(key_group, self._offset, len(body) + _CRC.size))
+        raw = msgpack.packb(entries, use_bin_type=True)
+        if len(raw) > MAX_SECTION_BYTES:
+            if len(entries) == 1:
+                msg = (
+                    f"one entry of key group {key_group} encodes to {len(raw)} bytes, more than a snapshot "
+                    f"section holds ({MAX_SECTION_BYTES}): keep single values, lists and maps smaller"
+                )
+                raise ValueError(msg)
+            half = len(entries) // 2
+            self.add_section(key_group, entries[:half])
+            self.add_section(key_group, entries[half:])
+            return
+        body = self._compress(raw)
+        self._index.append(_ENTRY.pack(key_group, self._offset, len(body) + _CRC.size, len(raw)))
         self._write(body + _CRC.pack(google_crc32c.value(body)))
         self.entries += len(entries)
 
@@ -132,10 +154,10 @@ class SnapshotWriter:
         return self._offset
 
 
-def write_snapshot(sections: dict[int, list[list[Any]]], meta: dict[str, Any]) -> bytes:
+def write_snapshot(sections: dict[int, list[list[Any]]], meta: dict[str, Any], codec: str = "none") -> bytes:
     """The snapshot object for ``sections`` (key group -> [[state, key, entry], ...]), in memory."""
     buffer = io.BytesIO()
-    writer = SnapshotWriter(buffer)
+    writer = SnapshotWriter(buffer, codec)
     for key_group in sorted(sections):
         writer.add_section(key_group, sections[key_group])
     writer.finish(meta)
@@ -152,7 +174,7 @@ def _check_counts(count: int, meta_len: int, where: str) -> None:
         raise CorruptedError(msg, location=where, offset=0)
 
 
-def _v1_head(read_range: Any, where: str) -> tuple[bytes, bytes, int]:  # noqa: ANN401
+def _v1_head(read_range: Any, where: str) -> tuple[bytes, list[tuple[int, int, int, int]]]:  # noqa: ANN401
     """Meta, index and section count of a version-1 snapshot (checked against the header crc)."""
     head = read_range(0, _HEADER.size)
     if len(head) < _HEADER.size:
@@ -160,17 +182,21 @@ def _v1_head(read_range: Any, where: str) -> tuple[bytes, bytes, int]:  # noqa: 
         raise CorruptedError(msg, location=where, offset=0)
     _, _, meta_len, count, crc = _HEADER.unpack_from(head, 0)
     _check_counts(count, meta_len, where)
-    needed = _HEADER.size + meta_len + _ENTRY.size * count
+    needed = _HEADER.size + meta_len + _ENTRY_V1.size * count
     head = read_range(0, needed)
     meta_bytes = head[_HEADER.size : _HEADER.size + meta_len]
     index_bytes = head[_HEADER.size + meta_len : needed]
-    if len(index_bytes) != _ENTRY.size * count or google_crc32c.value(meta_bytes + index_bytes) != crc:
+    if len(index_bytes) != _ENTRY_V1.size * count or google_crc32c.value(meta_bytes + index_bytes) != crc:
         msg = "snapshot header checksum mismatch"
         raise CorruptedError(msg, location=where, offset=0)
-    return meta_bytes, index_bytes, count
+    index = []
+    for i in range(count):  # uncompressed: the raw length is the stored length less its crc
+        key_group, offset, length = _ENTRY_V1.unpack_from(index_bytes, i * _ENTRY_V1.size)
+        index.append((key_group, offset, length, max(length - _CRC.size, 0)))
+    return meta_bytes, index
 
 
-def _v2_tail(read_range: Any, where: str, size: int | None) -> tuple[bytes, bytes, int]:  # noqa: ANN401
+def _v2_tail(read_range: Any, where: str, size: int | None) -> tuple[bytes, list[tuple[int, int, int, int]]]:  # noqa: ANN401
     """Meta, index and section count of a version-2 snapshot (checked against the trailer crc)."""
     if size is None or size < _PREAMBLE.size + _TRAILER.size:
         msg = f"snapshot of {size} bytes cannot hold a trailer (size unknown or too small)"
@@ -193,7 +219,7 @@ def _v2_tail(read_range: Any, where: str, size: int | None) -> tuple[bytes, byte
     if len(index_bytes) != _ENTRY.size * count or google_crc32c.value(meta_bytes + index_bytes) != crc:
         msg = "snapshot index checksum mismatch"
         raise CorruptedError(msg, location=where, offset=meta_offset)
-    return meta_bytes, index_bytes, count
+    return meta_bytes, [_ENTRY.unpack_from(index_bytes, i * _ENTRY.size) for i in range(count)]
 
 
 def read_sections(
@@ -212,30 +238,41 @@ def read_sections(
     if len(head) < _PREAMBLE.size:
         msg = "snapshot header truncated"
         raise CorruptedError(msg, location=where, offset=0)
-    magic, version = _PREAMBLE.unpack_from(head, 0)
+    magic, version, codec = _PREAMBLE.unpack_from(head, 0)
     if magic != _MAGIC or version not in (1, VERSION):
         msg = f"not a dstl snapshot (magic {magic!r}, version {version})"
         raise CorruptedError(msg, location=where, offset=0)
     if version == 1:
-        meta_bytes, index_bytes, count = _v1_head(read_range, where)
+        codec = CODEC_IDS["none"]
+        meta_bytes, index = _v1_head(read_range, where)
     else:
-        meta_bytes, index_bytes, count = _v2_tail(read_range, where, size)
+        meta_bytes, index = _v2_tail(read_range, where, size)
+    if codec not in CODEC_NAMES:
+        msg = f"snapshot uses unknown codec id {codec} (written by a newer dstl?)"
+        raise CorruptedError(msg, location=where, offset=0)
     try:
         what = f"snapshot meta of {where}"
         meta = check_fields(parse_json(meta_bytes, what), what, {})
     except InvalidHandleError as exc:
         raise CorruptedError(str(exc), location=where, offset=_HEADER.size) from exc
-    index = [_ENTRY.unpack_from(index_bytes, i * _ENTRY.size) for i in range(count)]
 
     def sections() -> Iterator[tuple[int, list[Any]]]:
-        for key_group, offset, length in index:
+        for key_group, offset, length, raw_length in index:
             if key_group not in key_groups:
                 continue
+            # Compressed data may come out a little longer than raw: twice the bound is slack enough.
+            if raw_length > MAX_SECTION_BYTES or length > 2 * MAX_SECTION_BYTES:
+                msg = (
+                    f"snapshot section of key group {key_group} claims {raw_length} bytes "
+                    f"(at most {MAX_SECTION_BYTES})"
+                )
+                raise CorruptedError(msg, location=where, offset=offset)
             raw = read_range(offset, offset + length)
-            body, stored = raw[: -_CRC.size], raw[-_CRC.size :]
-            if len(raw) != length or _CRC.unpack(stored)[0] != google_crc32c.value(body):
+            stored, crc = raw[: -_CRC.size], raw[-_CRC.size :]
+            if len(raw) != length or length < _CRC.size or _CRC.unpack(crc)[0] != google_crc32c.value(stored):
                 msg = f"snapshot section of key group {key_group} failed its checksum"
                 raise CorruptedError(msg, location=where, offset=offset)
+            body = decompress(codec, stored, raw_length, where=where, offset=offset)
             try:
                 entries = msgpack.unpackb(body, raw=False, strict_map_key=False)
             except (ValueError, TypeError, msgpack.UnpackException) as exc:

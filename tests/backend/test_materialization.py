@@ -384,14 +384,18 @@ def _crc(data):
     return google_crc32c.value(data)
 
 
-def _v2_bytes(sections, meta=b'{"sqn": 1}', count=None):
-    """A version-2 snapshot built by hand from raw section bodies (hostile input is hand-made)."""
+def _v2_bytes(sections, meta=b'{"sqn": 1}', count=None, codec=0):
+    """A version-2 snapshot built by hand from section bodies (hostile input is hand-made).
+
+    ``sections`` holds ``(key group, stored body)`` or ``(key group, stored body, raw length)``.
+    """
     import struct
 
-    out = bytearray(b"DSTM" + bytes([2, 0, 0, 0]))
+    out = bytearray(b"DSTM" + bytes([2, codec, 0, 0]))
     index = b""
-    for key_group, body in sections:
-        index += struct.pack("<iQI", key_group, len(out), len(body) + 4)
+    for key_group, body, *raw_length in sections:
+        raw = raw_length[0] if raw_length else len(body)
+        index += struct.pack("<iQII", key_group, len(out), len(body) + 4, raw)
         out += body + struct.pack("<I", _crc(body))
     meta_offset = len(out)
     out += meta + index
@@ -411,6 +415,28 @@ def _v1_bytes(sections, meta=b'{"sqn": 1}'):
         bodies += body + struct.pack("<I", _crc(body))
     header = struct.pack("<4sB3xIII", b"DSTM", 1, len(meta), len(sections), _crc(meta + index))
     return header + meta + index + bodies
+
+
+@pytest.mark.parametrize("codec", ["none", "zstd", "lz4"])
+def test_every_codec_round_trips_and_reads_only_the_sections_asked_for(codec):
+    from dstl.backend.materialization.format import read_sections, write_snapshot
+    from dstl.spi import KeyGroupRange
+
+    sections = {
+        kg: [["s", f"k{kg}-{i}".encode(), {"n": i, "pad": "x" * 50}] for i in range(300)] for kg in range(8)
+    }
+    data = write_snapshot(sections, {"sqn": 4}, codec)
+    if codec != "none":
+        assert len(data) < len(write_snapshot(sections, {"sqn": 4})) / 2
+    reads = []
+
+    def read_range(start, end):
+        reads.append(end - start)
+        return data[start:end]
+
+    meta, found = read_sections(read_range, KeyGroupRange(2, 4), where="snap", size=len(data))
+    assert meta == {"sqn": 4} and dict(found) == {2: sections[2], 3: sections[3]}
+    assert sum(reads) < len(data) / 2
 
 
 def test_hostile_snapshot_headers_and_sections_are_corrupted_errors():
@@ -440,6 +466,21 @@ def test_hostile_snapshot_headers_and_sections_are_corrupted_errors():
     # A section whose checksum is right but whose body is not msgpack entries.
     _, sections = read(_v2_bytes([(3, b"\xc1\xc1\xc1")]))
     with pytest.raises(CorruptedError, match="does not decode"):
+        list(sections)
+    # Compressed sections: a bomb, data that is no zstd frame, an unknown codec.
+    import zstandard
+
+    bomb = zstandard.ZstdCompressor().compress(b"\0" * (1 << 20))
+    _, sections = read(_v2_bytes([(3, bomb, 100)], codec=1))
+    with pytest.raises(CorruptedError, match="does not decompress|decompresses to"):
+        list(sections)
+    _, sections = read(_v2_bytes([(3, body)], codec=1))
+    with pytest.raises(CorruptedError, match="does not decompress"):
+        list(sections)
+    with pytest.raises(CorruptedError, match="unknown codec id 9"):
+        read(_v2_bytes([(3, body)], codec=9))
+    _, sections = read(_v2_bytes([(3, body, 1 << 30)]))
+    with pytest.raises(CorruptedError, match="claims 1073741824 bytes"):
         list(sections)
     # Snapshots of older releases (version 1) still restore.
     meta, sections = read(_v1_bytes([(2, body), (9, body)]))

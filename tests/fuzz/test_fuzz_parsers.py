@@ -124,10 +124,11 @@ def test_backend_snapshot_documents():
     _fuzz("backend snapshot document", json_inputs(valid), BackendSnapshot.from_json)
 
 
-_SNAPSHOT = write_snapshot(
-    {0: [["s", b"k", 1], ["s", b"l", [1, 2]]], 5: [["m", b"x", {"a": 1}]]},
-    {"sqn": 3, "registrations": {"s": ["value", "msgpack"]}},
-)
+_SECTIONS = {0: [["s", b"k", 1], ["s", b"l", [1, 2]]], 5: [["m", b"x", {"a": 1}]]}
+_META = {"sqn": 3, "registrations": {"s": ["value", "msgpack"]}}
+_SNAPSHOT = write_snapshot(_SECTIONS, _META)
+_SNAPSHOT_ZSTD = write_snapshot(_SECTIONS, _META, "zstd")
+_SNAPSHOT_LZ4 = write_snapshot(_SECTIONS, _META, "lz4")
 
 
 def test_snapshot_objects():
@@ -137,7 +138,8 @@ def test_snapshot_objects():
         )
         list(sections)
 
-    _fuzz("snapshot object", st.one_of(mutated_bytes(_SNAPSHOT), st.binary(max_size=300)), parse)
+    compressed = st.one_of(mutated_bytes(_SNAPSHOT_ZSTD), mutated_bytes(_SNAPSHOT_LZ4))
+    _fuzz("snapshot object", st.one_of(mutated_bytes(_SNAPSHOT), compressed, st.binary(max_size=300)), parse)
 
 
 _FRAMES = b"".join(

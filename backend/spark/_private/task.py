@@ -165,6 +165,8 @@ def process_instance(
             full_materialization_every=int(cfg["state.changelog.materialization.full-every"]),
             squash_updates=bool(cfg["state.changelog.squash-updates"]),
             fork_replay_from=int(cfg["state.changelog.restore.fork-replay-from"]),
+            bridge_full_snapshots=bool(cfg["state.changelog.materialization.bridge"]),
+            snapshot_compression=str(cfg["state.changelog.materialization.compression"]),
         )
         try:
             restore_began = time.perf_counter()
