@@ -599,6 +599,28 @@ class ChangelogKeyedStateBackend:
     def _registered(self, name: str, kind: str, serializer: str) -> None:
         self._restored_kinds[name] = (kind, serializer)
 
+    # -- what the materializer needs (MaterializationTarget) ----------------------------------------
+    @property
+    def job_id(self) -> str:
+        """The job the storage was opened for (snapshots go under ``<job>/snapshots/``)."""
+        return str(getattr(self.storage, "job_id", "job"))
+
+    @property
+    def log_id(self) -> str:
+        """The changelog of this backend."""
+        return self.writer.log_id
+
+    def begin_materialization(self) -> int:
+        """Flush squashed changes and log the registrations; returns the SQN the log continues at.
+
+        Squashed changes belong before the snapshot's SQN; the log after it must
+        describe its states by itself.
+        """
+        self.flush_pending()
+        sqn = self.writer.next_sqn()
+        self._log_registrations()
+        return sqn
+
     def _log_registrations(self) -> None:
         for state in self._states.values():
             spec = state.descriptor

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from itertools import groupby
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from dstl.spi import ConfigError, InvalidHandleError, StorageError
 
@@ -19,17 +19,58 @@ from ..materialization import MaterializationRef, SnapshotWriter, read_sections
 from ..ttl import purge_expired
 
 if TYPE_CHECKING:
-    from .backend import ChangelogKeyedStateBackend
+    from dstl.spi import KeyGroupRange
+
+    from ..delegate import StateDelegate
 
 log = logging.getLogger(__name__)
 
 
+class MaterializationTarget(Protocol):
+    """What a :class:`Materializer` needs of the state it snapshots (as Flink's ``MaterializationTarget``).
+
+    :class:`~dstl.backend.changelog.ChangelogKeyedStateBackend` is one; tests use fakes.
+    """
+
+    @property
+    def job_id(self) -> str:
+        """The job: snapshots go under ``<job>/snapshots/``."""
+
+    @property
+    def operator_id(self) -> str:
+        """The operator (instance) whose state this is."""
+
+    @property
+    def log_id(self) -> str:
+        """The changelog the snapshots cover (names the snapshot objects)."""
+
+    @property
+    def key_groups(self) -> KeyGroupRange:
+        """The key groups of the state."""
+
+    @property
+    def delegate(self) -> StateDelegate:
+        """The working state: read for snapshots, written by loads."""
+
+    def begin_materialization(self) -> int:
+        """Make the log ready to continue after a snapshot taken now; returns the SQN it continues at."""
+
+    def registrations(self) -> dict[str, tuple[str, str]]:
+        """``name -> (kind, serializer)`` of the registered states."""
+
+    def ttl_states(self) -> dict[str, tuple[str, float]]:
+        """``name -> (kind, seconds)`` of the states with TTL (left out of full snapshots once expired)."""
+
+    def clock(self) -> float:
+        """The wall clock TTL is measured with."""
+
+
 class Materializer:
-    """Uploads snapshots of the backend's delegate under ``snapshot_dir`` (any fsspec URL)."""
+    """Uploads snapshots of a target's delegate under ``snapshot_dir`` (any fsspec URL)."""
 
     def __init__(
         self,
-        backend: ChangelogKeyedStateBackend,
+        backend: MaterializationTarget,
         snapshot_dir: str | None,
         max_failures: int,
         full_every: int = 1,
@@ -76,8 +117,7 @@ class Materializer:
 
     def _prefix(self) -> str:
         backend = self._backend
-        job = getattr(backend.storage, "job_id", "job")
-        return f"{job}/snapshots/{backend.operator_id}/{backend.writer.log_id}-"
+        return f"{backend.job_id}/snapshots/{backend.operator_id}/{backend.log_id}-"
 
     @property
     def latest(self) -> MaterializationRef | None:
@@ -141,10 +181,7 @@ class Materializer:
                 return self._running
             backend = self._backend
             began = time.perf_counter()
-            backend.flush_pending()  # squashed changes belong before the snapshot's SQN
-            sqn = backend.writer.next_sqn()
-            # The log after the snapshot must describe its states by itself.
-            backend._log_registrations()
+            sqn = backend.begin_materialization()
             dirty, self._dirty = self._dirty, set()
             # Full when asked, every k-th time, or when the incrementals would reach the
             # size of a full snapshot: the chain then stays below twice the state.
@@ -262,7 +299,7 @@ class Materializer:
     def load(self, ref: MaterializationRef) -> dict[str, tuple[str, str]]:
         """Apply ``ref``'s sections of the backend's key groups to the delegate; returns its registrations."""
         fs, root = self._filesystem()
-        job = getattr(self._backend.storage, "job_id", "job")
+        job = self._backend.job_id
         if not ref.path.startswith(f"{job}/snapshots/"):
             msg = (
                 f"snapshot reference {ref.path!r} lies outside {job}/snapshots/ of this job: a damaged or "
