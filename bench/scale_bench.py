@@ -69,21 +69,14 @@ def peak_during(work: Callable[[], Any]) -> tuple[float, int]:
     return seconds, max(peak, anon_rss()) - before
 
 
-def _values(value_bytes: int, count: int = 4096) -> list[bytes]:
-    """Values like real state (counters, ids, a random hex string): about 2:1 compressible, not 100:1."""
-    import os
-    import random
-
+def _value(rng: Any, value_bytes: int) -> bytes:  # noqa: ANN401 - random.Random
+    """A value like real state (counters, a timestamp, a random hex id): about 2:1 compressible."""
     import msgpack
 
-    rng = random.Random(11)
-    values = []
-    for _ in range(count):
-        record = {"n": rng.randint(0, 10**6), "t": rng.randint(1_700_000_000_000, 1_800_000_000_000)}
-        head = msgpack.packb(record, use_bin_type=True)
-        pad = os.urandom(max(value_bytes - len(head), 0) // 2).hex().encode()
-        values.append((head + pad)[:value_bytes].ljust(value_bytes, b"."))
-    return values
+    record = {"n": rng.randint(0, 10**6), "t": rng.randint(1_700_000_000_000, 1_800_000_000_000)}
+    head = msgpack.packb(record, use_bin_type=True)
+    pad = rng.randbytes(max(value_bytes - len(head), 0) // 2 + 1).hex().encode()
+    return (head + pad)[:value_bytes]
 
 
 def probe(delegate_kind: str, keys: int, value_bytes: int, out: Path, codec: str = "zstd") -> dict[str, Any]:  # noqa: PLR0913
@@ -112,10 +105,12 @@ def probe(delegate_kind: str, keys: int, value_bytes: int, out: Path, codec: str
                 snapshot_compression=codec,
             )
             backend.value_state("v")  # registered, so a restore knows the state
-            values = _values(value_bytes)
+            import random
+
+            rng = random.Random(11)
             filler: dict[int, dict[bytes, Any]] = {}
             for index in range(keys):
-                filler.setdefault(index % 128, {})[f"key-{index:09d}".encode()] = values[index % len(values)]
+                filler.setdefault(index % 128, {})[f"key-{index:09d}".encode()] = _value(rng, value_bytes)
                 if (index + 1) % SECTION_KEYS == 0 or index + 1 == keys:
                     for key_group, entries in filler.items():
                         backend.delegate.write_batch("v", key_group, entries)
