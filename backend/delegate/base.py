@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 __all__ = ["SECTION_ENTRIES", "MappingView", "StateDelegate", "StateView"]
@@ -43,8 +43,13 @@ class StateView(ABC):
 class MappingView(StateView):
     """A view over ``state -> key group -> {key: entry}`` mappings held in memory."""
 
-    def __init__(self, view: Mapping[str, Mapping[int, Mapping[bytes, Any]]]) -> None:
+    def __init__(
+        self,
+        view: Mapping[str, Mapping[int, Mapping[bytes, Any]]],
+        on_close: Callable[[], None] | None = None,
+    ) -> None:
         self._view = view
+        self._on_close = on_close
 
     def sections(self, key_groups: Iterable[int]) -> Iterator[tuple[int, list[list[Any]]]]:
         """Each key group's entries of every state, states in name order."""
@@ -59,6 +64,12 @@ class MappingView(StateView):
                         section = []
             if section:
                 yield key_group, section
+
+    def close(self) -> None:
+        """Release the view (idempotent)."""
+        on_close, self._on_close = self._on_close, None
+        if on_close is not None:
+            on_close()
 
 
 class StateDelegate(ABC):

@@ -158,3 +158,23 @@ def test_an_lmdb_view_is_consistent_and_the_map_grows_only_after_it_closes(tmp_p
     assert grown.is_set() and delegate.resizes >= 1
     assert delegate.get("a", 3, b"k00000") == "changed" and delegate.get("b", 5, b"x") is None
     delegate.close()
+
+
+def test_a_heap_view_is_copy_on_write_per_key_group():
+    delegate = HeapDelegate()
+    delegate.write_batch("a", 1, {b"x": 1, b"y": 2})
+    delegate.write_batch("a", 2, {b"z": 3})
+    view = delegate.view()
+    untouched = delegate._data["a"][2]
+    delegate.put("a", 1, b"x", "changed")  # copies group 1 once
+    copied = delegate._data["a"][1]
+    delegate.delete("a", 1, b"y")
+    delegate.put("b", 4, b"new", 9)
+    assert delegate._data["a"][1] is copied, "a group is copied once per view, not per write"
+    assert list(view.sections(range(8))) == [(1, [["a", b"x", 1], ["a", b"y", 2]]), (2, [["a", b"z", 3]])]
+    assert delegate._data["a"][2] is untouched, "a group nobody wrote is shared, not copied"
+    view.close()
+    view.close()  # idempotent
+    delegate.put("a", 2, b"z", 4)
+    assert delegate._data["a"][2] is untouched, "without an open view, writes go in place"
+    assert dict(delegate.entries("a", 1)) == {b"x": "changed"}
