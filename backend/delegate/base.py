@@ -21,12 +21,30 @@ class StateView(ABC):
     """
 
     @abstractmethod
+    def state_names(self) -> list[str]:
+        """The states in the view, in name order."""
+
+    @abstractmethod
+    def entries(self, state: str, key_group: int) -> Iterable[tuple[bytes, Any]]:
+        """``(key, entry)`` of a state in a key group, as the view holds them."""
+
     def sections(self, key_groups: Iterable[int]) -> Iterator[tuple[int, list[list[Any]]]]:
         """``(key group, [[state, key, entry], ...])`` of ``key_groups``, ascending, empty ones left out.
 
         A key group with more than :data:`SECTION_ENTRIES` entries comes as several
         consecutive sections.
         """
+        states = self.state_names()
+        for key_group in sorted(key_groups):
+            section: list[list[Any]] = []
+            for state in states:
+                for key, entry in self.entries(state, key_group):
+                    section.append([state, key, entry])
+                    if len(section) == SECTION_ENTRIES:
+                        yield key_group, section
+                        section = []
+            if section:
+                yield key_group, section
 
     def close(self) -> None:  # noqa: B027 - nothing to release by default
         """Release the view."""
@@ -41,7 +59,10 @@ class StateView(ABC):
 
 
 class MappingView(StateView):
-    """A view over ``state -> key group -> {key: entry}`` mappings held in memory."""
+    """A view over ``state -> key group -> {key: entry}`` mappings held in memory.
+
+    :param on_close: called once when the view is released.
+    """
 
     def __init__(
         self,
@@ -51,19 +72,13 @@ class MappingView(StateView):
         self._view = view
         self._on_close = on_close
 
-    def sections(self, key_groups: Iterable[int]) -> Iterator[tuple[int, list[list[Any]]]]:
-        """Each key group's entries of every state, states in name order."""
-        states = sorted(self._view)
-        for key_group in sorted(key_groups):
-            section: list[list[Any]] = []
-            for state in states:
-                for key, entry in self._view[state].get(key_group, {}).items():
-                    section.append([state, key, entry])
-                    if len(section) == SECTION_ENTRIES:
-                        yield key_group, section
-                        section = []
-            if section:
-                yield key_group, section
+    def state_names(self) -> list[str]:
+        """The states in the view, in name order."""
+        return sorted(self._view)
+
+    def entries(self, state: str, key_group: int) -> Iterable[tuple[bytes, Any]]:
+        """The mapping's items of the state and key group."""
+        return self._view[state].get(key_group, {}).items()
 
     def close(self) -> None:
         """Release the view (idempotent)."""

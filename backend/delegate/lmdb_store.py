@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import struct
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ import msgpack
 
 from dstl.spi import StorageError
 
-from .base import SECTION_ENTRIES, StateDelegate, StateView
+from .base import StateDelegate, StateView
 
 __all__ = ["LmdbDelegate"]
 
@@ -208,10 +208,15 @@ class LmdbView(StateView):
         self._delegate = delegate
         self._txn: lmdb.Transaction | None = txn
 
-    def _states(self) -> list[str]:
+    def _open(self) -> lmdb.Transaction:
+        if self._txn is None:
+            msg = "the view is closed"
+            raise ValueError(msg)
+        return self._txn
+
+    def state_names(self) -> list[str]:
         """The state names in the view, found by skipping from one state's prefix to the next."""
-        assert self._txn is not None  # noqa: S101 - only called while open
-        cursor = self._txn.cursor()
+        cursor = self._open().cursor()
         found: list[str] = []
         position = b""
         while cursor.set_range(position):
@@ -222,31 +227,16 @@ class LmdbView(StateView):
             position = bytes([length]) + name + b"\xff" * (_KG.size + 1)  # past every key of this state
         return sorted(found)
 
-    def sections(self, key_groups: Iterable[int]) -> Iterator[tuple[int, list[list[Any]]]]:
-        """Each key group's entries of every state, decoded one section at a time."""
-        if self._txn is None:
-            msg = "the view is closed"
-            raise ValueError(msg)
-        states = self._states()
-        unpackb = msgpack.unpackb
-        cursor = self._txn.cursor()
-        for key_group in sorted(key_groups):
-            section: list[list[Any]] = []
-            for state in states:
-                prefix = _prefix(state, key_group)
-                if not cursor.set_range(prefix):
-                    continue
-                for raw_key, raw in cursor:
-                    if not raw_key.startswith(prefix):
-                        break
-                    section.append(
-                        [state, bytes(raw_key[len(prefix) :]), unpackb(raw, raw=False, strict_map_key=False)]
-                    )
-                    if len(section) == SECTION_ENTRIES:
-                        yield key_group, section
-                        section = []
-            if section:
-                yield key_group, section
+    def entries(self, state: str, key_group: int) -> Iterator[tuple[bytes, Any]]:
+        """The entries of a state in a key group, decoded as the cursor reaches them."""
+        prefix = _prefix(state, key_group)
+        cursor = self._open().cursor()
+        if not cursor.set_range(prefix):
+            return
+        for raw_key, raw in cursor:
+            if not raw_key.startswith(prefix):
+                return
+            yield bytes(raw_key[len(prefix) :]), msgpack.unpackb(raw, raw=False, strict_map_key=False)
 
     def close(self) -> None:
         """End the read transaction (idempotent)."""
