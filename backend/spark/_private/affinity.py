@@ -88,13 +88,13 @@ def pinned_instances(sc: Any, groups: Any, homes: ExecutorHomes) -> Any:  # noqa
     if homes.unavailable is not None:
         return None
     try:
-        locations = homes.assign(groups.getNumPartitions(), live_executors(sc))
+        partitions = groups.getNumPartitions()
+        locations = homes.assign(partitions, live_executors(sc))
         from pyspark.rdd import RDD
         from pyspark.serializers import CPickleSerializer, PairDeserializer
 
         jvm = sc._jvm  # noqa: SLF001
         converters = jvm.scala.jdk.javaapi.CollectionConverters
-        partitions = groups.getNumPartitions()
         elements = []
         for instance in range(partitions):
             preferred = [locations[instance]] if instance in locations else []
@@ -102,8 +102,8 @@ def pinned_instances(sc: Any, groups: Any, homes: ExecutorHomes) -> Any:  # noqa
                 jvm.scala.Tuple2(bytearray(pickle.dumps(instance)), converters.asScala(preferred).toSeq())
             )
         byte_array = jvm.scala.reflect.ClassTag.apply(jvm.java.lang.Class.forName("[B"))
-        homes = sc._jsc.sc().makeRDD(converters.asScala(elements).toSeq(), byte_array)  # noqa: SLF001
-        zipped = homes.toJavaRDD().zip(groups._jrdd)  # noqa: SLF001 - zips partition i with partition i
+        preferring = sc._jsc.sc().makeRDD(converters.asScala(elements).toSeq(), byte_array)  # noqa: SLF001
+        zipped = preferring.toJavaRDD().zip(groups._jrdd)  # noqa: SLF001 - zips partition i with partition i
         return RDD(zipped, sc, PairDeserializer(CPickleSerializer(), groups._jrdd_deserializer))  # noqa: SLF001
     except Exception as exc:  # noqa: BLE001 - any gateway failure means: no sticky placement
         homes.unavailable = str(exc)
