@@ -2,6 +2,8 @@
 
 import logging
 
+import pytest
+
 from dstl.backend.spark._private import affinity
 from dstl.backend.spark._private.affinity import ExecutorHomes
 from tests.backend.spark.test_query import assert_exact, local_config, run
@@ -41,11 +43,19 @@ def test_rescale_and_no_executors():
     assert homes.assign(3, []) == {}  # local mode: the driver only, no preference
 
 
-def test_without_the_gateway_the_query_falls_back_to_spark_placement(spark, tmp_path, monkeypatch, caplog):
-    def unavailable(sc):
+@pytest.mark.parametrize("failing", ["executor list", "after the JVM RDD is built"])
+def test_without_the_gateway_the_query_falls_back_to_spark_placement(
+    spark, tmp_path, monkeypatch, caplog, failing
+):
+    def unavailable(*args, **kwargs):
         raise RuntimeError("no JVM gateway here (Spark Connect?)")
 
-    monkeypatch.setattr(affinity, "live_executors", unavailable)
+    if failing == "executor list":
+        monkeypatch.setattr(affinity, "live_executors", unavailable)
+    else:
+        import pyspark.serializers
+
+        monkeypatch.setattr(pyspark.serializers, "PairDeserializer", unavailable)
     workdir = tmp_path / "job"
     with caplog.at_level(logging.WARNING, logger="dstl.backend.spark"):
         progress = run(spark, workdir, local_config(tmp_path), 3)
