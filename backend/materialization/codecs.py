@@ -34,6 +34,28 @@ def compressor(name: str) -> Callable[[bytes], bytes]:
     raise ValueError(msg)
 
 
+def _zstd_bounded(stored: bytes, raw_length: int) -> bytes:
+    """At most ``raw_length + 1`` bytes of the zstd frame in ``stored``, whatever its header claims.
+
+    ``ZstdDecompressor.decompress`` trusts a frame's declared content size over
+    ``max_output_size``, so a forged frame could make it allocate anything; a
+    stream read stops at the bound.
+    """
+    import io
+
+    import zstandard
+
+    reader = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(stored), read_across_frames=False)
+    parts, wanted = [], raw_length + 1  # one byte more shows a frame longer than recorded
+    while wanted > 0:
+        part = reader.read(wanted)
+        if not part:
+            break
+        parts.append(part)
+        wanted -= len(part)
+    return b"".join(parts)
+
+
 def decompress(codec: int, stored: bytes, raw_length: int, *, where: str, offset: int) -> bytes:
     """``stored`` decompressed; it must come out exactly ``raw_length`` bytes long.
 
@@ -43,9 +65,7 @@ def decompress(codec: int, stored: bytes, raw_length: int, *, where: str, offset
         if codec == CODEC_IDS["none"]:
             raw = stored
         elif codec == CODEC_IDS["zstd"]:
-            import zstandard
-
-            raw = zstandard.ZstdDecompressor().decompress(stored, max_output_size=raw_length)
+            raw = _zstd_bounded(stored, raw_length)
         elif codec == CODEC_IDS["lz4"]:
             import lz4.frame
 

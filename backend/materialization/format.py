@@ -164,12 +164,12 @@ def write_snapshot(sections: dict[int, list[list[Any]]], meta: dict[str, Any], c
     return buffer.getvalue()
 
 
-def _check_counts(count: int, meta_len: int, where: str) -> None:
-    if count > MAX_KEY_GROUPS or meta_len > MAX_DOCUMENT_BYTES:
+def _check_counts(count: int, meta_len: int, where: str, max_count: int) -> None:
+    if count > max_count or meta_len > MAX_DOCUMENT_BYTES:
         # Checked before reading: a damaged header must not make a restore allocate gigabytes.
         msg = (
             f"snapshot header claims {count} sections and {meta_len} bytes of meta "
-            f"(at most {MAX_KEY_GROUPS} and {MAX_DOCUMENT_BYTES})"
+            f"(at most {max_count} and {MAX_DOCUMENT_BYTES})"
         )
         raise CorruptedError(msg, location=where, offset=0)
 
@@ -181,7 +181,7 @@ def _v1_head(read_range: Any, where: str) -> tuple[bytes, list[tuple[int, int, i
         msg = "snapshot header truncated"
         raise CorruptedError(msg, location=where, offset=0)
     _, _, meta_len, count, crc = _HEADER.unpack_from(head, 0)
-    _check_counts(count, meta_len, where)
+    _check_counts(count, meta_len, where, MAX_KEY_GROUPS)  # version 1: one section per key group
     needed = _HEADER.size + meta_len + _ENTRY_V1.size * count
     head = read_range(0, needed)
     meta_bytes = head[_HEADER.size : _HEADER.size + meta_len]
@@ -209,7 +209,8 @@ def _v2_tail(read_range: Any, where: str, size: int | None) -> tuple[bytes, list
     if end != _END_MAGIC:
         msg = f"snapshot trailer damaged (end magic {end!r})"
         raise CorruptedError(msg, location=where, offset=size - _TRAILER.size)
-    _check_counts(count, meta_len, where)
+    # Large key groups span several sections, so the count is bounded by what the object can index.
+    _check_counts(count, meta_len, where, (size - _PREAMBLE.size - _TRAILER.size) // _ENTRY.size)
     index_end = meta_offset + meta_len + _ENTRY.size * count
     if meta_offset < _PREAMBLE.size or index_end != size - _TRAILER.size:
         msg = "snapshot trailer does not describe the object (offsets out of place)"
