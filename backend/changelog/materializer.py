@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -192,29 +193,36 @@ class Materializer:
                 or len(self.chain) >= self._full_every
                 or chain_keys + len(dirty) >= full_keys
             )
-            if not full and self._dirty_in_resumed_log is not None:
+            # An incremental (or the bridge of a full one) needs the keys changed in a resumed
+            # snapshot's log: read that log once; a failed upload hands them back with ``dirty``.
+            incremental_keys_needed = not full or (self._bridging and bool(self.chain))
+            if incremental_keys_needed and self._dirty_in_resumed_log is not None:
                 dirty |= self._dirty_in_resumed_log()
-                full = chain_keys + len(dirty) >= full_keys
+                self._dirty_in_resumed_log = None
+                full = full or chain_keys + len(dirty) >= full_keys
             bridged = full and self._bridging and bool(self.chain)
-            if bridged and self._dirty_in_resumed_log is not None:
-                dirty |= self._dirty_in_resumed_log()
             views: list[tuple[str, StateView]] = []
-            if not full or bridged:
-                views.append(("incr", MappingView(_changed_entries(backend.delegate, dirty))))
-            if full:
-                # O(1) on LMDB (a read transaction); read section by section in the background.
-                views.append(("full", backend.delegate.view()))
-            registrations = backend.registrations()
-            ttl_states, now = backend.ttl_states(), backend.clock()
-            future: Future[MaterializationRef] = Future()
-            self._running = future
-            self.started += 1
-            self._thread = threading.Thread(
-                target=self._upload,
-                args=(fs, root, sqn, views, (registrations, ttl_states, now), future, dirty, began),
-                daemon=True,
-            )
-            self._thread.start()
+            try:
+                if not full or bridged:
+                    views.append(("incr", MappingView(_changed_entries(backend.delegate, dirty))))
+                if full:
+                    # O(1) on LMDB (a read transaction); read section by section in the background.
+                    views.append(("full", backend.delegate.view()))
+                context = (backend.registrations(), backend.ttl_states(), backend.clock())
+                future: Future[MaterializationRef] = Future()
+                thread = threading.Thread(
+                    target=self._upload,
+                    args=(fs, root, sqn, views, context, future, dirty, began),
+                    daemon=True,
+                )
+                self._running, self._thread = future, thread
+                self.started += 1
+                thread.start()
+            except BaseException:
+                self._dirty |= dirty
+                for _, view in views:  # an open LMDB view would block the map from growing
+                    view.close()
+                raise
             return future
 
     def _upload(  # noqa: PLR0913
@@ -230,9 +238,13 @@ class Materializer:
     ) -> None:
         backend = self._backend
         full = views[-1][0] == "full"
+        written: list[str] = []  # paths this attempt created: removed again if it fails
         try:
-            refs = [self._write(fs, root, sqn, kind, view, context) for kind, view in views]
+            refs = [self._write(fs, root, sqn, kind, view, context, written) for kind, view in views]
         except Exception as exc:  # noqa: BLE001 - counted, reported through the future
+            for path in written:
+                with contextlib.suppress(Exception):  # best effort: recovery removes what is left
+                    fs.rm_file(path)
             with self._lock:
                 self.failures += 1
                 self.failed += 1
@@ -270,6 +282,7 @@ class Materializer:
         kind: str,
         view: StateView,
         context: tuple[dict, dict[str, tuple[str, float]], float],
+        written: list[str],
     ) -> MaterializationRef:
         """Stream one snapshot object of ``view`` (``kind`` is ``full`` or ``incr``), a section at a time.
 
@@ -287,13 +300,24 @@ class Materializer:
         path = f"{root}/{relative}"
         fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
         key_groups = range(backend.key_groups.start, backend.key_groups.end)
-        with fs.open(path, "wb") as stream:
+        written.append(path)
+        stream = fs.open(path, "wb")
+        try:
             writer = SnapshotWriter(stream, self._codec)
             for key_group, section in view.sections(key_groups):
                 kept = _purged(section, ttl_states, now) if kind == "full" and ttl_states else section
                 if kept:
                     writer.add_section(key_group, kept)
             size = writer.finish(meta)
+        except BaseException:
+            # Closing would commit what was written (fsspec files commit on close): abort the
+            # upload where the file can (an S3 multipart upload), and close it quietly.
+            with contextlib.suppress(Exception):
+                stream.discard()
+            with contextlib.suppress(Exception):
+                stream.close()
+            raise
+        stream.close()
         return MaterializationRef(relative, backend.key_groups, sqn, size, writer.entries)
 
     def load(self, ref: MaterializationRef) -> dict[str, tuple[str, str]]:

@@ -3,8 +3,8 @@
 import pytest
 
 from dstl.backend.changelog.materializer import Materializer
-from dstl.backend.delegate import HeapDelegate, LmdbDelegate
-from dstl.spi import KeyGroupRange
+from dstl.backend.delegate import HeapDelegate, LmdbDelegate, MappingView
+from dstl.spi import KeyGroupRange, StorageError
 
 
 class FakeTarget:
@@ -92,3 +92,84 @@ def test_a_snapshot_outside_the_jobs_directory_is_not_read(tmp_path):
     ref = materializer.start().result(timeout=30)
     with pytest.raises(InvalidHandleError, match="outside job/snapshots/"):
         materializer.load(replace(ref, path="other-job/snapshots/x.snap"))
+
+
+def test_the_log_of_a_resumed_snapshot_is_read_once(tmp_path):
+    """Not full at first, then full by size, then bridged: the resumed log's keys are still read once."""
+    target = FakeTarget(HeapDelegate())
+    materializer = Materializer(target, (tmp_path / "snap").as_uri(), 3, full_every=5)
+    for i in range(3):
+        _write(target, materializer, 0, f"k{i}".encode(), i)
+    materializer.start().result(timeout=30)
+    reads = []
+
+    def changed_in_resumed_log():
+        reads.append(1)
+        return {("v", 1, f"r{i}".encode()) for i in range(5)}  # more than the full snapshot held
+
+    materializer.resumed(materializer.chain, changed_in_resumed_log)
+    for i in range(5):
+        target.delegate.put("v", 1, f"r{i}".encode(), i)
+    ref = materializer.start().result(timeout=30)
+    assert "-full-" in ref.path and len(materializer.bridge) == 2
+    assert materializer.bridge[1].entries == 5  # the bridge holds the resumed log's keys
+    assert len(reads) == 1
+
+
+class _FailingView(MappingView):
+    """Yields the first section, then the state can no longer be read."""
+
+    def sections(self, key_groups):
+        sections = super().sections(key_groups)
+        yield next(sections)
+        raise OSError("injected: reading the state failed mid-snapshot")
+
+
+class _FailingHeap(HeapDelegate):
+    """A heap whose views fail after one section while ``failing``."""
+
+    failing = False
+
+    def view(self):
+        view = super().view()
+        return _FailingView(view._view, on_close=view.close) if self.failing else view
+
+
+@pytest.mark.parametrize("where", ["file", "s3"])
+def test_a_failed_materialization_leaves_no_object(tmp_path, where, request, monkeypatch):
+    """Nothing of a failed attempt stays: not the bridge written before it, not a partial snapshot."""
+    if where == "s3":
+        endpoint = request.getfixturevalue("s3_endpoint")
+        for name, value in {
+            "AWS_ENDPOINT_URL": endpoint.url,
+            "AWS_ACCESS_KEY_ID": endpoint.access_key,
+            "AWS_SECRET_ACCESS_KEY": endpoint.secret_key,
+            "AWS_DEFAULT_REGION": "us-east-1",
+        }.items():
+            monkeypatch.setenv(name, value)
+        snapshots = f"s3://{endpoint.bucket}/m-{tmp_path.name}"
+    else:
+        snapshots = (tmp_path / "snap").as_uri()
+    target = FakeTarget(_FailingHeap())
+    materializer = Materializer(target, snapshots, 3, full_every=1)
+    for i in range(200):
+        _write(target, materializer, i % 8, f"k{i}".encode(), i)
+    full = materializer.start().result(timeout=30)
+    target.delegate.failing = True
+    _write(target, materializer, 3, b"k3", "changed")
+    with pytest.raises(StorageError, match="injected"):
+        materializer.start().result(timeout=30)  # bridge written, then the full snapshot fails
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(snapshots)
+    left = sorted(p.rsplit("/", 1)[-1] for p in fs.find(root))
+    assert left == [full.path.rsplit("/", 1)[-1]], left
+    if where == "s3":
+        uploads = endpoint.client().list_multipart_uploads(Bucket=endpoint.bucket)
+        assert not uploads.get("Uploads"), uploads
+    # The next attempt succeeds and holds the change.
+    target.delegate.failing = False
+    retried = materializer.start().result(timeout=30)
+    copy = FakeTarget(HeapDelegate())
+    Materializer(copy, snapshots, 3).load(retried)
+    assert copy.delegate.get("v", 3, b"k3") == "changed"
