@@ -156,8 +156,9 @@ class LmdbDelegate(StateDelegate):
         return iter(found)
 
     def states(self) -> list[str]:
-        """Names of the states holding entries."""
-        return sorted(self.snapshot())
+        """Names of the states holding entries (found by skipping from state to state, nothing decoded)."""
+        with self.view() as view:
+            return view.state_names()
 
     def clear(self) -> None:
         """Remove every entry (one write transaction; the file keeps its pages for reuse)."""

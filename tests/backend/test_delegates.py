@@ -178,3 +178,12 @@ def test_a_heap_view_is_copy_on_write_per_key_group():
     delegate.put("a", 2, b"z", 4)
     assert delegate._data["a"][2] is untouched, "without an open view, writes go in place"
     assert dict(delegate.entries("a", 1)) == {b"x": "changed"}
+
+
+def test_state_names_skip_from_state_to_state(make_delegate):
+    delegate = make_delegate()
+    for state in ("b", "a", "long-name", "c"):
+        delegate.write_batch(state, 5, {f"k{i}".encode(): i for i in range(50)})
+        delegate.write_batch(state, 100, {b"x": 1})
+    delegate.delete("c", 5, b"k0")
+    assert delegate.states() == ["a", "b", "c", "long-name"]
