@@ -159,20 +159,27 @@ class ListState(_KeyedState):
 
 
 class MapState(_KeyedState):
-    """A map per key (map keys must be plain data)."""
+    """A map per key (map keys must be plain data).
 
-    def _map(self) -> dict[bytes, bytes]:
+    Every operation reaches one entry of the map, so its cost does not grow with
+    the map; :meth:`items` streams.
+    """
+
+    def _raw(self, raw_key: bytes) -> bytes | None:
+        key_group, key = self._backend._current()
+        return self._backend.delegate.map_get(self.name, key_group, key, raw_key)
+
+    def _live_items(self) -> Iterator[tuple[bytes, bytes]]:
         """Live entries (serialized), expired ones left out."""
-        entry = self._entry() or {}
+        key_group, key = self._backend._current()
+        items = self._backend.delegate.map_items(self.name, key_group, key)
         if self.descriptor.ttl is None:
-            return entry
-        live = ((k, self._live(v)) for k, v in entry.items())
-        return {k: v for k, v in live if v is not None}
+            return items
+        return ((k, live) for k, v in items if (live := self._live(v)) is not None)
 
     def get(self, map_key: Any) -> Any | None:  # noqa: ANN401
         """The value under ``map_key``, or ``None``."""
-        raw = self._map().get(map_key_bytes(map_key))
-        return None if raw is None else self._serializer.loads(raw)
+        return self._load(self._raw(map_key_bytes(map_key)))
 
     def put(self, map_key: Any, value: Any) -> None:  # noqa: ANN401
         """Set ``map_key`` to ``value``."""
@@ -181,18 +188,20 @@ class MapState(_KeyedState):
     def remove(self, map_key: Any) -> None:  # noqa: ANN401
         """Remove ``map_key`` (no-op when absent)."""
         raw_key = map_key_bytes(map_key)
-        if raw_key in (self._entry() or {}):  # expired entries too: removing frees them now
+        if self._raw(raw_key) is not None:  # expired entries too: removing frees them now
             self._apply(Op.MAP_REMOVE, raw_key)
 
     def contains(self, map_key: Any) -> bool:  # noqa: ANN401
         """Whether ``map_key`` is present."""
-        return map_key_bytes(map_key) in self._map()
+        raw = self._raw(map_key_bytes(map_key))
+        return raw is not None and self._live(raw) is not None
 
     def items(self) -> Iterator[tuple[Any, Any]]:
-        """``(map key, value)`` pairs."""
-        for raw_key, raw_value in list(self._map().items()):
-            yield msgpack.unpackb(raw_key, raw=False, strict_map_key=False), self._serializer.loads(raw_value)
+        """``(map key, value)`` pairs, streamed (the map may change meanwhile)."""
+        loads = self._serializer.loads
+        for raw_key, raw_value in self._live_items():
+            yield msgpack.unpackb(raw_key, raw=False, strict_map_key=False), loads(raw_value)
 
     def is_empty(self) -> bool:
-        """Whether the current key's map is empty."""
-        return not self._map()
+        """Whether the current key's map is empty (of live entries)."""
+        return next(iter(self._live_items()), None) is None

@@ -68,35 +68,52 @@ class _Registrations:
         return name
 
 
-def applied(op: Op, current: Any | None, args: list[Any]) -> Any | None:  # noqa: ANN401 - entries
-    """The entry after ``op`` on ``current`` (``None``: absent, before or after)."""
+def applied(op: Op, current: Any | None, args: list[Any], *, owned: bool = False) -> Any | None:  # noqa: ANN401
+    """The entry after ``op`` on ``current`` (``None``: absent, before or after).
+
+    :param owned: ``current`` belongs to the caller and may change in place (a squash's
+        own entries: a collection built by many ops then costs O(1) per op).
+    """
     if op is Op.VALUE_PUT:
         return args[0]
     if op is Op.CLEAR:
         return None
-    if op is Op.LIST_ADD:
-        return [*(current or []), args[0]]
     if op is Op.LIST_SET:
-        return list(args[0])
+        return list(args[0]) or None
+    if op is Op.LIST_ADD:
+        entry = current if owned and current is not None else list(current or [])
+        entry.append(args[0])
+        return entry
+    entry = current if owned and current is not None else dict(current or {})
     if op is Op.MAP_PUT:
-        return {**(current or {}), args[0]: args[1]}
-    entry = dict(current or {})  # MAP_REMOVE
-    entry.pop(args[0], None)
+        entry[args[0]] = args[1]
+        return entry
+    entry.pop(args[0], None)  # MAP_REMOVE
     return entry or None
 
 
 def apply_change(
     delegate: StateDelegate, state: str, key_group: int, key: bytes, op: Op, args: list[Any]
 ) -> None:
-    """Apply one change to the delegate (live mutations, and replayed changes that could not be squashed)."""
+    """Apply one change to the delegate (live mutations, and replayed changes that could not be squashed).
+
+    Element changes go to the delegate's element methods: their cost does not grow
+    with the collection.
+    """
     if op is _OP_VALUE_PUT:
         delegate.put(state, key_group, key, args[0])
-        return
-    entry = applied(op, delegate.get(state, key_group, key) if op in _READS_CURRENT else None, args)
-    if entry is None:
-        delegate.delete(state, key_group, key)
+    elif op is Op.LIST_ADD:
+        delegate.append(state, key_group, key, args[0])
+    elif op is Op.MAP_PUT:
+        delegate.map_put(state, key_group, key, args[0], args[1])
+    elif op is Op.MAP_REMOVE:
+        delegate.map_remove(state, key_group, key, args[0])
     else:
-        delegate.put(state, key_group, key, entry)
+        entry = applied(op, None, args)
+        if entry is None:
+            delegate.delete(state, key_group, key)
+        else:
+            delegate.put(state, key_group, key, entry)
 
 
 _READS_CURRENT = frozenset({Op.LIST_ADD, Op.MAP_PUT, Op.MAP_REMOVE})
@@ -200,7 +217,9 @@ def squash(logs: Iterable[FetchedLog], base: Callable[[str, int, bytes], Any] | 
                         unsquashed.append((name, key_group, key, int(op), args))
                         continue
                     current = base(name, key_group, key) if base is not None else None
-                batch[key] = applied(op, current, args)
+                    batch[key] = applied(op, current, args)  # the base's entry is copied, never changed
+                else:
+                    batch[key] = applied(op, current, args, owned=True)
     return result
 
 

@@ -28,6 +28,10 @@ class StateView(ABC):
     def entries(self, state: str, key_group: int) -> Iterable[tuple[bytes, Any]]:
         """``(key, entry)`` of a state in a key group, as the view holds them."""
 
+    @abstractmethod
+    def get(self, state: str, key_group: int, key: bytes) -> Any | None:  # noqa: ANN401 - entry
+        """One key's entry as the view holds it, or ``None``."""
+
     def sections(self, key_groups: Iterable[int]) -> Iterator[tuple[int, list[list[Any]]]]:
         """``(key group, [[state, key, entry], ...])`` of ``key_groups``, ascending, empty ones left out.
 
@@ -80,6 +84,12 @@ class MappingView(StateView):
         """The mapping's items of the state and key group."""
         return self._view[state].get(key_group, {}).items()
 
+    def get(self, state: str, key_group: int, key: bytes) -> Any | None:  # noqa: ANN401 - entry
+        """The mapping's entry of the key, or ``None``."""
+        groups = self._view.get(state)
+        group = None if groups is None else groups.get(key_group)
+        return None if group is None else group.get(key)
+
     def close(self) -> None:
         """Release the view (idempotent)."""
         on_close, self._on_close = self._on_close, None
@@ -93,6 +103,11 @@ class StateDelegate(ABC):
     An entry is the stored form of one key's state: ``bytes`` for value state,
     ``list[bytes]`` for list state, ``dict[bytes, bytes]`` for map state. The
     changelog layer is the only writer; delegates apply what it tells them.
+
+    The element methods (:meth:`append`, :meth:`map_get`, :meth:`map_put`,
+    :meth:`map_remove`, :meth:`map_items`) work on one element of a collection.
+    The defaults here rewrite the whole entry; the shipped delegates store
+    collections per element, so they cost the same whatever the collection's size.
     """
 
     @abstractmethod
@@ -118,6 +133,33 @@ class StateDelegate(ABC):
                 self.delete(state, key_group, key)
             else:
                 self.put(state, key_group, key, entry)
+
+    def append(self, state: str, key_group: int, key: bytes, element: bytes) -> None:
+        """Append ``element`` to the key's list (creating it)."""
+        self.put(state, key_group, key, [*(self.get(state, key_group, key) or []), element])
+
+    def map_get(self, state: str, key_group: int, key: bytes, map_key: bytes) -> bytes | None:
+        """The value under ``map_key`` in the key's map, or ``None``."""
+        entry = self.get(state, key_group, key)
+        return None if entry is None else entry.get(map_key)
+
+    def map_put(self, state: str, key_group: int, key: bytes, map_key: bytes, value: bytes) -> None:
+        """Set ``map_key`` to ``value`` in the key's map (creating it)."""
+        self.put(state, key_group, key, {**(self.get(state, key_group, key) or {}), map_key: value})
+
+    def map_remove(self, state: str, key_group: int, key: bytes, map_key: bytes) -> None:
+        """Remove ``map_key`` from the key's map; an emptied map removes the key."""
+        entry = dict(self.get(state, key_group, key) or {})
+        if entry.pop(map_key, None) is None:
+            return
+        if entry:
+            self.put(state, key_group, key, entry)
+        else:
+            self.delete(state, key_group, key)
+
+    def map_items(self, state: str, key_group: int, key: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """``(map key, value)`` of the key's map (safe to change the map meanwhile)."""
+        return iter(list((self.get(state, key_group, key) or {}).items()))
 
     @abstractmethod
     def entries(self, state: str, key_group: int) -> Iterator[tuple[bytes, Any]]:

@@ -14,15 +14,23 @@ __all__ = ["HeapDelegate"]
 class HeapDelegate(StateDelegate):
     """``state -> key group -> key -> entry`` in dicts; fastest, lives in one process.
 
-    Views are copy-on-write per key group (as Flink's copy-on-write state map, by
-    key group): taking one marks every key group's dict shared, and the first
-    write to a shared dict replaces it with a copy, so a view costs O(key groups)
-    and a materialization copies only the groups written while it runs.
+    Lists and maps are changed in place, an element at a time, so an append or a
+    map put costs the same whatever the collection's size.
+
+    Views are copy-on-write per key group and per collection (as Flink's
+    copy-on-write state map): taking one marks every key group's dict shared, and
+    the first write to a shared dict replaces it with a copy; a collection that
+    an open view may read is copied before its first change in place. A view
+    costs O(key groups), and a materialization copies only what changes while
+    it runs.
     """
 
     def __init__(self) -> None:
         self._data: dict[str, dict[int, dict[bytes, Any]]] = {}
         self._shared: set[int] = set()  # ids of group dicts an open view may still read
+        # Ids of collections created or copied since the newest view was taken: no view reads
+        # them, so they change in place (every other collection is copied first while a view is open).
+        self._owned: set[int] = set()
         self._open_views = 0
         self._views_lock = threading.Lock()
 
@@ -53,6 +61,61 @@ class HeapDelegate(StateDelegate):
         """Store ``entry``."""
         self._writable(state, key_group)[key] = entry
 
+    def _in_place(self, group: dict[bytes, Any], key: bytes) -> Any | None:  # noqa: ANN401 - a collection
+        """The key's collection, safe to change in place (copied first when an open view may read it)."""
+        entry = group.get(key)
+        if entry is not None and self._open_views and id(entry) not in self._owned:
+            entry = group[key] = entry.copy()
+            self._owned.add(id(entry))
+        return entry
+
+    def _created(self, group: dict[bytes, Any], key: bytes, entry: Any) -> None:  # noqa: ANN401
+        group[key] = entry
+        if self._open_views:
+            self._owned.add(id(entry))
+
+    def append(self, state: str, key_group: int, key: bytes, element: bytes) -> None:
+        """Append in place (O(1))."""
+        group = self._writable(state, key_group)
+        entry = self._in_place(group, key)
+        if entry is None:
+            self._created(group, key, [element])
+        else:
+            entry.append(element)
+
+    def map_get(self, state: str, key_group: int, key: bytes, map_key: bytes) -> bytes | None:
+        """One dict lookup."""
+        group = self._group(state, key_group)
+        entry = None if group is None else group.get(key)
+        return None if entry is None else entry.get(map_key)
+
+    def map_put(self, state: str, key_group: int, key: bytes, map_key: bytes, value: bytes) -> None:
+        """Set in place (O(1))."""
+        group = self._writable(state, key_group)
+        entry = self._in_place(group, key)
+        if entry is None:
+            self._created(group, key, {map_key: value})
+        else:
+            entry[map_key] = value
+
+    def map_remove(self, state: str, key_group: int, key: bytes, map_key: bytes) -> None:
+        """Remove in place (O(1)); an emptied map removes the key."""
+        if self.map_get(state, key_group, key, map_key) is None:
+            return
+        group = self._writable(state, key_group)
+        entry = self._in_place(group, key)
+        del entry[map_key]
+        if not entry:
+            del group[key]
+
+    def map_items(self, state: str, key_group: int, key: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """The map's items over a copy of its keys only (a pointer each), so the map may change meanwhile."""
+        group = self._group(state, key_group)
+        entry = None if group is None else group.get(key)
+        if not entry:
+            return iter(())
+        return _items_of_keys(entry, list(entry))
+
     def write_batch(self, state: str, key_group: int, entries: Mapping[bytes, Any]) -> None:
         """One dict update; removals (``None`` entries) only when there are any (checked in C)."""
         group = self._writable(state, key_group)
@@ -81,9 +144,13 @@ class HeapDelegate(StateDelegate):
         self._data = {}
 
     def snapshot(self) -> dict[str, dict[int, dict[bytes, Any]]]:
-        """Shallow copies suffice: entries are replaced on change, never mutated in place."""
+        """A copy: collections too, since they change in place."""
         return {
-            state: {kg: dict(group) for kg, group in groups.items()} for state, groups in self._data.items()
+            state: {
+                kg: {key: entry if type(entry) is bytes else entry.copy() for key, entry in group.items()}
+                for kg, group in groups.items()
+            }
+            for state, groups in self._data.items()
         }
 
     def view(self) -> MappingView:
@@ -91,6 +158,7 @@ class HeapDelegate(StateDelegate):
         with self._views_lock:
             frozen = {state: dict(groups) for state, groups in self._data.items()}
             self._shared.update(id(group) for groups in frozen.values() for group in groups.values())
+            self._owned.clear()  # every collection is now one the new view may read
             self._open_views += 1
         return MappingView(frozen, on_close=self._view_closed)
 
@@ -99,3 +167,12 @@ class HeapDelegate(StateDelegate):
             self._open_views -= 1
             if self._open_views == 0:
                 self._shared.clear()  # nobody reads the shared dicts any more: write them in place
+                self._owned.clear()
+
+
+def _items_of_keys(entry: dict[bytes, bytes], keys: list[bytes]) -> Iterator[tuple[bytes, bytes]]:
+    """``entry``'s items of ``keys`` still present: the caller may change the map while it iterates."""
+    for key in keys:
+        value = entry.get(key)
+        if value is not None:
+            yield key, value

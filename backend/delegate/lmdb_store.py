@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import lmdb
-import msgpack
 
 from dstl.spi import StorageError
 
@@ -26,11 +25,53 @@ from .base import StateDelegate, StateView
 __all__ = ["LmdbDelegate"]
 
 _KG = struct.Struct(">i")
+_KEY_LENGTH = struct.Struct(">H")
+_INDEX = struct.Struct(">Q")
+_LIST, _MAP = b"\x01", b"\x02"  # element tags after a key's base
+_MAX_KEY = 511  # LMDB's default key size limit
+_ITEMS_CHUNK = 1024  # map entries read per read transaction while iterating a map
+
+#: The record layout, in the Spark working copy's stamp: a copy of another layout is restored, not read.
+LAYOUT = 2
 
 
 def _prefix(state: str, key_group: int) -> bytes:
     name = state.encode()
     return bytes([len(name)]) + name + _KG.pack(key_group)
+
+
+def _base(prefix: bytes, key: bytes) -> bytes:
+    """A key's records start with this: length-prefixed, so no key's records fall among another's."""
+    return prefix + _KEY_LENGTH.pack(len(key)) + key
+
+
+def _decoded(records: Iterator[tuple[bytes, bytes]], prefix: bytes) -> Iterator[tuple[bytes, Any]]:
+    """``(key, entry)`` from a cursor's records under ``prefix``, the elements of a collection gathered."""
+    at = len(prefix)
+    key: bytes | None = None
+    entry: Any = None
+    for raw_key, raw in records:
+        if not raw_key.startswith(prefix):
+            break
+        (length,) = _KEY_LENGTH.unpack_from(raw_key, at)
+        this = raw_key[at + 2 : at + 2 + length]
+        tail = raw_key[at + 2 + length :]
+        if this != key:
+            if key is not None:
+                yield key, entry
+            key, entry = this, None
+        if not tail:
+            entry = raw
+        elif tail[:1] == _LIST:
+            if entry is None:
+                entry = []
+            entry.append(raw)
+        else:
+            if entry is None:
+                entry = {}
+            entry[tail[1:]] = raw
+    if key is not None:
+        yield key, entry
 
 
 def _disk_failure(exc: lmdb.Error) -> bool:
@@ -103,56 +144,113 @@ class LmdbDelegate(StateDelegate):
                 )
                 raise StorageError(msg, retriable=True) from exc
 
-    def _key(self, state: str, key_group: int, key: bytes) -> bytes:
-        if len(state.encode()) > 255:
+    def _base(self, state: str, key_group: int, key: bytes, extra: int = 0) -> bytes:
+        """The key's base, checked against LMDB's key size with ``extra`` bytes (an element's) to follow."""
+        if len(state.encode()) > 255:  # noqa: PLR2004 - one length byte
             msg = f"state name {state[:40]!r}... is longer than 255 bytes"
             raise ValueError(msg)
-        return _prefix(state, key_group) + key
+        base = _base(_prefix(state, key_group), key)
+        if len(base) + extra > _MAX_KEY:
+            msg = (
+                f"state {state!r}: the key ({len(key)} bytes) with the state name and an element's "
+                f"{extra} bytes exceeds the {_MAX_KEY} bytes of an LMDB key; use shorter keys or "
+                "state.backend.delegate=heap"
+            )
+            raise ValueError(msg)
+        return base
 
     def get(self, state: str, key_group: int, key: bytes) -> Any | None:  # noqa: ANN401
-        """The entry, or ``None``."""
+        """The entry, or ``None`` (a collection's elements gathered: one seek, then a range)."""
+        base = self._base(state, key_group, key)
         with self._read() as txn:
-            raw = txn.get(self._key(state, key_group, key))
-        return None if raw is None else msgpack.unpackb(raw, raw=False, strict_map_key=False)
+            return _entry_at(txn, base)
 
     def put(self, state: str, key_group: int, key: bytes, entry: Any) -> None:  # noqa: ANN401
-        """Store ``entry``."""
-        stored_key, value = self._key(state, key_group, key), msgpack.packb(entry, use_bin_type=True)
-        self._write(lambda txn: txn.put(stored_key, value))
+        """Store ``entry`` (a collection replaces every element the key had)."""
+        base = self._base(state, key_group, key)
+        self._write(lambda txn: _store(txn, base, entry))
 
     def write_batch(self, state: str, key_group: int, entries: Mapping[bytes, Any]) -> None:
         """All in one write transaction (a transaction per entry would dominate a restore)."""
         prefix = _prefix(state, key_group)
-        self._key(state, key_group, b"")  # validates the state name
-        packb = msgpack.packb
+        self._base(state, key_group, b"")  # validates the state name
 
         def write(txn: lmdb.Transaction) -> None:
             for key, entry in entries.items():
+                base = _base(prefix, key)
                 if entry is None:
-                    txn.delete(prefix + key)
+                    _remove(txn, base)
                 else:
-                    txn.put(prefix + key, packb(entry, use_bin_type=True))
+                    _store(txn, base, entry)
 
         self._write(write)
 
     def delete(self, state: str, key_group: int, key: bytes) -> None:
-        """Remove the entry."""
-        stored_key = self._key(state, key_group, key)
-        self._write(lambda txn: txn.delete(stored_key))
+        """Remove the entry (a collection's elements too)."""
+        base = self._base(state, key_group, key)
+        self._write(lambda txn: _remove(txn, base))
+
+    def append(self, state: str, key_group: int, key: bytes, element: bytes) -> None:
+        """One record after the list's last (found by one seek): O(log n), not O(n)."""
+        base = self._base(state, key_group, key, 1 + _INDEX.size)
+        first = base + _LIST
+
+        def write(txn: lmdb.Transaction) -> None:
+            cursor = txn.cursor()
+            moved = cursor.prev() if cursor.set_range(base + _MAP) else cursor.last()
+            last = cursor.key() if moved else b""
+            index = 0
+            if last.startswith(first) and len(last) == len(first) + _INDEX.size:
+                index = _INDEX.unpack_from(last, len(first))[0] + 1
+            txn.put(first + _INDEX.pack(index), element)
+
+        self._write(write)
+
+    def _map_key(self, state: str, key_group: int, key: bytes, map_key: bytes) -> bytes:
+        return self._base(state, key_group, key, 1 + len(map_key)) + _MAP + map_key
+
+    def map_get(self, state: str, key_group: int, key: bytes, map_key: bytes) -> bytes | None:
+        """One lookup."""
+        stored = self._map_key(state, key_group, key, map_key)
+        with self._read() as txn:
+            return txn.get(stored)
+
+    def map_put(self, state: str, key_group: int, key: bytes, map_key: bytes, value: bytes) -> None:
+        """One record."""
+        stored = self._map_key(state, key_group, key, map_key)
+        self._write(lambda txn: txn.put(stored, value))
+
+    def map_remove(self, state: str, key_group: int, key: bytes, map_key: bytes) -> None:
+        """One record removed."""
+        stored = self._map_key(state, key_group, key, map_key)
+        self._write(lambda txn: txn.delete(stored))
+
+    def map_items(self, state: str, key_group: int, key: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """The map's entries, read a chunk per read transaction (none stays open while the caller works)."""
+        first = self._base(state, key_group, key) + _MAP
+        position = first
+        while True:
+            chunk: list[tuple[bytes, bytes]] = []
+            with self._read() as txn:
+                cursor = txn.cursor()
+                if cursor.set_range(position):
+                    for raw_key, raw in cursor:
+                        if not raw_key.startswith(first):
+                            break
+                        chunk.append((raw_key[len(first) :], raw))
+                        if len(chunk) == _ITEMS_CHUNK:
+                            break
+            yield from chunk
+            if len(chunk) < _ITEMS_CHUNK:
+                return
+            position = first + chunk[-1][0] + b"\x00"  # the smallest key after the last one read
 
     def entries(self, state: str, key_group: int) -> Iterator[tuple[bytes, Any]]:
         """Every entry of a state in a key group (read in one transaction)."""
         prefix = _prefix(state, key_group)
-        found = []
         with self._read() as txn:
             cursor = txn.cursor()
-            if cursor.set_range(prefix):
-                for raw_key, raw in cursor:
-                    if not raw_key.startswith(prefix):
-                        break
-                    found.append(
-                        (bytes(raw_key[len(prefix) :]), msgpack.unpackb(raw, raw=False, strict_map_key=False))
-                    )
+            found = list(_decoded(iter(cursor), prefix)) if cursor.set_range(prefix) else []
         return iter(found)
 
     def states(self) -> list[str]:
@@ -166,17 +264,20 @@ class LmdbDelegate(StateDelegate):
 
     def snapshot(self) -> dict[str, dict[int, dict[bytes, Any]]]:
         """Everything, read in one (MVCC) read transaction: a consistent view."""
-        view: dict[str, dict[int, dict[bytes, Any]]] = {}
+        found: dict[str, dict[int, dict[bytes, Any]]] = {}
         with self._read() as txn:
-            for raw_key, raw in txn.cursor():
+            for raw_key, _ in txn.cursor():
                 length = raw_key[0]
                 state = bytes(raw_key[1 : 1 + length]).decode()
                 (key_group,) = _KG.unpack_from(raw_key, 1 + length)
-                key = bytes(raw_key[1 + length + _KG.size :])
-                view.setdefault(state, {}).setdefault(key_group, {})[key] = msgpack.unpackb(
-                    raw, raw=False, strict_map_key=False
-                )
-        return view
+                found.setdefault(state, {})[key_group] = {}
+            for state, groups in found.items():
+                for key_group in groups:
+                    prefix = _prefix(state, key_group)
+                    cursor = txn.cursor()
+                    cursor.set_range(prefix)
+                    groups[key_group] = dict(_decoded(iter(cursor), prefix))
+        return found
 
     def view(self) -> LmdbView:
         """A read transaction: a consistent view in O(1), read one key group at a time."""
@@ -232,12 +333,12 @@ class LmdbView(StateView):
         """The entries of a state in a key group, decoded as the cursor reaches them."""
         prefix = _prefix(state, key_group)
         cursor = self._open().cursor()
-        if not cursor.set_range(prefix):
-            return
-        for raw_key, raw in cursor:
-            if not raw_key.startswith(prefix):
-                return
-            yield bytes(raw_key[len(prefix) :]), msgpack.unpackb(raw, raw=False, strict_map_key=False)
+        if cursor.set_range(prefix):
+            yield from _decoded(iter(cursor), prefix)
+
+    def get(self, state: str, key_group: int, key: bytes) -> Any | None:  # noqa: ANN401 - entry
+        """One key's entry as the view holds it."""
+        return _entry_at(self._open(), _base(_prefix(state, key_group), key))
 
     def close(self) -> None:
         """End the read transaction (idempotent)."""
@@ -245,3 +346,41 @@ class LmdbView(StateView):
             self._txn.abort()
             self._txn = None
             self._delegate._view_closed()  # noqa: SLF001 - the view belongs to its delegate
+
+
+def _entry_at(txn: lmdb.Transaction, base: bytes) -> Any | None:  # noqa: ANN401 - entry
+    cursor = txn.cursor()
+    if not cursor.set_range(base) or not cursor.key().startswith(base):
+        return None
+    prefix = base[: 1 + base[0] + _KG.size]  # the state and key group part of the base
+    for _, entry in _decoded(iter(cursor), prefix):
+        return entry
+    return None
+
+
+def _remove(txn: lmdb.Transaction, base: bytes) -> None:
+    """Delete the key's value record and every element record."""
+    txn.delete(base)
+    cursor = txn.cursor()
+    if cursor.set_range(base + _LIST):
+        while cursor.key().startswith(base) and cursor.delete():
+            pass
+
+
+def _store(txn: lmdb.Transaction, base: bytes, entry: Any) -> None:  # noqa: ANN401 - entry
+    """Write ``entry`` at ``base``: bytes as one record, a list or map as one record per element."""
+    if type(entry) is bytes:
+        txn.put(base, entry)  # a key's state has one kind: no elements to remove
+        return
+    _remove(txn, base)
+    if isinstance(entry, list):
+        first = base + _LIST
+        for index, element in enumerate(entry):
+            txn.put(first + _INDEX.pack(index), element)
+    elif isinstance(entry, dict):
+        first = base + _MAP
+        for map_key, value in entry.items():
+            txn.put(first + map_key, value)
+    else:
+        msg = f"a state entry is bytes, a list or a dict of bytes, not {type(entry).__name__}"
+        raise TypeError(msg)

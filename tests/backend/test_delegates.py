@@ -135,11 +135,12 @@ def test_an_lmdb_view_is_consistent_and_the_map_grows_only_after_it_closes(tmp_p
     from dstl.backend.delegate.base import SECTION_ENTRIES
 
     delegate = LmdbDelegate(tmp_path / "view", map_size=1 << 20)
-    before = {f"k{i:05d}".encode(): i for i in range(SECTION_ENTRIES + 10)}  # two sections in group 3
+    # Two sections in group 3:
+    before = {f"k{i:05d}".encode(): str(i).encode() for i in range(SECTION_ENTRIES + 10)}
     delegate.write_batch("a", 3, before)
-    delegate.write_batch("b", 5, {b"x": 1})
+    delegate.write_batch("b", 5, {b"x": b"1"})
     view = delegate.view()
-    delegate.put("a", 3, b"k00000", "changed")  # after the view: not in it
+    delegate.put("a", 3, b"k00000", b"changed")  # after the view: not in it
     delegate.delete("b", 5, b"x")
     grown = threading.Event()
 
@@ -156,7 +157,7 @@ def test_an_lmdb_view_is_consistent_and_the_map_grows_only_after_it_closes(tmp_p
     view.close()
     writer.join(30)
     assert grown.is_set() and delegate.resizes >= 1
-    assert delegate.get("a", 3, b"k00000") == "changed" and delegate.get("b", 5, b"x") is None
+    assert delegate.get("a", 3, b"k00000") == b"changed" and delegate.get("b", 5, b"x") is None
     delegate.close()
 
 
@@ -183,7 +184,90 @@ def test_a_heap_view_is_copy_on_write_per_key_group():
 def test_state_names_skip_from_state_to_state(make_delegate):
     delegate = make_delegate()
     for state in ("b", "a", "long-name", "c"):
-        delegate.write_batch(state, 5, {f"k{i}".encode(): i for i in range(50)})
-        delegate.write_batch(state, 100, {b"x": 1})
+        delegate.write_batch(state, 5, {f"k{i}".encode(): b"%d" % i for i in range(50)})
+        delegate.write_batch(state, 100, {b"x": b"1"})
     delegate.delete("c", 5, b"k0")
     assert delegate.states() == ["a", "b", "c", "long-name"]
+
+
+def test_collections_change_an_element_at_a_time_on_each_delegate(make_delegate):
+    delegate = make_delegate()
+    for i in range(3000):  # several chunks of map items on LMDB
+        delegate.map_put("m", 4, b"k", b"%05d" % i, b"v%d" % i)
+        delegate.append("l", 4, b"k", b"e%d" % i)
+    delegate.map_put("m", 4, b"k", b"00001", b"new")
+    delegate.map_remove("m", 4, b"k", b"00002")
+    delegate.map_remove("m", 4, b"k", b"absent")
+    delegate.map_put("m", 4, b"other", b"x", b"y")  # a neighbour key's entries stay its own
+    delegate.append("l", 4, b"k\x00", b"neighbour")
+    expected_map = {b"%05d" % i: b"v%d" % i for i in range(3000)} | {b"00001": b"new"}
+    del expected_map[b"00002"]
+    assert delegate.get("m", 4, b"k") == expected_map
+    assert dict(delegate.map_items("m", 4, b"k")) == expected_map
+    assert delegate.map_get("m", 4, b"k", b"00001") == b"new"
+    assert delegate.map_get("m", 4, b"k", b"00002") is None
+    assert delegate.get("l", 4, b"k") == [b"e%d" % i for i in range(3000)]
+    assert delegate.get("l", 4, b"k\x00") == [b"neighbour"]
+    assert dict(delegate.entries("m", 4)) == {b"k": expected_map, b"other": {b"x": b"y"}}
+    delegate.put("l", 4, b"k", [b"only"])  # replacing a list drops its old elements
+    assert delegate.get("l", 4, b"k") == [b"only"]
+    delegate.append("l", 4, b"k", b"next")
+    assert delegate.get("l", 4, b"k") == [b"only", b"next"]
+    delegate.map_remove("m", 4, b"other", b"x")  # an emptied map removes the key
+    assert delegate.get("m", 4, b"other") is None
+    delegate.delete("m", 4, b"k")
+    assert delegate.get("m", 4, b"k") is None and list(delegate.map_items("m", 4, b"k")) == []
+    assert dict(delegate.entries("l", 4)) == {b"k": [b"only", b"next"], b"k\x00": [b"neighbour"]}
+
+
+def test_a_view_keeps_collections_as_they_were_while_they_change_in_place(make_delegate):
+    delegate = make_delegate()
+    delegate.put("l", 1, b"k", [b"a"])
+    delegate.put("m", 1, b"k", {b"x": b"1"})
+    view = delegate.view()
+    delegate.append("l", 1, b"k", b"b")
+    delegate.map_put("m", 1, b"k", b"y", b"2")
+    delegate.map_remove("m", 1, b"k", b"x")
+    delegate.append("l", 1, b"new", b"c")
+    assert view.get("l", 1, b"k") == [b"a"] and view.get("m", 1, b"k") == {b"x": b"1"}
+    assert view.get("l", 1, b"new") is None
+    assert list(view.sections(range(2))) == [(1, [["l", b"k", [b"a"]], ["m", b"k", {b"x": b"1"}]])]
+    view.close()
+    delegate.append("l", 1, b"k", b"c")
+    assert delegate.get("l", 1, b"k") == [b"a", b"b", b"c"] and delegate.get("m", 1, b"k") == {b"y": b"2"}
+
+
+def test_map_items_may_change_the_map_while_they_stream(make_delegate):
+    delegate = make_delegate()
+    delegate.put("m", 0, b"k", {b"%05d" % i: b"v" for i in range(2500)})
+    seen = []
+    for map_key, _ in delegate.map_items("m", 0, b"k"):
+        seen.append(map_key)
+        delegate.map_remove("m", 0, b"k", map_key)
+    assert sorted(seen) == [b"%05d" % i for i in range(2500)]
+    assert delegate.get("m", 0, b"k") is None
+
+
+def test_an_lmdb_key_too_long_is_a_clear_error(tmp_path):
+    delegate = LmdbDelegate(tmp_path / "long")
+    with pytest.raises(ValueError, match="exceeds the 511 bytes of an LMDB key.*delegate=heap"):
+        delegate.map_put("m", 0, b"k" * 200, b"m" * 400, b"v")
+    delegate.close()
+
+
+def test_a_backend_on_an_lmdb_dir_left_by_an_earlier_run_starts_empty(tmp_path):
+    config = {
+        "dstl.storage": "memory",
+        "dstl.memory.namespace": f"d-{uuid.uuid4().hex}",
+        "state.backend.delegate": "lmdb",
+        "state.backend.lmdb.dir": str(tmp_path / "l"),
+    }
+    with load_storage(config, job_id="job") as storage:
+        first = ChangelogKeyedStateBackend.from_config(storage, "op", ALL, config)
+        first.set_current_key("stale")
+        first.value_state("v").update(1)
+        first.delegate.close()
+        second = ChangelogKeyedStateBackend.from_config(storage, "op", ALL, config, epoch=1)
+        second.set_current_key("stale")
+        assert second.value_state("v").value() is None, "a key of an earlier run leaked into a new backend"
+        second.delegate.close()

@@ -58,15 +58,15 @@ def test_full_incremental_and_bridged_snapshots_of_a_fake_target(tmp_path, kind)
     snapshots = (tmp_path / "snap").as_uri()
     materializer = Materializer(target, snapshots, 3, full_every=2, codec="zstd")
     for i in range(100):
-        _write(target, materializer, i % 8, f"k{i}".encode(), i)
+        _write(target, materializer, i % 8, f"k{i}".encode(), b"%d" % i)
     target.delegate.put("m", 2, b"map", {b"a": b"1"})
     full = materializer.start().result(timeout=30)
     assert full.sqn == 10 and full.entries == 101 and materializer.bridge == ()
-    _write(target, materializer, 1, b"k1", "changed")
+    _write(target, materializer, 1, b"k1", b"changed")
     _write(target, materializer, 2, b"k2", None)
     incremental = materializer.start().result(timeout=30)
     assert materializer.chain == (full, incremental) and incremental.entries == 2
-    _write(target, materializer, 3, b"k3", "again")
+    _write(target, materializer, 3, b"k3", b"again")
     second_full = materializer.start().result(timeout=30)  # the chain is full_every long
     assert materializer.chain == (second_full,)
     bridge = materializer.bridge
@@ -88,7 +88,7 @@ def test_a_snapshot_outside_the_jobs_directory_is_not_read(tmp_path):
 
     target = FakeTarget(HeapDelegate())
     materializer = Materializer(target, (tmp_path / "snap").as_uri(), 3)
-    target.delegate.put("v", 0, b"k", 1)
+    target.delegate.put("v", 0, b"k", b"1")
     ref = materializer.start().result(timeout=30)
     with pytest.raises(InvalidHandleError, match="outside job/snapshots/"):
         materializer.load(replace(ref, path="other-job/snapshots/x.snap"))
@@ -99,7 +99,7 @@ def test_the_log_of_a_resumed_snapshot_is_read_once(tmp_path):
     target = FakeTarget(HeapDelegate())
     materializer = Materializer(target, (tmp_path / "snap").as_uri(), 3, full_every=5)
     for i in range(3):
-        _write(target, materializer, 0, f"k{i}".encode(), i)
+        _write(target, materializer, 0, f"k{i}".encode(), b"%d" % i)
     materializer.start().result(timeout=30)
     reads = []
 
@@ -109,7 +109,7 @@ def test_the_log_of_a_resumed_snapshot_is_read_once(tmp_path):
 
     materializer.resumed(materializer.chain, changed_in_resumed_log)
     for i in range(5):
-        target.delegate.put("v", 1, f"r{i}".encode(), i)
+        target.delegate.put("v", 1, f"r{i}".encode(), b"%d" % i)
     ref = materializer.start().result(timeout=30)
     assert "-full-" in ref.path and len(materializer.bridge) == 2
     assert materializer.bridge[1].entries == 5  # the bridge holds the resumed log's keys
@@ -153,7 +153,7 @@ def test_a_failed_materialization_leaves_no_object(tmp_path, where, request, mon
     target = FakeTarget(_FailingHeap())
     materializer = Materializer(target, snapshots, 3, full_every=1)
     for i in range(200):
-        _write(target, materializer, i % 8, f"k{i}".encode(), i)
+        _write(target, materializer, i % 8, f"k{i}".encode(), b"%d" % i)
     full = materializer.start().result(timeout=30)
     target.delegate.failing = True
     _write(target, materializer, 3, b"k3", "changed")

@@ -30,6 +30,7 @@ from dstl.spi.durability import fsync_directory
 
 from ...changelog import BackendSnapshot
 from ...delegate import LmdbDelegate
+from ...delegate.lmdb_store import LAYOUT
 
 __all__ = ["WorkingCopy", "snapshot_digest"]
 
@@ -80,6 +81,8 @@ class WorkingCopy:
             return None
         if not isinstance(doc, dict) or not isinstance(doc.get("digest"), str):
             return None
+        if doc.get("layout") != LAYOUT:
+            return None  # written by a version that lays records out otherwise: restore the copy
         registrations = doc.get("registrations")
         if not isinstance(registrations, dict) or not all(
             isinstance(kinds, list) and len(kinds) == 2 and all(isinstance(part, str) for part in kinds)
@@ -111,6 +114,7 @@ class WorkingCopy:
         self.delegate.sync()
         temporary = self._stamp.with_suffix(f".tmp{os.getpid()}")
         doc = {
+            "layout": LAYOUT,
             "digest": snapshot_digest(snapshot),
             "registrations": registrations,
             "snapshot": json.loads(snapshot.to_json()),

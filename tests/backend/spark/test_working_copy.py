@@ -42,7 +42,7 @@ def test_the_stamp_is_written_only_after_the_environment_is_synced(copy, monkeyp
     real_sync, real_fsync = copy.delegate.sync, __import__("os").fsync
     monkeypatch.setattr(copy.delegate, "sync", lambda: (events.append("lmdb synced"), real_sync())[1])
     monkeypatch.setattr("os.fsync", lambda fd: (events.append("fsync"), real_fsync(fd))[1])
-    copy.delegate.put("totals", 0, b"k", 1)
+    copy.delegate.put("totals", 0, b"k", b"1")
     copy.mark(BackendSnapshot(7, ()), {})
     assert events[0] == "lmdb synced" and events.count("fsync") == 2  # stamp file, then its directory
     events.clear()
@@ -57,7 +57,7 @@ from dstl.backend.spark._private.working_copy import WorkingCopy
 copy = WorkingCopy(sys.argv[1], "op-kg0-64", map_size=1 << 20)
 copy.mark(BackendSnapshot(1, ()), {})
 copy.invalidate()
-copy.delegate.put("totals", 0, b"k", 2)
+copy.delegate.put("totals", 0, b"k", b"2")
 real_open = os.open
 def dying_open(path, *args, **kwargs):
     if "dstl-stamp" in str(path):
@@ -79,4 +79,16 @@ def test_a_process_killed_between_sync_and_stamp_leaves_no_stamp(tmp_path):
     assert child.returncode == -signal.SIGKILL, child.stderr.decode()[-2000:]
     reopened = WorkingCopy(tmp_path, "op-kg0-64", map_size=1 << 20)
     assert reopened.stamp() is None, "a stamp vouches for a copy that changed after it"
-    assert reopened.delegate.get("totals", 0, b"k") == 2, "the synced write is missing"
+    assert reopened.delegate.get("totals", 0, b"k") == b"2", "the synced write is missing"
+
+
+def test_a_copy_stamped_by_another_record_layout_is_restored_not_read(copy):
+    snapshot = BackendSnapshot(7, ())
+    copy.mark(snapshot, {"totals": ("value", "msgpack")})
+    stamp_file = copy.path / "dstl-stamp.json"
+    doc = json.loads(stamp_file.read_text())
+    for layout in (None, 1, doc["layout"] + 1):
+        stamp_file.write_text(json.dumps({**doc, "layout": layout}))
+        assert copy.stamp() is None, f"a copy of layout {layout} was trusted"
+    stamp_file.write_text(json.dumps(doc))
+    assert copy.stamp() is not None
