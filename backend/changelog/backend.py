@@ -162,7 +162,11 @@ def _lmdb_delegate(
     # Validated before anything is created: the names become directories under base.
     log_id_for(operator_id, key_groups)
     path = f"{base}/{validate_name(job, 'job id')}/{operator_id}/kg{key_groups.start}-{key_groups.end}"
-    return LmdbDelegate(path, map_size=int(cfg["state.backend.lmdb.map-size"]))
+    delegate = LmdbDelegate(path, map_size=int(cfg["state.backend.lmdb.map-size"]))
+    # A file left by an earlier backend is at no known checkpoint (only the Spark working copy
+    # vouches for one, with its stamp): this backend starts empty and restores into it.
+    delegate.clear()
+    return delegate
 
 
 @contextmanager
