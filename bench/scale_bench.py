@@ -10,6 +10,11 @@ the peak above the level before the operation: what the operation itself holds.
     python -m bench.scale_bench                         # 250k and 1M keys, LMDB and heap
     python -m bench.scale_bench --sizes 1000000,4000000 --delegates lmdb
     python -m bench.scale_bench --probe lmdb 200000 OUT.json   # one measurement (what a test runs)
+    python -m bench.scale_bench --collections 1000,20000,100000    # per-op cost against collection size
+
+``--collections`` times list add and map put, get and remove through the state API
+(changelog append included) on one key whose list or map already holds that many
+entries; the ratio to the smallest size is what must stay flat.
 """
 
 from __future__ import annotations
@@ -151,6 +156,82 @@ def run_probe(delegate_kind: str, keys: int, value_bytes: int = 200, codec: str 
         return json.loads(out.read_text())
 
 
+COLLECTION_OPS = 1000  # operations timed per kind and size (removes distinct keys: at most the smallest size)
+
+
+def collection_op_costs(delegate_kind: str, size: int, workdir: str) -> dict[str, float]:
+    """µs per list add, map put, map get and map remove on one key holding ``size`` entries."""
+    import random
+
+    from dstl.backend.changelog import ChangelogKeyedStateBackend
+    from dstl.backend.delegate import HeapDelegate, LmdbDelegate
+    from dstl.spi import KeyGroupRange, load_storage
+
+    config = {"dstl.storage": "memory", "dstl.memory.namespace": f"ops-{uuid.uuid4().hex}"}
+    delegate = (
+        LmdbDelegate(Path(workdir, f"lmdb-{uuid.uuid4().hex[:6]}"))
+        if delegate_kind == "lmdb"
+        else HeapDelegate()
+    )
+    with load_storage(config, job_id="ops") as storage:
+        backend = ChangelogKeyedStateBackend(storage, "op", KeyGroupRange(0, 128), delegate=delegate)
+        items, pages = backend.list_state("l"), backend.map_state("m")
+        backend.set_current_key("the-key")
+        key_group, key = backend._current()  # noqa: SLF001 - the fill bypasses the log
+        element = items._dump("x" * 50)  # noqa: SLF001
+        backend.delegate.put("l", key_group, key, [element] * size)
+        backend.delegate.put("m", key_group, key, {items._dump(i): element for i in range(size)})  # noqa: SLF001
+        rng = random.Random(5)
+        probes = rng.sample(range(size), COLLECTION_OPS)  # distinct: each remove removes
+
+        def timed(work: Callable[[int], Any]) -> float:
+            started = time.perf_counter()
+            for i in range(COLLECTION_OPS):
+                work(i)
+            return (time.perf_counter() - started) / COLLECTION_OPS * 1e6
+
+        costs = {
+            "list add": timed(lambda i: items.add("y" * 50)),
+            "map put": timed(lambda i: pages.put(size + i, "y" * 50)),
+            "map get": timed(lambda i: pages.get(probes[i])),
+            "map remove": timed(lambda i: pages.remove(probes[i])),
+        }
+        backend.close()
+    if delegate_kind == "lmdb":
+        delegate.close()
+    return costs
+
+
+def collections_table(sizes: list[int], delegates: list[str], console: Console) -> tuple[list, list, list]:
+    """Per-op cost by delegate, size and operation, with the ratio to the smallest size."""
+    if min(sizes) < COLLECTION_OPS:
+        msg = f"collection sizes must be at least {COLLECTION_OPS}: each timed remove removes another entry"
+        raise SystemExit(msg)
+    records = []
+    with tempfile.TemporaryDirectory(prefix="dstl-ops-") as workdir, Progress(console=console) as progress:
+        task = progress.add_task("collection ops", total=len(sizes) * len(delegates))
+        for kind in delegates:
+            for size in sizes:
+                progress.update(task, description=f"{kind}, {size:,} entries")
+                costs = collection_op_costs(kind, size, workdir)
+                records.append({"delegate": kind, "entries": size, **costs})
+                progress.advance(task)
+    ops = ["list add", "map put", "map get", "map remove"]
+    columns = ["delegate", "entries", *[f"{op} µs" for op in ops], *[f"{op} ×" for op in ops]]
+    rows = []
+    for r in records:
+        base = next(b for b in records if b["delegate"] == r["delegate"] and b["entries"] == min(sizes))
+        rows.append(
+            [
+                r["delegate"],
+                f"{r['entries']:,}",
+                *[f"{r[op]:.1f}" for op in ops],
+                *[f"{r[op] / base[op]:.2f}" for op in ops],
+            ]
+        )
+    return records, columns, rows
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run every size and delegate; print and write the table."""
     parser = argparse.ArgumentParser(
@@ -161,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--value-bytes", type=int, default=200)
     parser.add_argument("--codecs", default="zstd", help="snapshot codecs to compare, e.g. none,zstd,lz4")
     parser.add_argument("--probe", nargs=3, metavar=("DELEGATE", "KEYS", "OUT"))
+    parser.add_argument("--collections", metavar="SIZES", help="per-op cost at these collection sizes")
     parser.add_argument("--results", default="bench/results")
     args = parser.parse_args(argv)
     if args.probe:
@@ -168,6 +250,15 @@ def main(argv: list[str] | None = None) -> int:
         probe(kind, int(keys), args.value_bytes, Path(out), args.codecs.split(",")[0])
         return 0
     console = Console()
+    if args.collections:
+        sizes = [int(s) for s in args.collections.split(",")]
+        records, columns, rows = collections_table(sizes, args.delegates.split(","), console)
+        title = (
+            f"Per-op cost against collection size (µs, {COLLECTION_OPS} ops each; "
+            f"× is the ratio to {min(sizes):,} entries)"
+        )
+        _report(console, Path(args.results) / "scale-collections", title, columns, rows, records)
+        return 0
     records = []
     runs = [
         (d, int(s), c)
@@ -208,12 +299,16 @@ def main(argv: list[str] | None = None) -> int:
         for r in records
     ]
     title = f"Full materialization and restore, {args.value_bytes} B values"
-    console.print(_table(title, columns, rows))
-    out = Path(args.results)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "scale-bench.md").write_text("\n".join([f"# {title}", "", *_markdown(columns, rows), ""]))
-    (out / "scale-bench.json").write_text(json.dumps(records, indent=2))
+    _report(console, Path(args.results) / "scale-bench", title, columns, rows, records)
     return 0
+
+
+def _report(console: Console, stem: Path, title: str, columns: list, rows: list, records: list) -> None:  # noqa: PLR0913
+    """Print the table; write it as ``stem.md`` and the records as ``stem.json``."""
+    console.print(_table(title, columns, rows))
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    stem.with_suffix(".md").write_text("\n".join([f"# {title}", "", *_markdown(columns, rows), ""]))
+    stem.with_suffix(".json").write_text(json.dumps(records, indent=2))
 
 
 if __name__ == "__main__":
