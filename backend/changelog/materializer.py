@@ -7,7 +7,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from itertools import groupby
 from operator import itemgetter
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from dstl.spi import ConfigError, InvalidHandleError, StorageError
 
-from ..delegate import MappingView, StateView
+from ..delegate import StateView
 from ..materialization import MaterializationRef, SnapshotWriter, read_sections
 from ..ttl import purge_expired
 
@@ -203,11 +203,13 @@ class Materializer:
             bridged = full and self._bridging and bool(self.chain)
             views: list[tuple[str, StateView]] = []
             try:
+                # O(1) on LMDB (a read transaction) and on the heap (copy-on-write); read section by
+                # section in the background, where an incremental also reads its changed keys.
+                view = backend.delegate.view()
                 if not full or bridged:
-                    views.append(("incr", MappingView(_changed_entries(backend.delegate, dirty))))
+                    views.append(("incr", ChangedKeysView(view, dirty, owns=not full)))
                 if full:
-                    # O(1) on LMDB (a read transaction); read section by section in the background.
-                    views.append(("full", backend.delegate.view()))
+                    views.append(("full", view))
                 context = (backend.registrations(), backend.ttl_states(), backend.clock())
                 future: Future[MaterializationRef] = Future()
                 thread = threading.Thread(
@@ -359,14 +361,38 @@ class Materializer:
             thread.join(60)
 
 
-def _changed_entries(
-    delegate: Any, dirty: set[tuple[str, int, bytes]]
-) -> dict[str, dict[int, dict[bytes, Any]]]:  # noqa: ANN401
-    """The entries of the ``dirty`` keys as they are now; ``None`` is a tombstone (removed since)."""
-    view: dict[str, dict[int, dict[bytes, Any]]] = {}
-    for state, key_group, key in dirty:
-        view.setdefault(state, {}).setdefault(key_group, {})[key] = delegate.get(state, key_group, key)
-    return view
+class ChangedKeysView(StateView):
+    """The ``changed`` keys of a view, as it holds them; ``None`` is a tombstone (removed since).
+
+    :param owns: closing it closes ``view`` (not when a full snapshot shares that view).
+    """
+
+    def __init__(self, view: StateView, changed: set[tuple[str, int, bytes]], *, owns: bool) -> None:
+        by_state: dict[str, dict[int, list[bytes]]] = {}
+        for state, key_group, key in changed:
+            by_state.setdefault(state, {}).setdefault(key_group, []).append(key)
+        self._view = view
+        self._by_state = by_state
+        self._owns = owns
+
+    def state_names(self) -> list[str]:
+        """The states with changed keys, in name order."""
+        return sorted(self._by_state)
+
+    def entries(self, state: str, key_group: int) -> Iterator[tuple[bytes, Any]]:
+        """Each changed key of the state and key group with its entry in the view."""
+        get = self._view.get
+        for key in self._by_state[state].get(key_group, ()):
+            yield key, get(state, key_group, key)
+
+    def get(self, state: str, key_group: int, key: bytes) -> Any | None:  # noqa: ANN401 - entry
+        """The underlying view's entry."""
+        return self._view.get(state, key_group, key)
+
+    def close(self) -> None:
+        """Close the underlying view when it is this view's own."""
+        if self._owns:
+            self._view.close()
 
 
 def _purged(

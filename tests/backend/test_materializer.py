@@ -173,3 +173,40 @@ def test_a_failed_materialization_leaves_no_object(tmp_path, where, request, mon
     copy = FakeTarget(HeapDelegate())
     Materializer(copy, snapshots, 3).load(retried)
     assert copy.delegate.get("v", 3, b"k3") == "changed"
+
+
+@pytest.mark.parametrize("kind", ["heap", "lmdb"])
+def test_an_incremental_holds_the_changed_collections_as_they_were_when_it_started(
+    tmp_path, kind, monkeypatch
+):
+    import threading
+
+    from dstl.backend.changelog import materializer as module
+
+    target = FakeTarget(HeapDelegate() if kind == "heap" else LmdbDelegate(tmp_path / "a"))
+    materializer = Materializer(target, (tmp_path / "snap").as_uri(), 3, full_every=5)
+    for i in range(10):
+        target.delegate.put("m", 1, b"other%d" % i, {b"x": b"1"})
+    materializer.start().result(timeout=30)  # the full snapshot the incremental builds on
+    target.delegate.map_put("m", 1, b"k", b"a", b"1")
+    materializer.changed("m", 1, b"k")
+    mutated = threading.Event()
+
+    class GatedWriter(module.SnapshotWriter):
+        def add_section(self, key_group, entries):
+            assert mutated.wait(30)
+            super().add_section(key_group, entries)
+
+    monkeypatch.setattr(module, "SnapshotWriter", GatedWriter)
+    running = materializer.start()
+    for i in range(100):  # in place, while the incremental is being written
+        target.delegate.map_put("m", 1, b"k", b"%d" % i, b"later")
+    target.delegate.map_remove("m", 1, b"k", b"a")
+    mutated.set()
+    incremental = running.result(timeout=30)
+    assert "-incr-" in incremental.path
+    copy = FakeTarget(HeapDelegate())
+    for ref in materializer.chain:
+        Materializer(copy, (tmp_path / "snap").as_uri(), 3).load(ref)
+    assert copy.delegate.get("m", 1, b"k") == {b"a": b"1"}
+    assert copy.delegate.get("m", 1, b"other9") == {b"x": b"1"}
