@@ -85,6 +85,15 @@ BACKEND_OPTIONS = (
         minimum=1,
     ),
     ConfigOption(
+        "state.changelog.materialization.max-tracked-keys",
+        OptionType.INT,
+        200_000,
+        "Keys changed since the last snapshot that are tracked one by one (about 130 B each); beyond "
+        "it, the key groups with the most changes are snapshotted whole by the next incremental. "
+        "Bounds memory whatever the state's size.",
+        minimum=1,
+    ),
+    ConfigOption(
         "state.changelog.materialization.compression",
         OptionType.ENUM,
         "zstd",

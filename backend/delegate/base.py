@@ -8,8 +8,9 @@ from typing import Any
 
 __all__ = ["SECTION_ENTRIES", "MappingView", "StateDelegate", "StateView"]
 
-#: The most entries in one section: a key group with more spans consecutive sections, so
-#: a materialization holds this many entries at a time whatever the state's size.
+#: The most entries in one section (a list or map counts its elements): a key group with more
+#: spans consecutive sections, so a materialization holds this many at a time whatever the
+#: state's size (or one collection, when a single one is bigger).
 SECTION_ENTRIES = 4096
 
 
@@ -35,18 +36,20 @@ class StateView(ABC):
     def sections(self, key_groups: Iterable[int]) -> Iterator[tuple[int, list[list[Any]]]]:
         """``(key group, [[state, key, entry], ...])`` of ``key_groups``, ascending, empty ones left out.
 
-        A key group with more than :data:`SECTION_ENTRIES` entries comes as several
-        consecutive sections.
+        A key group with more than :data:`SECTION_ENTRIES` entries (or collection
+        elements) comes as several consecutive sections.
         """
         states = self.state_names()
         for key_group in sorted(key_groups):
             section: list[list[Any]] = []
+            size = 0  # entries, a collection counting its elements: a section of big maps stays small
             for state in states:
                 for key, entry in self.entries(state, key_group):
                     section.append([state, key, entry])
-                    if len(section) == SECTION_ENTRIES:
+                    size += 1 if entry is None or type(entry) is bytes else max(len(entry), 1)
+                    if size >= SECTION_ENTRIES:
                         yield key_group, section
-                        section = []
+                        section, size = [], 0
             if section:
                 yield key_group, section
 
@@ -164,6 +167,12 @@ class StateDelegate(ABC):
     @abstractmethod
     def entries(self, state: str, key_group: int) -> Iterator[tuple[bytes, Any]]:
         """Every ``(key, entry)`` of a state in a key group."""
+
+    def drop_key_group(self, key_group: int) -> None:
+        """Remove every entry of ``key_group`` (an incremental snapshot that replaces it whole)."""
+        for state in self.states():
+            for key, _ in list(self.entries(state, key_group)):
+                self.delete(state, key_group, key)
 
     @abstractmethod
     def states(self) -> list[str]:

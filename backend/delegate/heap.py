@@ -135,6 +135,11 @@ class HeapDelegate(StateDelegate):
         """Every entry of a state in a key group (a copy: safe to mutate meanwhile)."""
         return iter(list(self._data.get(state, {}).get(key_group, {}).items()))
 
+    def drop_key_group(self, key_group: int) -> None:
+        """Drop the group's dicts (a view keeps its own references)."""
+        for groups in self._data.values():
+            groups.pop(key_group, None)
+
     def states(self) -> list[str]:
         """Names of the states holding entries."""
         return sorted(self._data)

@@ -253,6 +253,19 @@ class LmdbDelegate(StateDelegate):
             found = list(_decoded(iter(cursor), prefix)) if cursor.set_range(prefix) else []
         return iter(found)
 
+    def drop_key_group(self, key_group: int) -> None:
+        """Delete the group's records of every state, in one write transaction."""
+        prefixes = [_prefix(state, key_group) for state in self.states()]
+
+        def drop(txn: lmdb.Transaction) -> None:
+            cursor = txn.cursor()
+            for prefix in prefixes:
+                if cursor.set_range(prefix):
+                    while cursor.key().startswith(prefix) and cursor.delete():
+                        pass
+
+        self._write(drop)
+
     def states(self) -> list[str]:
         """Names of the states holding entries (found by skipping from state to state, nothing decoded)."""
         with self.view() as view:

@@ -1,0 +1,82 @@
+"""The keys changed since the last snapshot, in bounded memory (what an incremental snapshot holds)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+__all__ = ["ChangedKeys"]
+
+
+class ChangedKeys:
+    """Changed ``(state, key group, key)``, exact up to ``limit`` keys, then whole key groups.
+
+    Beyond ``limit`` tracked keys, the key groups with the most keys become *whole*:
+    their keys are forgotten and an incremental snapshot holds each such group
+    entirely, replacing it on restore. Memory stays bounded by ``limit`` whatever the
+    state's size or how much of it changes; precision degrades by key group.
+    """
+
+    def __init__(self, limit: int) -> None:
+        if limit < 1:
+            msg = f"the changed-key limit must be positive, got {limit}"
+            raise ValueError(msg)
+        self.limit = limit
+        self._keys: dict[int, set[tuple[str, bytes]]] = {}
+        self._count = 0
+        self.whole: set[int] = set()
+
+    def add(self, state: str, key_group: int, key: bytes) -> None:
+        """Record one change (the hot path: every state mutation)."""
+        group = self._keys.get(key_group)
+        if group is None:
+            if key_group in self.whole:
+                return
+            group = self._keys[key_group] = set()
+        size = len(group)
+        group.add((state, key))
+        if len(group) > size:
+            self._count += 1
+            if self._count > self.limit:
+                self._coarsen()
+
+    def _coarsen(self) -> None:
+        """Make the fullest key groups whole until half the limit is tracked (so this runs rarely)."""
+        for key_group in sorted(self._keys, key=lambda kg: len(self._keys[kg]), reverse=True):
+            if self._count <= self.limit // 2:
+                break
+            self._count -= len(self._keys.pop(key_group))
+            self.whole.add(key_group)
+
+    def add_all(self, changes: Iterable[tuple[str, int, bytes]]) -> None:
+        """Record several changes."""
+        for state, key_group, key in changes:
+            self.add(state, key_group, key)
+
+    def update(self, other: ChangedKeys) -> None:
+        """Take in ``other``'s changes (a failed snapshot hands its keys back)."""
+        for key_group in other.whole:
+            self._count -= len(self._keys.pop(key_group, ()))
+            self.whole.add(key_group)
+        self.add_all(other)
+
+    def __iter__(self) -> Iterator[tuple[str, int, bytes]]:
+        """The tracked keys (not those of whole key groups)."""
+        for key_group, keys in self._keys.items():
+            for state, key in keys:
+                yield state, key_group, key
+
+    def __len__(self) -> int:
+        """How many keys are tracked one by one."""
+        return self._count
+
+    def __bool__(self) -> bool:
+        """Whether anything changed."""
+        return bool(self._count or self.whole)
+
+    def keys_in(self, key_group: int) -> set[tuple[str, bytes]]:
+        """``(state, key)`` tracked in ``key_group`` (empty for a whole one)."""
+        return self._keys.get(key_group, set())
+
+    def estimate(self, keys_per_group: float) -> float:
+        """The keys an incremental would hold, counting a whole key group as ``keys_per_group``."""
+        return self._count + len(self.whole) * keys_per_group

@@ -1,0 +1,42 @@
+"""Changed-key tracking stays within its limit, coarsening to whole key groups."""
+
+import pytest
+
+from dstl.backend.changelog.changed_keys import ChangedKeys
+
+
+def test_exact_below_the_limit():
+    changed = ChangedKeys(limit=10)
+    for i in range(10):
+        changed.add("s", i % 3, b"k%d" % i)
+    changed.add("s", 0, b"k0")  # again: counted once
+    assert len(changed) == 10 and not changed.whole
+    assert sorted(changed) == sorted(("s", i % 3, b"k%d" % i) for i in range(10))
+
+
+def test_beyond_the_limit_the_fullest_key_groups_become_whole():
+    changed = ChangedKeys(limit=100)
+    for i in range(1000):
+        changed.add("s", 0 if i % 10 else 1 + i % 7, b"k%d" % i)  # key group 0 takes 90% of the changes
+        assert len(changed) <= 100
+    assert 0 in changed.whole
+    assert all(kg not in changed.whole for kg, _ in [(kg, k) for _, kg, k in changed])
+    changed.add("s", 0, b"new")  # a whole group tracks nothing more
+    assert changed.keys_in(0) == set()
+    assert changed.estimate(keys_per_group=50) == len(changed) + 50 * len(changed.whole)
+
+
+def test_update_takes_in_keys_and_whole_groups():
+    kept, failed = ChangedKeys(limit=1000), ChangedKeys(limit=4)
+    kept.add("s", 3, b"a")
+    for i in range(10):
+        failed.add("s", 3, b"k%d" % i)
+    failed.add("t", 5, b"b")
+    assert 3 in failed.whole
+    kept.update(failed)
+    assert kept.whole == {3} and list(kept) == [("t", 5, b"b")]
+
+
+def test_the_limit_must_be_positive():
+    with pytest.raises(ValueError, match="positive"):
+        ChangedKeys(0)
