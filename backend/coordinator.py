@@ -106,7 +106,7 @@ class CompletedCheckpoint:
         """Every log location and snapshot this checkpoint references."""
         keys: set[tuple[Any, ...]] = set()
         for snapshot in self.snapshots.values():
-            for handle in snapshot.handles:
+            for handle in snapshot.all_handles:
                 for location in handle.locations:
                     keys.add(("log", handle.storage_id, handle.log_id, handle.epoch, location))
             for ref in snapshot.references:
@@ -382,7 +382,7 @@ class CheckpointCoordinator:
         live: dict[str, list[ChangelogHandle]] = {}
         for completed in self._retained:
             for snapshot in completed.snapshots.values():
-                for handle in snapshot.handles:
+                for handle in snapshot.all_handles:
                     live.setdefault(handle.storage_id, []).append(handle)
         deleted = 0
         for storage_id in sorted({*live, str(self._config["dstl.storage"])}):

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from .backend import BackendSnapshot, ChangelogKeyedStateBackend
+from .backend import BackendSnapshot, ChangelogKeyedStateBackend, rebase
 
-__all__ = ["BackendSnapshot", "ChangelogKeyedStateBackend"]
+__all__ = ["BackendSnapshot", "ChangelogKeyedStateBackend", "rebase"]

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import gc
 import json
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -50,7 +51,7 @@ from .metrics import BackendMetrics
 from .records import Op, encode_change, encode_registration
 from .replay import apply_change, replay, visit
 
-__all__ = ["BackendSnapshot", "ChangelogKeyedStateBackend"]
+__all__ = ["BackendSnapshot", "ChangelogKeyedStateBackend", "catch_up_delta", "rebase"]
 
 _REPLACING = frozenset({Op.VALUE_PUT, Op.CLEAR, Op.LIST_SET})  # the entry after them ignores what came before
 _MIN_MATERIALIZED_FOR_RATIO = 1 << 20  # below this the log may grow to ratio x 1 MiB before materializing
@@ -63,9 +64,18 @@ _STATE_CLASSES = {
 }
 
 
+_MAX_PART_DEPTH = 16  # parts of parts: one level per rescale an instance did not materialize across
+
+
 @dataclass(frozen=True)
 class BackendSnapshot:
-    """A checkpoint of one backend: snapshots plus the changelog after them (JSON, never pickle)."""
+    """A checkpoint of one backend: snapshots plus the changelog after them (JSON, never pickle).
+
+    :ivar parts: after rescaling, until the instance's first full snapshot: the
+        snapshots it was restored from, each with the key groups its instance owned.
+        A restore takes each part for those key groups only (a part of a rescaled
+        instance carries history of key groups it never owned), before ``handles``.
+    """
 
     checkpoint_id: int
     handles: tuple[ChangelogHandle, ...]
@@ -73,9 +83,10 @@ class BackendSnapshot:
     #: The previous snapshot chain plus an incremental at ``materialized[0]``'s SQN: what a
     #: working copy of the previous chain loads instead of the full ``materialized[0]``.
     bridge: tuple[MaterializationRef, ...] = ()
+    parts: tuple[tuple[KeyGroupRange, BackendSnapshot], ...] = ()
 
-    def to_json(self) -> str:
-        """Serialise for the checkpoint metadata."""
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON document (see :meth:`from_dict`)."""
         doc: dict[str, Any] = {
             "checkpoint_id": self.checkpoint_id,
             "handles": [h.to_dict() for h in self.handles],
@@ -83,12 +94,31 @@ class BackendSnapshot:
         }
         if self.bridge:
             doc["bridge"] = [m.to_dict() for m in self.bridge]
-        return json.dumps(doc)
+        if self.parts:
+            doc["parts"] = [
+                {"key_groups": [owned.start, owned.end], "snapshot": part.to_dict()}
+                for owned, part in self.parts
+            ]
+        return doc
+
+    def to_json(self) -> str:
+        """Serialise for the checkpoint metadata."""
+        return json.dumps(self.to_dict())
 
     @property
     def references(self) -> tuple[MaterializationRef, ...]:
-        """Every snapshot object this checkpoint keeps alive (its chain and its bridge)."""
-        return (*self.materialized, *self.bridge)
+        """Every snapshot object this checkpoint keeps alive (its chain and bridge, its parts')."""
+        return (*self.materialized, *self.bridge, *(ref for _, part in self.parts for ref in part.references))
+
+    @property
+    def all_handles(self) -> tuple[ChangelogHandle, ...]:
+        """Every log handle this checkpoint reads, its parts' included."""
+        return (*(h for _, part in self.parts for h in part.all_handles), *self.handles)
+
+    @property
+    def all_materialized(self) -> tuple[MaterializationRef, ...]:
+        """Every snapshot a restore loads, its parts' included."""
+        return (*(ref for _, part in self.parts for ref in part.all_materialized), *self.materialized)
 
     @classmethod
     def from_json(cls, text: str | bytes) -> BackendSnapshot:
@@ -96,7 +126,7 @@ class BackendSnapshot:
         return cls.from_dict(parse_json(text, "backend snapshot"))
 
     @classmethod
-    def from_dict(cls, doc: Any) -> BackendSnapshot:  # noqa: ANN401 - untrusted JSON
+    def from_dict(cls, doc: Any, _depth: int = 0) -> BackendSnapshot:  # noqa: ANN401 - untrusted JSON
         """Validate an already parsed document (e.g. inside a checkpoint).
 
         :raises InvalidHandleError: naming the field.
@@ -117,7 +147,27 @@ class BackendSnapshot:
             tuple(ChangelogHandle.from_dict(h) for h in doc["handles"]),
             refs["materialized"],
             refs["bridge"] if refs["materialized"] else (),
+            _parts_from(doc.get("parts", []), _depth),
         )
+
+
+def _parts_from(value: Any, depth: int) -> tuple[tuple[KeyGroupRange, BackendSnapshot], ...]:  # noqa: ANN401
+    """The validated ``parts`` of a snapshot document."""
+    if not isinstance(value, list):
+        msg = "backend snapshot field 'parts' must be a list"
+        raise InvalidHandleError(msg)
+    if value and depth >= _MAX_PART_DEPTH:
+        msg = f"backend snapshot parts nest deeper than {_MAX_PART_DEPTH} levels (damaged or forged)"
+        raise InvalidHandleError(msg)
+    parts = []
+    for part in value:
+        part = check_fields(part, "backend snapshot part", {"key_groups": list})  # noqa: PLW2901
+        bounds = part["key_groups"]
+        if len(bounds) != 2 or not all(type(b) is int for b in bounds) or not 0 <= bounds[0] <= bounds[1]:  # noqa: PLR2004
+            msg = f"backend snapshot part 'key_groups' must be [start, end], got {bounds!r:.60}"
+            raise InvalidHandleError(msg)
+        parts.append((KeyGroupRange(*bounds), BackendSnapshot.from_dict(part.get("snapshot"), depth + 1)))
+    return tuple(parts)
 
 
 def catch_up_delta(held: BackendSnapshot, target: BackendSnapshot) -> BackendSnapshot | None:
@@ -133,17 +183,46 @@ def catch_up_delta(held: BackendSnapshot, target: BackendSnapshot) -> BackendSna
     return delta
 
 
+def rebase(
+    current: BackendSnapshot, materialized_at: BackendSnapshot, rebased: BackendSnapshot
+) -> BackendSnapshot | None:
+    """``current`` moved onto a snapshot chain that completed after it was taken, or ``None``.
+
+    ``rebased`` is checkpoint ``materialized_at`` as the new chain sees it: the chain
+    plus the log from its SQN (see :meth:`ChangelogKeyedStateBackend.checkpoint_materializing`).
+    ``current`` must continue ``materialized_at``: the same chain, and its handles
+    first, then the ones added since, which stay.
+    """
+    known = len(materialized_at.handles)
+    if current.materialized != materialized_at.materialized or current.parts != materialized_at.parts:
+        return None  # materialized otherwise since: another lineage
+    if [h.to_json() for h in current.handles[:known]] != [h.to_json() for h in materialized_at.handles]:
+        return None
+    return BackendSnapshot(
+        current.checkpoint_id,
+        (*rebased.handles, *current.handles[known:]),
+        rebased.materialized,
+        rebased.bridge,
+        rebased.parts,
+    )
+
+
 def _chain_delta(held: BackendSnapshot, target: BackendSnapshot) -> BackendSnapshot | None:
     known = len(held.materialized)
-    if tuple(target.materialized[:known]) != tuple(held.materialized):
+    if tuple(target.materialized[:known]) != tuple(held.materialized) or held.parts != target.parts:
         return None  # a new full snapshot, or another chain
     extra = tuple(target.materialized[known:])
+    held_handles = {handle.to_json() for handle in held.handles}
+    target_handles = {handle.to_json() for handle in target.handles}
     if extra:
         if not held.materialized:
             return None  # the first snapshot of a chain is full
+        if held_handles & target_handles:
+            # The snapshots were taken before some of what held applied (materialized in the
+            # background, then rebased): loading them would take those keys back.
+            return None
         return BackendSnapshot(target.checkpoint_id, tuple(target.handles), extra)
-    held_handles = {handle.to_json() for handle in held.handles}
-    if not held_handles <= {handle.to_json() for handle in target.handles}:
+    if not held_handles <= target_handles:
         return None  # held is not an ancestor (e.g. a lost attempt's log)
     added = tuple(handle for handle in target.handles if handle.to_json() not in held_handles)
     return BackendSnapshot(target.checkpoint_id, added, ())
@@ -211,6 +290,7 @@ class ChangelogKeyedStateBackend:
         fork_replay_from: int = 1 << 20,
         bridge_full_snapshots: bool = True,
         snapshot_compression: str = "zstd",
+        max_tracked_keys: int = 200_000,
     ) -> None:
         if not KeyGroupRange(0, max_parallelism).contains_range(key_groups):
             msg = f"key groups {key_groups} exceed max_parallelism {max_parallelism}"
@@ -225,6 +305,7 @@ class ChangelogKeyedStateBackend:
         self._states: dict[str, Any] = {}
         self._restored_kinds: dict[str, tuple[str, str]] = {}
         self._restored_handles: tuple[ChangelogHandle, ...] = ()
+        self._restored_parts: tuple[tuple[KeyGroupRange, BackendSnapshot], ...] = ()
         self._key: tuple[int, bytes] | None = None
         self._restored_refs: tuple[MaterializationRef, ...] = ()
         self._restored_bridge: tuple[MaterializationRef, ...] = ()
@@ -235,6 +316,7 @@ class ChangelogKeyedStateBackend:
             full_materialization_every,
             bridge=bridge_full_snapshots,
             codec=snapshot_compression,
+            max_tracked_keys=max_tracked_keys,
         )
         self._interval = materialization_interval
         self._max_log_ratio = max_log_ratio if snapshot_dir else 0.0
@@ -282,6 +364,7 @@ class ChangelogKeyedStateBackend:
             fork_replay_from=int(cfg["state.changelog.restore.fork-replay-from"]),
             bridge_full_snapshots=bool(cfg["state.changelog.materialization.bridge"]),
             snapshot_compression=str(cfg["state.changelog.materialization.compression"]),
+            max_tracked_keys=int(cfg["state.changelog.materialization.max-tracked-keys"]),
         )
 
     # -- keys --------------------------------------------------------------------------------
@@ -398,6 +481,7 @@ class ChangelogKeyedStateBackend:
         self.maybe_materialize()
         began = time.perf_counter()
         own = self.materializer.own_latest
+        parts: tuple[tuple[KeyGroupRange, BackendSnapshot], ...] = ()
         if own is not None:  # materialized by this backend: its log continues from there
             start, refs, base = own.sqn, self.materializer.chain, ()
             bridge = self.materializer.bridge
@@ -405,13 +489,14 @@ class ChangelogKeyedStateBackend:
             start, refs = self._log_start, self.materializer.chain or self._restored_refs
             base = self._restored_handles
             bridge = self.materializer.bridge if self.materializer.chain else self._restored_bridge
+            parts = () if self.materializer.chain else self._restored_parts
         result: Future[BackendSnapshot] = Future()
         self.flush_pending()
         persisted = self.writer.persist(start, checkpoint_id)
 
         def done(future: Future[ChangelogHandle]) -> None:
             try:
-                snapshot = BackendSnapshot(checkpoint_id, (*base, future.result()), refs, bridge)
+                snapshot = BackendSnapshot(checkpoint_id, (*base, future.result()), refs, bridge, parts)
                 self._metrics.checkpointed(snapshot, time.perf_counter() - began)
                 result.set_result(snapshot)
             except BaseException as exc:  # noqa: BLE001 - the caller's future must always settle
@@ -419,6 +504,37 @@ class ChangelogKeyedStateBackend:
 
         persisted.add_done_callback(done)
         return result
+
+    def checkpoint_materializing(self, checkpoint_id: int) -> tuple[BackendSnapshot, Future[BackendSnapshot]]:
+        """Checkpoint now, with a materialization started now that the checkpoint does not wait for.
+
+        Returns the checkpoint (on the chain as it was) and a future of the same
+        checkpoint rebased on the new snapshot once that is complete: the new chain
+        plus the log from its SQN. A later checkpoint of the same lineage moves onto
+        the new chain with :func:`rebase`; until then, nothing references the snapshot.
+        """
+        pending = self.materializer.start()
+        sqn = self.materializer.running_sqn
+        checkpoint = self.checkpoint(checkpoint_id).result()
+        tail = self.writer.persist(sqn, checkpoint_id)  # change sets uploaded by the checkpoint: reused
+        rebased: Future[BackendSnapshot] = Future()
+        settling = threading.Lock()  # the two callbacks may run at once, on two threads
+
+        def settle(_: Future) -> None:
+            with settling:
+                if not (pending.done() and tail.done()) or rebased.done():
+                    return
+                try:
+                    pending.result()
+                    chain, bridge = self.materializer.chain, self.materializer.bridge
+                    rebased.set_result(BackendSnapshot(checkpoint_id, (tail.result(),), chain, bridge))
+                except BaseException as exc:  # noqa: BLE001 - the caller's future must always settle
+                    rebased.set_exception(exc)
+
+        wait([tail])  # the writer may close once the tail is persisted (it needs no upload)
+        pending.add_done_callback(settle)
+        tail.add_done_callback(settle)
+        return checkpoint, rebased
 
     def flush_pending(self) -> None:
         """Append the squashed changes waiting for the next checkpoint (see ``squash_updates``)."""
@@ -463,11 +579,13 @@ class ChangelogKeyedStateBackend:
         """Rebuild the working state from ``snapshot``, keeping only this backend's key groups.
 
         Handles may come from instances with other key-group ranges (rescaling) and
-        from another storage (each handle names its own).
+        from another storage (each handle names its own). The snapshot's parts are
+        restored first, each for the key groups its instance owned.
         """
         began = time.perf_counter()
         with _bulk_load():
-            self._load(snapshot, config)
+            self._load_scoped(snapshot, config, self.key_groups)
+        self._restored_parts = tuple(snapshot.parts)
         self._restored_handles = tuple(snapshot.handles)
         self._restored_refs = tuple(snapshot.materialized)
         self._restored_bridge = tuple(snapshot.bridge)
@@ -477,21 +595,40 @@ class ChangelogKeyedStateBackend:
         # which would in turn force every other working copy of the instance to restore in full).
         self.materializer.resumed(
             tuple(snapshot.materialized),
-            lambda: self._changed_keys(tuple(snapshot.handles), config),
+            lambda sink: self._changed_keys(tuple(snapshot.handles), config, sink),
             tuple(snapshot.bridge),
         )
         self._metrics.restore_seconds = time.perf_counter() - began
 
-    def _load(self, snapshot: BackendSnapshot, config: Config | Mapping[str, Any] | None) -> None:
+    def _load_scoped(
+        self, snapshot: BackendSnapshot, config: Config | Mapping[str, Any] | None, key_groups: KeyGroupRange
+    ) -> None:
+        """The parts (each for the key groups it owned), then the chain and log, within ``key_groups``."""
+        for owned, part in snapshot.parts:
+            scope = owned.intersection(key_groups)
+            if len(scope):
+                self._load_scoped(part, config, scope)
+        if snapshot.materialized or snapshot.handles:
+            self._load(snapshot, config, key_groups)
+
+    def _load(
+        self,
+        snapshot: BackendSnapshot,
+        config: Config | Mapping[str, Any] | None,
+        key_groups: KeyGroupRange | None = None,
+    ) -> None:
+        """Load ``snapshot``'s key groups ``key_groups`` (default: this backend's) into the delegate."""
+        key_groups = key_groups or self.key_groups
+
         def load_snapshots() -> None:
             for ref in snapshot.materialized:
-                for name, (kind, serializer) in self.materializer.load(ref).items():
+                for name, (kind, serializer) in self.materializer.load(ref, key_groups).items():
                     self._restored_kinds[name] = (kind, serializer)
 
         with self._readers(snapshot.handles, config) as sources:
             replay(
                 sources,
-                self.key_groups,
+                key_groups,
                 self.delegate,
                 self._registered,
                 load_snapshots,
@@ -544,29 +681,27 @@ class ChangelogKeyedStateBackend:
         :param config: opens the storages of handles from another storage (as in :meth:`restore`).
         """
         self._restored_kinds.update(registrations)
+        self._restored_parts = tuple(snapshot.parts)
         self._restored_handles = tuple(snapshot.handles)
         self._restored_refs = tuple(snapshot.materialized)
         self._restored_bridge = tuple(snapshot.bridge)
         self._metrics.continued_from(snapshot)
         self.materializer.resumed(
-            snapshot.materialized, lambda: self._changed_keys(snapshot.handles, config), snapshot.bridge
+            snapshot.materialized,
+            lambda sink: self._changed_keys(snapshot.handles, config, sink),
+            snapshot.bridge,
         )
 
     def _changed_keys(
-        self, handles: tuple[ChangelogHandle, ...], config: Config | Mapping[str, Any] | None
-    ) -> set[tuple[str, int, bytes]]:
-        """``(state, key group, key)`` of every change in ``handles`` (for incrementals after resume)."""
-        changed: set[tuple[str, int, bytes]] = set()
+        self,
+        handles: tuple[ChangelogHandle, ...],
+        config: Config | Mapping[str, Any] | None,
+        sink: Callable[[str, int, bytes], None],
+    ) -> None:
+        """``sink(state, key group, key)`` for every change in ``handles`` (for incrementals after resume)."""
         with self._readers(handles, config) as sources:
             for reader, handle in sources:
-                visit(
-                    reader,
-                    handle,
-                    self.key_groups,
-                    lambda name, kg, key: changed.add((name, kg, key)),
-                    self._registered,
-                )
-        return changed
+                visit(reader, handle, self.key_groups, sink, self._registered)
 
     @contextmanager
     def _readers(
@@ -638,7 +773,12 @@ class ChangelogKeyedStateBackend:
             known[name] = (state.descriptor.kind.value, state.descriptor.stored_format)
         return known
 
-    def close(self) -> None:
-        """Wait for a running materialization, then close the writer (the storage is the caller's)."""
-        self.materializer.close()
+    def close(self, *, wait_for_materialization: bool = True) -> None:
+        """Wait for a running materialization, then close the writer (the storage is the caller's).
+
+        :param wait_for_materialization: ``False`` leaves a running materialization to
+            finish in the background (it reads a view of the delegate, not the writer).
+        """
+        if wait_for_materialization:
+            self.materializer.close()
         self.writer.close()

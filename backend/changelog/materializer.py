@@ -13,11 +13,12 @@ from itertools import groupby
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Protocol
 
-from dstl.spi import ConfigError, InvalidHandleError, StorageError
+from dstl.spi import ConfigError, CorruptedError, InvalidHandleError, StorageError
 
 from ..delegate import StateView
 from ..materialization import MaterializationRef, SnapshotWriter, read_sections
 from ..ttl import purge_expired
+from .changed_keys import ChangedKeys
 
 if TYPE_CHECKING:
     from dstl.spi import KeyGroupRange
@@ -78,6 +79,7 @@ class Materializer:
         *,
         bridge: bool = True,
         codec: str = "zstd",
+        max_tracked_keys: int = 200_000,
     ) -> None:
         self._backend = backend
         self._dir = snapshot_dir
@@ -92,9 +94,10 @@ class Materializer:
         self._bridging = bridge
         self._codec = codec
         self._full_every = max(1, full_every)
-        self._dirty: set[tuple[str, int, bytes]] = set()
-        # Keys changed in the log of a resumed snapshot: read only if an incremental needs them.
-        self._dirty_in_resumed_log: Callable[[], set[tuple[str, int, bytes]]] | None = None
+        self._max_tracked = max_tracked_keys
+        self._dirty = ChangedKeys(max_tracked_keys)
+        # Keys changed in the log of a resumed snapshot: read (into a sink) only if an incremental needs them.
+        self._dirty_in_resumed_log: Callable[[Callable[[str, int, bytes], None]], None] | None = None
         self._needs_full = True
         self._made: set[str] = set()  # paths of the snapshots this materializer uploaded
         self.failures = 0  # consecutive
@@ -102,6 +105,7 @@ class Materializer:
         self.started = 0
         self.completed = 0
         self.last_duration = 0.0
+        self.running_sqn = 0  # where the running (or last) materialization's log continues
         self._fs: Any = None
         self._root = ""
 
@@ -127,7 +131,7 @@ class Materializer:
 
     def changed(self, state: str, key_group: int, key: bytes) -> None:
         """Record a key changed or removed since the last snapshot (for incrementals)."""
-        self._dirty.add((state, key_group, key))
+        self._dirty.add(state, key_group, key)
 
     @property
     def running(self) -> bool:
@@ -143,13 +147,14 @@ class Materializer:
     def resumed(
         self,
         chain: tuple[MaterializationRef, ...],
-        changed_since: Callable[[], set[tuple[str, int, bytes]]],
+        changed_since: Callable[[Callable[[str, int, bytes], None]], None],
         bridge: tuple[MaterializationRef, ...] = (),
     ) -> None:
         """Continue the snapshot chain of a warm working copy (see ``ChangelogKeyedStateBackend.resume``).
 
         The chain stays the base of incrementals when it is this log's own (same
-        prefix, same key groups); ``changed_since`` yields the keys changed after it.
+        prefix, same key groups); ``changed_since(sink)`` calls ``sink(state, key group,
+        key)`` for each key changed after it.
         """
         backend = self._backend
         own = bool(chain) and all(
@@ -182,24 +187,25 @@ class Materializer:
                 return self._running
             backend = self._backend
             began = time.perf_counter()
-            sqn = backend.begin_materialization()
-            dirty, self._dirty = self._dirty, set()
+            sqn = self.running_sqn = backend.begin_materialization()
+            dirty, self._dirty = self._dirty, ChangedKeys(self._max_tracked)
             # Full when asked, every k-th time, or when the incrementals would reach the
             # size of a full snapshot: the chain then stays below twice the state.
             full_keys = self.chain[0].entries if self.chain else 0
             chain_keys = sum(ref.entries for ref in self.chain[1:])
+            per_group = full_keys / max(len(range(backend.key_groups.start, backend.key_groups.end)), 1)
             full = (
                 self._needs_full
                 or len(self.chain) >= self._full_every
-                or chain_keys + len(dirty) >= full_keys
+                or chain_keys + dirty.estimate(per_group) >= full_keys
             )
             # An incremental (or the bridge of a full one) needs the keys changed in a resumed
             # snapshot's log: read that log once; a failed upload hands them back with ``dirty``.
             incremental_keys_needed = not full or (self._bridging and bool(self.chain))
             if incremental_keys_needed and self._dirty_in_resumed_log is not None:
-                dirty |= self._dirty_in_resumed_log()
+                self._dirty_in_resumed_log(dirty.add)
                 self._dirty_in_resumed_log = None
-                full = full or chain_keys + len(dirty) >= full_keys
+                full = full or chain_keys + dirty.estimate(per_group) >= full_keys
             bridged = full and self._bridging and bool(self.chain)
             views: list[tuple[str, StateView]] = []
             try:
@@ -221,7 +227,7 @@ class Materializer:
                 self.started += 1
                 thread.start()
             except BaseException:
-                self._dirty |= dirty
+                self._dirty.update(dirty)
                 for _, view in views:  # an open LMDB view would block the map from growing
                     view.close()
                 raise
@@ -235,7 +241,7 @@ class Materializer:
         views: list[tuple[str, StateView]],
         context: tuple[dict, dict[str, tuple[str, float]], float],
         future: Future,
-        dirty: set[tuple[str, int, bytes]],
+        dirty: ChangedKeys,
         began: float,
     ) -> None:
         backend = self._backend
@@ -250,7 +256,7 @@ class Materializer:
             with self._lock:
                 self.failures += 1
                 self.failed += 1
-                self._dirty |= dirty  # still unsnapshotted
+                self._dirty.update(dirty)  # still unsnapshotted
                 self._needs_full = self._needs_full or full
             log.warning(
                 "materialization of %s failed (%d in a row): %s", backend.operator_id, self.failures, exc
@@ -298,6 +304,8 @@ class Materializer:
             "registrations": registrations,
             "key_groups": [backend.key_groups.start, backend.key_groups.end],
         }
+        if isinstance(view, ChangedKeysView) and view.replaced_key_groups:
+            meta["replaced_key_groups"] = view.replaced_key_groups
         relative = f"{self._prefix()}sqn{sqn}-{kind}-{uuid.uuid4().hex[:8]}.snap"
         path = f"{root}/{relative}"
         fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
@@ -322,8 +330,13 @@ class Materializer:
         stream.close()
         return MaterializationRef(relative, backend.key_groups, sqn, size, writer.entries)
 
-    def load(self, ref: MaterializationRef) -> dict[str, tuple[str, str]]:
-        """Apply ``ref``'s sections of the backend's key groups to the delegate; returns its registrations."""
+    def load(
+        self, ref: MaterializationRef, key_groups: KeyGroupRange | None = None
+    ) -> dict[str, tuple[str, str]]:
+        """Apply ``ref``'s sections of ``key_groups`` (default: the backend's) to the delegate.
+
+        Returns the snapshot's registrations.
+        """
         fs, root = self._filesystem()
         job = self._backend.job_id
         if not ref.path.startswith(f"{job}/snapshots/"):
@@ -334,6 +347,7 @@ class Materializer:
             raise InvalidHandleError(msg)
         path = f"{root}/{ref.path}"
         backend = self._backend
+        wanted = key_groups or backend.key_groups
 
         def read_range(start: int, end: int) -> bytes:
             try:
@@ -342,9 +356,10 @@ class Materializer:
                 msg = f"snapshot {self._dir}/{ref.path} does not exist"
                 raise StorageError(msg) from exc
 
-        meta, sections = read_sections(
-            read_range, backend.key_groups, where=f"{self._dir}/{ref.path}", size=ref.size
-        )
+        meta, sections = read_sections(read_range, wanted, where=f"{self._dir}/{ref.path}", size=ref.size)
+        for key_group in _replaced_key_groups(meta, where=f"{self._dir}/{ref.path}"):
+            if key_group in wanted:
+                backend.delegate.drop_key_group(key_group)  # the sections hold all that is left of it
         write_batch = backend.delegate.write_batch
         for key_group, entries in sections:
             # A section lists each state's entries together (see materialize): one batch per state.
@@ -362,27 +377,38 @@ class Materializer:
 
 
 class ChangedKeysView(StateView):
-    """The ``changed`` keys of a view, as it holds them; ``None`` is a tombstone (removed since).
+    """The changed keys of a view, as it holds them; ``None`` is a tombstone (removed since).
+
+    A key group whose keys were not tracked one by one (see :class:`ChangedKeys`)
+    comes whole, and the snapshot says it replaces that group.
 
     :param owns: closing it closes ``view`` (not when a full snapshot shares that view).
     """
 
-    def __init__(self, view: StateView, changed: set[tuple[str, int, bytes]], *, owns: bool) -> None:
-        by_state: dict[str, dict[int, list[bytes]]] = {}
-        for state, key_group, key in changed:
-            by_state.setdefault(state, {}).setdefault(key_group, []).append(key)
+    def __init__(self, view: StateView, changed: ChangedKeys, *, owns: bool) -> None:
         self._view = view
-        self._by_state = by_state
+        self._changed = changed
         self._owns = owns
+        #: key groups held entirely: a restore drops what it had of them first
+        self.replaced_key_groups = sorted(changed.whole)
+        self._by_state: dict[str, dict[int, list[bytes]]] = {}
+        for state, key_group, key in changed:
+            self._by_state.setdefault(state, {}).setdefault(key_group, []).append(key)
 
     def state_names(self) -> list[str]:
-        """The states with changed keys, in name order."""
-        return sorted(self._by_state)
+        """The states with changed keys (every state of the view when a key group is whole)."""
+        names = set(self._by_state)
+        if self.replaced_key_groups:
+            names.update(self._view.state_names())
+        return sorted(names)
 
     def entries(self, state: str, key_group: int) -> Iterator[tuple[bytes, Any]]:
         """Each changed key of the state and key group with its entry in the view."""
+        if key_group in self._changed.whole:
+            yield from self._view.entries(state, key_group)
+            return
         get = self._view.get
-        for key in self._by_state[state].get(key_group, ()):
+        for key in self._by_state.get(state, {}).get(key_group, ()):
             yield key, get(state, key_group, key)
 
     def get(self, state: str, key_group: int, key: bytes) -> Any | None:  # noqa: ANN401 - entry
@@ -393,6 +419,15 @@ class ChangedKeysView(StateView):
         """Close the underlying view when it is this view's own."""
         if self._owns:
             self._view.close()
+
+
+def _replaced_key_groups(meta: dict[str, Any], *, where: str) -> list[int]:
+    """The key groups an incremental snapshot replaces whole (validated: the snapshot is untrusted)."""
+    replaced = meta.get("replaced_key_groups", [])
+    if not isinstance(replaced, list) or not all(type(kg) is int for kg in replaced):
+        msg = f"snapshot {where}: 'replaced_key_groups' must be a list of key groups, got {replaced!r:.80}"
+        raise CorruptedError(msg, location=where)
+    return replaced
 
 
 def _purged(

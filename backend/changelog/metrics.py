@@ -32,16 +32,16 @@ class BackendMetrics:
 
     def continued_from(self, snapshot: BackendSnapshot) -> None:
         """The backend continues ``snapshot`` (restored, resumed or caught up): its snapshots are not new."""
-        self._previous_refs = frozenset(ref.path for ref in snapshot.materialized)
+        self._previous_refs = frozenset(ref.path for ref in snapshot.all_materialized)
 
     def checkpointed(self, snapshot: BackendSnapshot, seconds: float) -> None:
         """Record a completed checkpoint of the backend."""
-        paths = frozenset(ref.path for ref in snapshot.materialized)
-        self.full_materialized = sum(ref.size for ref in snapshot.materialized)
+        paths = frozenset(ref.path for ref in snapshot.all_materialized)
+        self.full_materialized = sum(ref.size for ref in snapshot.all_materialized)
         self.incremental_materialized = sum(
-            ref.size for ref in snapshot.materialized if ref.path not in self._previous_refs
+            ref.size for ref in snapshot.all_materialized if ref.path not in self._previous_refs
         )
-        self.full_non_materialized = sum(handle.size for handle in snapshot.handles)
+        self.full_non_materialized = sum(handle.size for handle in snapshot.all_handles)
         self.incremental_non_materialized = sum(handle.incremental_size for handle in snapshot.handles[-1:])
         self.checkpoint_seconds = seconds
         self._previous_refs = paths

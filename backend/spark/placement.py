@@ -58,26 +58,20 @@ def instance_ranges(parallelism: int, max_parallelism: int) -> list[KeyGroupRang
 def snapshot_for_range(
     snapshots: Mapping[str, BackendSnapshot], key_groups: KeyGroupRange
 ) -> BackendSnapshot | None:
-    """What instance ``key_groups`` restores from.
+    """What instance ``key_groups`` continues from.
 
-    Its own snapshot, or after rescaling the union of every snapshot that overlaps
-    it (restore filters by key group).
+    Its own snapshot, or after rescaling every snapshot that overlaps it, as parts:
+    each is restored for the key groups its instance owned only (a snapshot of a
+    rescaled instance carries history of key groups it never owned).
     """
     same = snapshots.get(instance_name(key_groups))
     if same is not None:
         return same
-    overlapping = [
-        snapshot
-        for name, snapshot in sorted(snapshots.items())
-        if _overlaps(parse_instance_name(name), key_groups)
-    ]
-    if not overlapping:
+    owners = [(parse_instance_name(name), snapshot) for name, snapshot in sorted(snapshots.items())]
+    parts = tuple((owned, snapshot) for owned, snapshot in owners if _overlaps(owned, key_groups))
+    if not parts:
         return None
-    return BackendSnapshot(
-        max(s.checkpoint_id for s in overlapping),
-        tuple(h for s in overlapping for h in s.handles),
-        tuple(m for s in overlapping for m in s.materialized),
-    )
+    return BackendSnapshot(max(s.checkpoint_id for _, s in parts), (), (), (), parts)
 
 
 def _overlaps(a: KeyGroupRange, b: KeyGroupRange) -> bool:

@@ -34,6 +34,8 @@ class BatchProgress:
     full_restores: int
     restored_bytes: int
     materialized: tuple[str, ...]
+    #: instances whose checkpoint moved onto a snapshot an earlier batch wrote in the background
+    rebased: tuple[str, ...]
     restore_ms: float
     checkpoint_ms: float
     materialization_ms: float
@@ -56,6 +58,7 @@ class BatchProgress:
             full_restores=sum(1 for s in stats if s.get("restore") == "full"),
             restored_bytes=sum(s.get("restored_bytes", 0) for s in stats),
             materialized=tuple(s["instance"] for s in stats if s["materialized"]),
+            rebased=tuple(s["instance"] for s in stats if s.get("rebased")),
             restore_ms=max((s["restore_ms"] for s in stats), default=0.0),
             checkpoint_ms=max((s["checkpoint_ms"] for s in stats), default=0.0),
             materialization_ms=max((s["materialization_ms"] for s in stats), default=0.0),

@@ -280,8 +280,8 @@ class _BatchRunner:
         for index, name in enumerate(names):
             snapshot = previous.get(name)
             if ratio > 0 and snapshot is not None:
-                log_bytes = sum(h.size for h in snapshot.handles)
-                if log_bytes > ratio * max(sum(m.size for m in snapshot.materialized), 1 << 20):
+                log_bytes = sum(h.size for h in snapshot.all_handles)
+                if log_bytes > ratio * max(sum(m.size for m in snapshot.all_materialized), 1 << 20):
                     return frozenset({index})
         now = time.monotonic()
         oldest = min(names, key=lambda name: self.materialized_at.get(name, now))
@@ -381,7 +381,7 @@ class _BatchRunner:
             if item["materialized"]:
                 self.materialized_at[item["instance"]] = now
         full = sum(
-            sum(h.size for h in s.handles) + sum(m.size for m in s.materialized)
+            sum(h.size for h in s.all_handles) + sum(m.size for m in s.all_materialized)
             for s in completed.snapshots.values()
         )
         progress = BatchProgress.from_instances(batch_id, stats, full, (time.perf_counter() - began) * 1000)

@@ -179,3 +179,30 @@ def test_an_escaping_operator_id_creates_nothing_outside_the_lmdb_dir(tmp_path, 
             with pytest.raises(InvalidIdentifierError, match=f"operator id {operator_id!r}"):
                 ChangelogKeyedStateBackend.from_config(storage, operator_id, KeyGroupRange(0, 128), config)
     assert not (tmp_path / "ESCAPED").exists() and not list(tmp_path.rglob("*.mdb"))
+
+
+def test_snapshot_parts_round_trip_and_forged_parts_are_refused():
+    import json
+
+    import pytest
+
+    from dstl.backend.changelog import BackendSnapshot
+    from dstl.spi import InvalidHandleError, KeyGroupRange
+
+    inner = BackendSnapshot(3, ())
+    outer = BackendSnapshot(4, (), (), (), ((KeyGroupRange(0, 64), inner), (KeyGroupRange(64, 128), inner)))
+    assert BackendSnapshot.from_json(outer.to_json()) == outer
+    doc = json.loads(outer.to_json())
+    for bad, match in [
+        ([{"key_groups": [5, 1], "snapshot": inner.to_dict()}], r"\[start, end\]"),
+        ([{"key_groups": [0, True], "snapshot": inner.to_dict()}], r"\[start, end\]"),
+        ([{"key_groups": [0, 1]}], "backend snapshot must be a JSON object"),
+        ({"key_groups": [0, 1]}, "'parts' must be a list"),
+    ]:
+        with pytest.raises(InvalidHandleError, match=match):
+            BackendSnapshot.from_dict({**doc, "parts": bad})
+    deep = inner.to_dict()
+    for _ in range(20):
+        deep = {"checkpoint_id": 1, "handles": [], "parts": [{"key_groups": [0, 1], "snapshot": deep}]}
+    with pytest.raises(InvalidHandleError, match="nest deeper than 16"):
+        BackendSnapshot.from_dict(deep)

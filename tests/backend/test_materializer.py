@@ -103,9 +103,10 @@ def test_the_log_of_a_resumed_snapshot_is_read_once(tmp_path):
     materializer.start().result(timeout=30)
     reads = []
 
-    def changed_in_resumed_log():
+    def changed_in_resumed_log(sink):
         reads.append(1)
-        return {("v", 1, f"r{i}".encode()) for i in range(5)}  # more than the full snapshot held
+        for i in range(5):  # more than the full snapshot held
+            sink("v", 1, f"r{i}".encode())
 
     materializer.resumed(materializer.chain, changed_in_resumed_log)
     for i in range(5):
@@ -210,3 +211,78 @@ def test_an_incremental_holds_the_changed_collections_as_they_were_when_it_start
         Materializer(copy, (tmp_path / "snap").as_uri(), 3).load(ref)
     assert copy.delegate.get("m", 1, b"k") == {b"a": b"1"}
     assert copy.delegate.get("m", 1, b"other9") == {b"x": b"1"}
+
+
+@pytest.mark.parametrize("kind", ["heap", "lmdb"])
+def test_an_incremental_beyond_the_tracked_keys_replaces_whole_key_groups(tmp_path, kind):
+    """Tombstones of untracked keys are not lost: the group's section replaces what the restore had."""
+    target = FakeTarget(HeapDelegate() if kind == "heap" else LmdbDelegate(tmp_path / "a"))
+    snapshots = (tmp_path / "snap").as_uri()
+    materializer = Materializer(target, snapshots, 3, full_every=5, max_tracked_keys=20)
+    for i in range(400):
+        _write(target, materializer, i % 8, b"k%d" % i, b"v")
+    materializer.start().result(timeout=30)
+    for i in range(0, 80, 2):  # 40 changes in key groups 0, 2, 4, 6: more than 20 are tracked
+        _write(target, materializer, i % 8, b"k%d" % i, None if i % 4 == 0 else b"changed")
+    _write(target, materializer, 1, b"k1", b"changed")
+    incremental = materializer.start().result(timeout=30)
+    assert "-incr-" in incremental.path and incremental.entries < 400
+    copy = FakeTarget(HeapDelegate() if kind == "heap" else LmdbDelegate(tmp_path / "b"))
+    loader = Materializer(copy, snapshots, 3)
+    for ref in materializer.chain:
+        loader.load(ref)
+    assert _state(copy.delegate) == _state(target.delegate)
+    assert copy.delegate.get("v", 0, b"k0") is None and copy.delegate.get("v", 1, b"k1") == b"changed"
+
+
+@pytest.mark.parametrize("kind", ["heap", "lmdb"])
+def test_collections_bigger_than_a_section_are_written_and_restored_in_parts(tmp_path, kind):
+    from dstl.backend.delegate.base import SECTION_ENTRIES
+    from dstl.backend.materialization import read_sections
+
+    def delegate(name):
+        return HeapDelegate() if kind == "heap" else LmdbDelegate(tmp_path / name)
+
+    size = 3 * SECTION_ENTRIES + 5
+    target = FakeTarget(delegate("a"))
+    snapshots = tmp_path / "snap"
+    materializer = Materializer(target, snapshots.as_uri(), 3, full_every=5)
+    target.delegate.put("m", 2, b"big", {b"%06d" % i: b"v" for i in range(size)})
+    target.delegate.put("v", 2, b"list", [b"%d" % i for i in range(size)])  # a list under "v": any kind
+    target.delegate.put("m", 2, b"small", {b"a": b"1"})
+    full = materializer.start().result(timeout=30)
+    assert full.entries == 3, "a collection in parts counts once"
+    data = (snapshots / full.path).read_bytes()
+    _, sections = read_sections(lambda a, b: data[a:b], KeyGroupRange(0, 8), where="t", size=len(data))
+    for _, entries in sections:
+        elements = sum(1 if isinstance(e[2], bytes) else len(e[2]) for e in entries)
+        assert elements <= SECTION_ENTRIES + 1, "a section held more than its bound of elements"
+    # An incremental of a changed big map, loaded over the full snapshot's state.
+    target.delegate.map_put("m", 2, b"big", b"new", b"x")
+    target.delegate.map_remove("m", 2, b"big", b"000000")
+    materializer.changed("m", 2, b"big")
+    for i in range(10):
+        _write(target, materializer, 3, b"pad%d" % i, b"p")
+    incremental = materializer.start().result(timeout=30)
+    assert "-incr-" in incremental.path
+    copy = FakeTarget(delegate("b"))
+    loader = Materializer(copy, snapshots.as_uri(), 3)
+    for ref in materializer.chain:
+        loader.load(ref)
+    assert _state(copy.delegate) == _state(target.delegate)
+
+
+def test_malformed_snapshot_entries_are_corruption(tmp_path):
+    from dstl.backend.materialization import MaterializationRef, write_snapshot
+    from dstl.spi import CorruptedError
+
+    target = FakeTarget(HeapDelegate())
+    materializer = Materializer(target, (tmp_path / "snap").as_uri(), 3)
+    for bad in (["v", b"k"], ["v", b"k", b"x", 1], ["v", b"k", [b"x"], 2], [7, b"k", b"x"], ["v", "k", b"x"]):
+        data = write_snapshot({1: [bad]}, {"sqn": 1, "registrations": {}, "key_groups": [0, 8]})
+        path = tmp_path / "snap" / "job" / "snapshots" / "bad.snap"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        ref = MaterializationRef("job/snapshots/bad.snap", KeyGroupRange(0, 8), 1, len(data), 1)
+        with pytest.raises(CorruptedError, match="malformed entry"):
+            materializer.load(ref)

@@ -9,19 +9,24 @@ the instance's figures.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from dstl.spi import Config, StateChangelogStorage, load_storage
 
-from ...changelog import BackendSnapshot, ChangelogKeyedStateBackend
+from ...changelog import BackendSnapshot, ChangelogKeyedStateBackend, rebase
 from ...keygroups import key_group_range_for_instance
 from ..placement import instance_name, snapshot_for_range
 from ..processor import StateContext, StatefulProcessor
 from .working_copy import WorkingCopy, snapshot_digest
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "INSTANCE_COLUMN",
@@ -167,11 +172,19 @@ def process_instance(
             fork_replay_from=int(cfg["state.changelog.restore.fork-replay-from"]),
             bridge_full_snapshots=bool(cfg["state.changelog.materialization.bridge"]),
             snapshot_compression=str(cfg["state.changelog.materialization.compression"]),
+            max_tracked_keys=int(cfg["state.changelog.materialization.max-tracked-keys"]),
         )
         try:
             restore_began = time.perf_counter()
             mode, restored_bytes = _bring_up(
-                backend, copy, stamp, previous, warm=warm, committed=committed, cfg=cfg
+                backend,
+                copy,
+                stamp,
+                previous,
+                warm=warm,
+                committed=committed,
+                cfg=cfg,
+                run_id=plan.run_id,
             )
             restore_seconds = time.perf_counter() - restore_began
             processor = make_processor()
@@ -181,26 +194,38 @@ def process_instance(
             output = _rows_of(processor.handle_input_batch(user_rows, context), plan.output_columns)
             keys = len(context.keys_touched)
             processor.close()
-            materialized = instance in plan.materialize
+            materialized = instance in plan.materialize and not _materializing(copy)
+            rebased: Future[BackendSnapshot] | None = None
+            materialize_began = time.perf_counter()
             if materialized:
-                backend.materialize().result()
-            snapshot = backend.checkpoint(plan.batch_id).result()
+                # The snapshot is written in the background, past this task: a later batch of the
+                # instance moves its checkpoint onto it once it is complete (see _bring_up).
+                snapshot, rebased = backend.checkpoint_materializing(plan.batch_id)
+                _RUNNING[copy.path] = rebased
+                materialization_ms = round((time.perf_counter() - materialize_began) * 1000, 3)
+            else:
+                materialization_ms = 0.0
+                snapshot = backend.checkpoint(plan.batch_id).result()
             metrics = backend.metrics()
             registrations = backend.registrations()
         finally:
-            backend.close()
+            backend.close(wait_for_materialization=False)
         copy.mark(snapshot, registrations)
+    if rebased is not None:
+        checkpoint = snapshot
+        rebased.add_done_callback(lambda done: _offer(copy, checkpoint, done, plan.run_id))
     stats = {
         "instance": name,
         "rows": len(rows),
         "keys": keys,
-        "warm": mode == "warm",
-        "restore": mode,
+        "warm": mode in ("warm", "rebased"),
+        "restore": "warm" if mode == "rebased" else mode,
         "restored_bytes": restored_bytes,
         "materialized": materialized,
         "restore_ms": round(restore_seconds * 1000, 3),
         "checkpoint_ms": metrics["lastCheckpointDuration"],
-        "materialization_ms": metrics["lastDurationOfMaterialization"] if materialized else 0.0,
+        "materialization_ms": materialization_ms,  # what starting it cost this task
+        "rebased": mode == "rebased",
         "persisted_bytes": metrics["lastIncSizeOfNonMaterializedState"]
         + metrics["lastIncSizeOfMaterializedState"],
         "full_bytes": metrics["lastFullSizeOfNonMaterializedState"]
@@ -223,20 +248,26 @@ def _bring_up(
     warm: bool,
     committed: bool,
     cfg: Config,
+    run_id: int,
 ) -> tuple[str, int]:
     """Bring the working copy to ``previous``; returns how and the bytes read.
 
-    How is ``warm``, ``caught_up``, ``full`` or ``fresh``.
+    How is ``warm``, ``rebased``, ``caught_up``, ``full`` or ``fresh``.
 
-    Warm: the copy is at ``previous`` already. Caught up: it holds an earlier
-    committed checkpoint of the same lineage (the instance ran elsewhere since),
-    and only the log and incremental snapshots after it are applied. Otherwise
+    Warm: the copy is at ``previous`` already; rebased: also, and a background
+    materialization of an earlier batch completed, so the checkpoint moves onto it.
+    Caught up: it holds an earlier committed checkpoint of the same lineage (the
+    instance ran elsewhere since), and only the log and incremental snapshots after
+    it are applied. Otherwise
     the copy is cleared and restored in full (``fresh`` when there is no state yet).
     """
     if warm:
-        if previous is not None:
-            backend.resume(previous, stamp["registrations"], cfg)  # type: ignore[index]
-        return "warm", 0
+        offer = copy.take_offer(run_id)
+        if previous is None:
+            return "warm", 0
+        rebased = None if offer is None else rebase(previous, *offer)
+        backend.resume(rebased or previous, stamp["registrations"], cfg)  # type: ignore[index]
+        return ("rebased" if rebased else "warm"), 0
     if committed and previous is not None and stamp is not None and stamp["snapshot"] is not None:
         read = backend.catch_up(stamp["snapshot"], previous, stamp["registrations"], cfg)
         if read is not None:
@@ -245,7 +276,28 @@ def _bring_up(
     if previous is None:
         return "fresh", 0
     backend.restore(previous, cfg)
-    return "full", sum(h.size for h in previous.handles) + sum(ref.size for ref in previous.materialized)
+    return "full", sum(h.size for h in previous.all_handles) + sum(
+        ref.size for ref in previous.all_materialized
+    )
+
+
+# Background materializations of this process, by working copy: one at a time per instance.
+_RUNNING: dict[Path, Future[BackendSnapshot]] = {}
+
+
+def _materializing(copy: WorkingCopy) -> bool:
+    running = _RUNNING.get(copy.path)
+    return running is not None and not running.done()
+
+
+def _offer(
+    copy: WorkingCopy, checkpoint: BackendSnapshot, rebased: Future[BackendSnapshot], run_id: int
+) -> None:
+    """Hand a completed background materialization to the instance's next task (failures: logged)."""
+    try:
+        copy.offer(checkpoint, rebased.result(), run_id)
+    except Exception as exc:  # noqa: BLE001 - on a background thread: the next materialization retries
+        log.warning("background materialization of %s failed: %s", copy.path.name, exc)
 
 
 def pinned_function(

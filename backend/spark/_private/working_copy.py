@@ -54,6 +54,7 @@ class WorkingCopy:
         self.path = Path(root) / name
         self.path.mkdir(parents=True, exist_ok=True)
         self._stamp = self.path / "dstl-stamp.json"
+        self._offer = self.path / "dstl-materialized.json"
         key = str(self.path.resolve())
         if key not in _DELEGATES:
             _DELEGATES[key] = LmdbDelegate(self.path / "state", map_size=map_size)
@@ -102,6 +103,39 @@ class WorkingCopy:
             "registrations": {k: tuple(v) for k, v in registrations.items()},
             "snapshot": held,
         }
+
+    def offer(self, checkpoint: BackendSnapshot, rebased: BackendSnapshot, run_id: int) -> None:
+        """A materialization that ``checkpoint`` did not wait for completed as ``rebased``.
+
+        A later task of the same run moves its checkpoint onto it (see :meth:`take_offer`);
+        a restarted job removes unreferenced snapshots, so another run never does. The
+        file is written atomically; a lost one only means the snapshot goes unused.
+        """
+        doc = {
+            "run": run_id,
+            "checkpoint": json.loads(checkpoint.to_json()),
+            "rebased": json.loads(rebased.to_json()),
+        }
+        temporary = self._offer.with_suffix(f".tmp{os.getpid()}")
+        temporary.write_text(json.dumps(doc))
+        temporary.replace(self._offer)
+
+    def take_offer(self, run_id: int) -> tuple[BackendSnapshot, BackendSnapshot] | None:
+        """``(checkpoint, rebased)`` of the newest background materialization of run ``run_id``.
+
+        The offer is removed once read.
+        """
+        try:
+            doc = json.loads(self._offer.read_text())
+            self._offer.unlink(missing_ok=True)
+            if doc["run"] != run_id:
+                return None
+            return BackendSnapshot.from_dict(doc["checkpoint"]), BackendSnapshot.from_dict(doc["rebased"])
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, RecursionError, TypeError, KeyError, DstlError):
+            self._offer.unlink(missing_ok=True)  # damaged: the snapshot goes unused, nothing else
+            return None
 
     def invalidate(self) -> None:
         """The copy is about to change: until :meth:`mark`, it is at no checkpoint (durably)."""
