@@ -227,8 +227,9 @@ def main(argv: list[str] | None = None) -> int:
                     ]
                     by_workload.setdefault(workload, {})[configuration] = _median_result(runs)
         spark_rows: list[list[str]] = []
+        spark_notes: list[str] = []
         if not args.no_spark:
-            from bench.spark_stores import compare, summary_rows
+            from bench.spark_stores import compare, materialization_cost, summary_rows
             from dstl.backend.spark.demo.run import spark_session
 
             console.print(
@@ -237,9 +238,9 @@ def main(argv: list[str] | None = None) -> int:
             spark = spark_session("dstl-paper-bench")
             spark.sparkContext.setLogLevel("ERROR")
             try:
-                spark_rows = summary_rows(
-                    compare(spark, Path(tmp) / "spark", args.spark_batches, args.spark_rows)
-                )
+                spark_results = compare(spark, Path(tmp) / "spark", args.spark_batches, args.spark_rows)
+                spark_rows = summary_rows(spark_results)
+                spark_notes = [note for r in spark_results if (note := materialization_cost(r))]
             finally:
                 spark.stop()
     lines = [f"# Changelog evaluation, preset {args.preset} (repeat {args.repeat}, medians)", ""]
@@ -281,6 +282,9 @@ def main(argv: list[str] | None = None) -> int:
         ]
         console.print(_table("The same Spark job on three state stores", columns, spark_rows))
         lines += ["## Spark job, per-batch state commit", "", *_markdown(columns, spark_rows), ""]
+        for note in spark_notes:
+            console.print(note)
+            lines += [note, ""]
     for line in verdicts:
         console.print(line)
     out = Path(args.results)

@@ -84,8 +84,14 @@ def _value(rng: Any, value_bytes: int) -> bytes:  # noqa: ANN401 - random.Random
     return (head + pad)[:value_bytes]
 
 
-def probe(delegate_kind: str, keys: int, value_bytes: int, out: Path, codec: str = "zstd") -> dict[str, Any]:  # noqa: PLR0913
-    """Fill, materialize and restore once in this process; writes and returns the figures."""
+def probe(  # noqa: PLR0913
+    delegate_kind: str, keys: int, value_bytes: int, out: Path, codec: str = "zstd", map_entries: int = 0
+) -> dict[str, Any]:
+    """Fill, materialize and restore once in this process; writes and returns the figures.
+
+    :param map_entries: 0 fills ``keys`` value-state keys; otherwise ``keys`` entries in
+        total, as maps of ``map_entries`` entries per key (map state).
+    """
     from dstl.backend.changelog import ChangelogKeyedStateBackend
     from dstl.backend.delegate import HeapDelegate, LmdbDelegate
     from dstl.spi import KeyGroupRange, load_storage
@@ -109,16 +115,21 @@ def probe(delegate_kind: str, keys: int, value_bytes: int, out: Path, codec: str
                 snapshot_dir=snapshots,
                 snapshot_compression=codec,
             )
-            backend.value_state("v")  # registered, so a restore knows the state
+            state = "m" if map_entries else "v"
+            backend.map_state(state) if map_entries else backend.value_state(state)  # a restore knows it
             import random
 
             rng = random.Random(11)
+            if map_entries:
+                for index in range(max(keys // map_entries, 1)):
+                    entries = {f"e{i:09d}".encode(): _value(rng, value_bytes) for i in range(map_entries)}
+                    backend.delegate.write_batch(state, index % 128, {f"key-{index:09d}".encode(): entries})
             filler: dict[int, dict[bytes, Any]] = {}
-            for index in range(keys):
+            for index in range(0 if map_entries else keys):
                 filler.setdefault(index % 128, {})[f"key-{index:09d}".encode()] = _value(rng, value_bytes)
                 if (index + 1) % SECTION_KEYS == 0 or index + 1 == keys:
                     for key_group, entries in filler.items():
-                        backend.delegate.write_batch("v", key_group, entries)
+                        backend.delegate.write_batch(state, key_group, entries)
                     filler = {}
             refs: list[Any] = []
             materialize_s, materialize_mem = peak_during(lambda: refs.append(backend.materialize().result()))
@@ -128,12 +139,17 @@ def probe(delegate_kind: str, keys: int, value_bytes: int, out: Path, codec: str
                 storage, "op", key_groups, epoch=1, delegate=delegate(), snapshot_dir=snapshots
             )
             restore_s, restore_mem = peak_during(lambda: restored.restore(snapshot, config))
-            count = sum(1 for kg in range(128) for _ in restored.delegate.entries("v", kg))
+            count = sum(
+                len(entry) if map_entries else 1
+                for kg in range(128)
+                for _, entry in restored.delegate.entries(state, kg)
+            )
             restored.close()
     figures = {
         "delegate": delegate_kind,
         "codec": codec,
         "keys": keys,
+        "map_entries": map_entries,
         "value_bytes": value_bytes,
         "snapshot_bytes": refs[0].size,
         "materialize_s": materialize_s,
@@ -146,12 +162,14 @@ def probe(delegate_kind: str, keys: int, value_bytes: int, out: Path, codec: str
     return figures
 
 
-def run_probe(delegate_kind: str, keys: int, value_bytes: int = 200, codec: str = "zstd") -> dict[str, Any]:
+def run_probe(
+    delegate_kind: str, keys: int, value_bytes: int = 200, codec: str = "zstd", map_entries: int = 0
+) -> dict[str, Any]:
     """:func:`probe` in a fresh interpreter; returns its figures."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "figures.json"
         command = [sys.executable, "-m", "bench.scale_bench", "--probe", delegate_kind, str(keys), str(out)]
-        command += ["--value-bytes", str(value_bytes), "--codecs", codec]
+        command += ["--value-bytes", str(value_bytes), "--codecs", codec, "--map-entries", str(map_entries)]
         subprocess.run(command, check=True, timeout=3600, cwd=Path(__file__).resolve().parents[1])
         return json.loads(out.read_text())
 
@@ -243,11 +261,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--codecs", default="zstd", help="snapshot codecs to compare, e.g. none,zstd,lz4")
     parser.add_argument("--probe", nargs=3, metavar=("DELEGATE", "KEYS", "OUT"))
     parser.add_argument("--collections", metavar="SIZES", help="per-op cost at these collection sizes")
+    parser.add_argument(
+        "--map-entries",
+        type=int,
+        default=0,
+        help="also run each size as maps of this many entries per key (the size counts entries)",
+    )
     parser.add_argument("--results", default="bench/results")
     args = parser.parse_args(argv)
     if args.probe:
         kind, keys, out = args.probe
-        probe(kind, int(keys), args.value_bytes, Path(out), args.codecs.split(",")[0])
+        probe(kind, int(keys), args.value_bytes, Path(out), args.codecs.split(",")[0], args.map_entries)
         return 0
     console = Console()
     if args.collections:
@@ -260,23 +284,27 @@ def main(argv: list[str] | None = None) -> int:
         _report(console, Path(args.results) / "scale-collections", title, columns, rows, records)
         return 0
     records = []
+    shapes = [0, args.map_entries] if args.map_entries else [0]
     runs = [
-        (d, int(s), c)
+        (d, int(s), c, m)
         for d in args.delegates.split(",")
         for s in args.sizes.split(",")
         for c in args.codecs.split(",")
+        for m in shapes
     ]
     with Progress(console=console) as progress:
         task = progress.add_task("scale runs", total=len(runs))
-        for kind, keys, codec in runs:
-            progress.update(task, description=f"{kind}, {keys:,} keys, {codec}")
-            records.append(run_probe(kind, keys, args.value_bytes, codec))
+        for kind, keys, codec, map_entries in runs:
+            shape = f"maps of {map_entries:,}" if map_entries else "values"
+            progress.update(task, description=f"{kind}, {keys:,} {shape}, {codec}")
+            records.append(run_probe(kind, keys, args.value_bytes, codec, map_entries))
             progress.advance(task)
     mb = 1 << 20
     columns = [
         "delegate",
         "codec",
-        "keys",
+        "state",
+        "entries",
         "state MB",
         "snapshot MB",
         "materialize s",
@@ -288,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         [
             r["delegate"],
             r["codec"],
+            f"maps of {r['map_entries']:,}" if r.get("map_entries") else "values",
             f"{r['keys']:,}",
             f"{r['keys'] * r['value_bytes'] / mb:.0f}",
             f"{r['snapshot_bytes'] / mb:.0f}",

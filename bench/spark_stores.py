@@ -39,6 +39,7 @@ class StoreResult:
     batch_ms: list[float] = field(default_factory=list)
     rows: int = 0
     state_bytes: int = 0  # what the checkpoint holds for the state at the end, on disk
+    materializing: list[bool] = field(default_factory=list)  # per batch (dstl): it started a snapshot
 
     @property
     def records_per_s(self) -> float:
@@ -116,6 +117,7 @@ def run_dstl(spark: Any, inputs: Path, workdir: Path) -> StoreResult:  # noqa: A
     for batch, duration in zip(query.progress, durations, strict=True):
         result.commit_ms.append(batch.checkpoint_ms)
         result.batch_ms.append(float(duration))  # Spark's own trigger duration, as for the other engines
+        result.materializing.append(bool(batch.materialized))
         result.rows += batch.rows
     checkpoint = workdir / "dstl-checkpoint"
     result.state_bytes = _dir_bytes(checkpoint / "dstl-state", checkpoint / "dstl-changelog")
@@ -226,3 +228,29 @@ def summary_rows(results: list[StoreResult]) -> list[list[str]]:
             ]
         )
     return rows
+
+
+def materialization_cost(result: StoreResult) -> str | None:
+    """What materializing costs a batch: p99 of the batches that start a snapshot against the others' p50.
+
+    The batch after each materializing one is reported too (the snapshot is written in
+    the background while it runs). The first batch (JVM warm-up) is left out.
+    """
+    from bench.dstl_bench import percentile
+
+    flags, durations = result.materializing[1:], result.batch_ms[1:]
+    materializing = [d for d, m in zip(durations, flags, strict=True) if m]
+    others = [d for d, m in zip(durations, flags, strict=True) if not m]
+    if not materializing or not others:
+        return None
+    after = [durations[i + 1] for i, m in enumerate(flags[:-1]) if m and not flags[i + 1]]
+    base = statistics.median(others)
+    line = (
+        f"{result.engine}: {len(materializing)} of {len(durations)} batches materialized; their batch p99 "
+        f"{percentile(materializing, 99):.0f} ms against {base:.0f} ms p50 of the others "
+        f"({percentile(materializing, 99) / base:.2f}x)"
+    )
+    if after:
+        next_p50 = statistics.median(after)
+        line += f"; the batch after one: p50 {next_p50:.0f} ms ({next_p50 / base:.2f}x)"
+    return line + "."
