@@ -9,8 +9,6 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
-from itertools import groupby
-from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Protocol
 
 from dstl.spi import ConfigError, CorruptedError, InvalidHandleError, StorageError
@@ -360,11 +358,24 @@ class Materializer:
         for key_group in _replaced_key_groups(meta, where=f"{self._dir}/{ref.path}"):
             if key_group in wanted:
                 backend.delegate.drop_key_group(key_group)  # the sections hold all that is left of it
-        write_batch = backend.delegate.write_batch
+        where = f"{self._dir}/{ref.path}"
+        delegate = backend.delegate
         for key_group, entries in sections:
-            # A section lists each state's entries together (see materialize): one batch per state.
-            for state, same_state in groupby(entries, key=itemgetter(0)):
-                write_batch(state, key_group, {key: entry for _, key, entry in same_state})
+            # Entries come state by state: whole ones in one batch per state, a part that continues
+            # a collection extends it once what came before is written.
+            batch: dict[bytes, Any] = {}
+            batch_state = None
+            for state, key, entry, continued in _checked_entries(entries, key_group, where):
+                if batch and (continued or state != batch_state):
+                    delegate.write_batch(batch_state, key_group, batch)
+                    batch = {}
+                if continued:
+                    delegate.extend(state, key_group, key, entry)
+                else:
+                    batch[key] = entry
+                    batch_state = state
+            if batch:
+                delegate.write_batch(batch_state, key_group, batch)
         return {
             name: (kind, serializer) for name, (kind, serializer) in meta.get("registrations", {}).items()
         }
@@ -415,6 +426,14 @@ class ChangedKeysView(StateView):
         """The underlying view's entry."""
         return self._view.get(state, key_group, key)
 
+    def chunks(self, state: str, key_group: int) -> Iterator[tuple[bytes, Any, bool]]:
+        """The changed keys' parts, streamed by the underlying view."""
+        if key_group in self._changed.whole:
+            yield from self._view.chunks(state, key_group)
+            return
+        for key in self._by_state.get(state, {}).get(key_group, ()):
+            yield from self._view.key_chunks(state, key_group, key)
+
     def close(self) -> None:
         """Close the underlying view when it is this view's own."""
         if self._owns:
@@ -433,13 +452,39 @@ def _replaced_key_groups(meta: dict[str, Any], *, where: str) -> list[int]:
 def _purged(
     section: list[list[Any]], ttl_states: dict[str, tuple[str, float]], now: float
 ) -> list[list[Any]]:
-    """``section`` without expired state (a full snapshot is where TTL'd state is cleaned up)."""
+    """``section`` without expired state (a full snapshot is where TTL'd state is cleaned up).
+
+    A collection's first part that expired entirely stays as a tombstone: later parts
+    of it may still hold live elements, which then extend nothing stale.
+    """
     kept = []
-    for state, key, entry in section:
+    for state, key, entry, *continued in section:
         if state in ttl_states:
             kind, ttl = ttl_states[state]
-            entry = purge_expired(kind, entry, ttl, now)  # noqa: PLW2901 - the entry as kept
-            if entry is None:
+            live = purge_expired(kind, entry, ttl, now)
+            if live is None and (continued or kind not in ("list", "map")):
                 continue
-        kept.append([state, key, entry])
+            entry = live  # noqa: PLW2901 - the entry as kept
+        kept.append([state, key, entry, *continued])
     return kept
+
+
+def _checked_entries(
+    entries: list[Any], key_group: int, where: str
+) -> Iterator[tuple[str, bytes, Any, bool]]:
+    """``(state, key, entry, continued)`` of a section's entries, each checked (the snapshot is untrusted)."""
+    for item in entries:
+        valid = isinstance(item, list) and len(item) in (3, 4)
+        if valid:
+            state, key, entry, *flag = item
+            continued = flag == [1]
+            valid = (
+                isinstance(state, str)
+                and isinstance(key, bytes)
+                and (not flag or continued)
+                and (not continued or isinstance(entry, (list, dict)))
+            )
+        if not valid:
+            msg = f"snapshot section of key group {key_group} holds a malformed entry: {item!r:.80}"
+            raise CorruptedError(msg, location=where)
+        yield state, key, entry, continued

@@ -6,7 +6,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-__all__ = ["SECTION_ENTRIES", "MappingView", "StateDelegate", "StateView"]
+__all__ = ["SECTION_ENTRIES", "MappingView", "StateDelegate", "StateView", "split_entry"]
 
 #: The most entries in one section (a list or map counts its elements): a key group with more
 #: spans consecutive sections, so a materialization holds this many at a time whatever the
@@ -33,25 +33,33 @@ class StateView(ABC):
     def get(self, state: str, key_group: int, key: bytes) -> Any | None:  # noqa: ANN401 - entry
         """One key's entry as the view holds it, or ``None``."""
 
-    def sections(self, key_groups: Iterable[int]) -> Iterator[tuple[int, list[list[Any]]]]:
-        """``(key group, [[state, key, entry], ...])`` of ``key_groups``, ascending, empty ones left out.
+    def chunks(self, state: str, key_group: int) -> Iterator[tuple[bytes, Any, bool]]:
+        """``(key, part, continued)`` of a state in a key group: :meth:`entries` with big collections split.
 
-        A key group with more than :data:`SECTION_ENTRIES` entries (or collection
-        elements) comes as several consecutive sections.
+        A list or map of more than :data:`SECTION_ENTRIES` elements comes in parts of
+        at most that many; every part but the first has ``continued`` set (restores
+        extend the entry with it). Views of stores that keep elements apart override
+        this to stream them.
+        """
+        for key, entry in self.entries(state, key_group):
+            yield from split_entry(key, entry)
+
+    def key_chunks(self, state: str, key_group: int, key: bytes) -> Iterator[tuple[bytes, Any, bool]]:
+        """:meth:`chunks` of one key (``(key, None, False)`` when it has no entry: a tombstone)."""
+        return split_entry(key, self.get(state, key_group, key))
+
+    def sections(self, key_groups: Iterable[int]) -> Iterator[tuple[int, list[list[Any]]]]:
+        """``(key group, [[state, key, entry(, 1)], ...])`` of ``key_groups``, ascending, empty ones left out.
+
+        A key group with more than :data:`SECTION_ENTRIES` entries (collection
+        elements count one by one) comes as several consecutive sections; a part
+        that continues a collection carries a fourth element, ``1``.
         """
         states = self.state_names()
         for key_group in sorted(key_groups):
-            section: list[list[Any]] = []
-            size = 0  # entries, a collection counting its elements: a section of big maps stays small
-            for state in states:
-                for key, entry in self.entries(state, key_group):
-                    section.append([state, key, entry])
-                    size += 1 if entry is None or type(entry) is bytes else max(len(entry), 1)
-                    if size >= SECTION_ENTRIES:
-                        yield key_group, section
-                        section, size = [], 0
-            if section:
-                yield key_group, section
+            yield from _sectioned(
+                key_group, ((state, *c) for state in states for c in self.chunks(state, key_group))
+            )
 
     def close(self) -> None:  # noqa: B027 - nothing to release by default
         """Release the view."""
@@ -63,6 +71,43 @@ class StateView(ABC):
     def __exit__(self, *exc: object) -> None:
         """Release the view."""
         self.close()
+
+
+def split_entry(key: bytes, entry: Any) -> Iterator[tuple[bytes, Any, bool]]:  # noqa: ANN401 - entry
+    """``(key, part, continued)`` of one entry, a collection in parts of :data:`SECTION_ENTRIES` elements."""
+    if not isinstance(entry, (list, dict)) or len(entry) <= SECTION_ENTRIES:
+        yield key, entry, False
+        return
+    if isinstance(entry, list):
+        for start in range(0, len(entry), SECTION_ENTRIES):
+            yield key, entry[start : start + SECTION_ENTRIES], start > 0
+        return
+    part: dict[bytes, Any] = {}
+    continued = False
+    for map_key, value in entry.items():
+        part[map_key] = value
+        if len(part) == SECTION_ENTRIES:
+            yield key, part, continued
+            part, continued = {}, True
+    if part:
+        yield key, part, continued
+
+
+def _sectioned(
+    key_group: int, chunks: Iterable[tuple[str, bytes, Any, bool]]
+) -> Iterator[tuple[int, list[list[Any]]]]:
+    """Sections of ``(state, key, part, continued)``: at most :data:`SECTION_ENTRIES` entries or elements."""
+    section: list[list[Any]] = []
+    size = 0
+    for state, key, part, continued in chunks:
+        elements = max(len(part), 1) if isinstance(part, (list, dict)) else 1
+        if section and size + elements > SECTION_ENTRIES:
+            yield key_group, section
+            section, size = [], 0
+        section.append([state, key, part, 1] if continued else [state, key, part])
+        size += elements
+    if section:
+        yield key_group, section
 
 
 class MappingView(StateView):
@@ -163,6 +208,14 @@ class StateDelegate(ABC):
     def map_items(self, state: str, key_group: int, key: bytes) -> Iterator[tuple[bytes, bytes]]:
         """``(map key, value)`` of the key's map (safe to change the map meanwhile)."""
         return iter(list((self.get(state, key_group, key) or {}).items()))
+
+    def extend(self, state: str, key_group: int, key: bytes, part: list[bytes] | dict[bytes, bytes]) -> None:
+        """Add a part of a collection to the key's entry (a restore of a collection split in parts)."""
+        current = self.get(state, key_group, key)
+        if isinstance(part, list):
+            self.put(state, key_group, key, [*(current or []), *part])
+        else:
+            self.put(state, key_group, key, {**(current or {}), **part})
 
     @abstractmethod
     def entries(self, state: str, key_group: int) -> Iterator[tuple[bytes, Any]]:

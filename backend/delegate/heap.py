@@ -83,6 +83,17 @@ class HeapDelegate(StateDelegate):
         else:
             entry.append(element)
 
+    def extend(self, state: str, key_group: int, key: bytes, part: list[bytes] | dict[bytes, bytes]) -> None:
+        """Extend or update in place (O(len(part)))."""
+        group = self._writable(state, key_group)
+        entry = self._in_place(group, key)
+        if entry is None:
+            self._created(group, key, part.copy())
+        elif isinstance(entry, list):
+            entry.extend(part)
+        else:
+            entry.update(part)
+
     def map_get(self, state: str, key_group: int, key: bytes, map_key: bytes) -> bytes | None:
         """One dict lookup."""
         group = self._group(state, key_group)

@@ -20,7 +20,7 @@ import lmdb
 
 from dstl.spi import StorageError
 
-from .base import StateDelegate, StateView
+from .base import SECTION_ENTRIES, StateDelegate, StateView
 
 __all__ = ["LmdbDelegate"]
 
@@ -196,13 +196,22 @@ class LmdbDelegate(StateDelegate):
         first = base + _LIST
 
         def write(txn: lmdb.Transaction) -> None:
-            cursor = txn.cursor()
-            moved = cursor.prev() if cursor.set_range(base + _MAP) else cursor.last()
-            last = cursor.key() if moved else b""
-            index = 0
-            if last.startswith(first) and len(last) == len(first) + _INDEX.size:
-                index = _INDEX.unpack_from(last, len(first))[0] + 1
-            txn.put(first + _INDEX.pack(index), element)
+            txn.put(first + _INDEX.pack(_next_index(txn, base)), element)
+
+        self._write(write)
+
+    def extend(self, state: str, key_group: int, key: bytes, part: list[bytes] | dict[bytes, bytes]) -> None:
+        """Records after the list's last (or map entries), in one write transaction."""
+        base = self._base(state, key_group, key, 1 + _INDEX.size)
+
+        def write(txn: lmdb.Transaction) -> None:
+            if isinstance(part, dict):
+                for map_key, value in part.items():
+                    txn.put(base + _MAP + map_key, value)
+                return
+            index = _next_index(txn, base)
+            for offset, element in enumerate(part):
+                txn.put(base + _LIST + _INDEX.pack(index + offset), element)
 
         self._write(write)
 
@@ -353,12 +362,77 @@ class LmdbView(StateView):
         """One key's entry as the view holds it."""
         return _entry_at(self._open(), _base(_prefix(state, key_group), key))
 
+    def chunks(self, state: str, key_group: int) -> Iterator[tuple[bytes, Any, bool]]:
+        """The entries with collections in parts, streamed from the cursor (no collection held whole)."""
+        prefix = _prefix(state, key_group)
+        cursor = self._open().cursor()
+        if cursor.set_range(prefix):
+            yield from _chunked(iter(cursor), prefix)
+
+    def key_chunks(self, state: str, key_group: int, key: bytes) -> Iterator[tuple[bytes, Any, bool]]:
+        """One key's parts, streamed (a tombstone when it has no entry)."""
+        base = _base(_prefix(state, key_group), key)
+        cursor = self._open().cursor()
+        found = False
+        if cursor.set_range(base) and cursor.key().startswith(base):
+            for chunk in _chunked(iter(cursor), base[: 1 + base[0] + _KG.size]):
+                if chunk[0] != key:
+                    break
+                found = True
+                yield chunk
+        if not found:
+            yield key, None, False
+
     def close(self) -> None:
         """End the read transaction (idempotent)."""
         if self._txn is not None:
             self._txn.abort()
             self._txn = None
             self._delegate._view_closed()  # noqa: SLF001 - the view belongs to its delegate
+
+
+def _next_index(txn: lmdb.Transaction, base: bytes) -> int:
+    """The index after the last element of the list at ``base`` (0 when empty): one seek."""
+    first = base + _LIST
+    cursor = txn.cursor()
+    moved = cursor.prev() if cursor.set_range(base + _MAP) else cursor.last()
+    last = cursor.key() if moved else b""
+    if last.startswith(first) and len(last) == len(first) + _INDEX.size:
+        return _INDEX.unpack_from(last, len(first))[0] + 1
+    return 0
+
+
+def _chunked(records: Iterator[tuple[bytes, bytes]], prefix: bytes) -> Iterator[tuple[bytes, Any, bool]]:
+    """``(key, part, continued)`` from a cursor's records under ``prefix``: collections in parts, streamed."""
+    at = len(prefix)
+    key: bytes | None = None
+    part: Any = None
+    continued = False
+    for raw_key, raw in records:
+        if not raw_key.startswith(prefix):
+            break
+        (length,) = _KEY_LENGTH.unpack_from(raw_key, at)
+        this = raw_key[at + 2 : at + 2 + length]
+        tail = raw_key[at + 2 + length :]
+        if this != key:
+            if key is not None:
+                yield key, part, continued
+            key, part, continued = this, None, False
+        elif part is not None and type(part) is not bytes and len(part) == SECTION_ENTRIES:
+            yield key, part, continued
+            part, continued = None, True
+        if not tail:
+            part = raw
+        elif tail[:1] == _LIST:
+            if part is None:
+                part = []
+            part.append(raw)
+        else:
+            if part is None:
+                part = {}
+            part[tail[1:]] = raw
+    if key is not None:
+        yield key, part, continued
 
 
 def _entry_at(txn: lmdb.Transaction, base: bytes) -> Any | None:  # noqa: ANN401 - entry

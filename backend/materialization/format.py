@@ -3,7 +3,7 @@
 Version 2, written as a stream (little-endian)::
 
     magic "DSTM" | version u8 = 2 | codec u8 | reserved 2
-    sections: codec(msgpack [[state, key, entry], ...]) followed by its crc32c u32
+    sections: codec(msgpack [[state, key, entry(, 1)], ...]) followed by its crc32c u32
     meta (JSON: registrations, SQN)                                } covered by
     index: count x (key group i32 | offset u64 | length u32 |      } the
                     raw length u32)                                } trailer crc
@@ -13,7 +13,8 @@ The codec (see :mod:`.codecs`) compresses each section on its own; the crc
 covers the stored bytes, the raw length bounds decompression.
 
 Sections are written as the state is read, key group by key group (a large key
-group in several consecutive sections), and the index goes last, so a writer
+group in several consecutive sections; a large list or map in parts, each after
+the first marked ``1``, which extends the entry), and the index goes last, so a writer
 holds one section, never the whole state. Version 1 (index in a header before
 the sections, one per key group) is still read::
 
@@ -141,7 +142,7 @@ class SnapshotWriter:
         body = self._compress(raw)
         self._index.append(_ENTRY.pack(key_group, self._offset, len(body) + _CRC.size, len(raw)))
         self._write(body + _CRC.pack(google_crc32c.value(body)))
-        self.entries += len(entries)
+        self.entries += sum(1 for entry in entries if len(entry) == 3)  # parts of one collection: once  # noqa: PLR2004
 
     def finish(self, meta: dict[str, Any]) -> int:
         """Write the meta, the index and the trailer; returns the snapshot's size in bytes."""
