@@ -7,7 +7,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -379,6 +379,17 @@ class Materializer:
         return {
             name: (kind, serializer) for name, (kind, serializer) in meta.get("registrations", {}).items()
         }
+
+    def discard(self, refs: Iterable[MaterializationRef]) -> None:
+        """Remove snapshots of this log nothing will reference (best effort: recovery sweeps the rest)."""
+        fs, root = self._filesystem()
+        for ref in refs:
+            if not ref.path.startswith(self._prefix()):
+                continue  # only this log's own snapshots
+            try:
+                fs.rm_file(f"{root}/{ref.path}")
+            except (OSError, FileNotFoundError) as exc:
+                log.info("could not remove unreferenced snapshot %s: %s", ref.path, exc)
 
     def close(self) -> None:
         """Wait for a running materialization."""

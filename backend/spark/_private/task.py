@@ -261,11 +261,17 @@ def _bring_up(
     it are applied. Otherwise
     the copy is cleared and restored in full (``fresh`` when there is no state yet).
     """
+    offer = copy.take_offer()
+    rebased = None
+    if offer is not None and warm and previous is not None and offer[0] == run_id:
+        rebased = rebase(previous, offer[1], offer[2])
+    if offer is not None and rebased is None:
+        # Never to be referenced (only this offer could have): remove what it wrote.
+        referenced = {*offer[1].references, *(previous.references if previous is not None else ())}
+        backend.materializer.discard([ref for ref in offer[2].references if ref not in referenced])
     if warm:
-        offer = copy.take_offer(run_id)
         if previous is None:
             return "warm", 0
-        rebased = None if offer is None else rebase(previous, *offer)
         backend.resume(rebased or previous, stamp["registrations"], cfg)  # type: ignore[index]
         return ("rebased" if rebased else "warm"), 0
     if committed and previous is not None and stamp is not None and stamp["snapshot"] is not None:

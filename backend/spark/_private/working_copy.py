@@ -107,9 +107,8 @@ class WorkingCopy:
     def offer(self, checkpoint: BackendSnapshot, rebased: BackendSnapshot, run_id: int) -> None:
         """A materialization that ``checkpoint`` did not wait for completed as ``rebased``.
 
-        A later task of the same run moves its checkpoint onto it (see :meth:`take_offer`);
-        a restarted job removes unreferenced snapshots, so another run never does. The
-        file is written atomically; a lost one only means the snapshot goes unused.
+        A later task of the same run moves its checkpoint onto it (see :meth:`take_offer`).
+        The file is written atomically; a lost one only means the snapshot goes unused.
         """
         doc = {
             "run": run_id,
@@ -120,17 +119,22 @@ class WorkingCopy:
         temporary.write_text(json.dumps(doc))
         temporary.replace(self._offer)
 
-    def take_offer(self, run_id: int) -> tuple[BackendSnapshot, BackendSnapshot] | None:
-        """``(checkpoint, rebased)`` of the newest background materialization of run ``run_id``.
+    def take_offer(self) -> tuple[int, BackendSnapshot, BackendSnapshot] | None:
+        """``(run id, checkpoint, rebased)`` of the newest background materialization, removed once read.
 
-        The offer is removed once read.
+        Only a task of the same run may move onto it: a restarted job removes
+        unreferenced snapshots at recovery.
         """
         try:
             doc = json.loads(self._offer.read_text())
             self._offer.unlink(missing_ok=True)
-            if doc["run"] != run_id:
+            checkpoint, rebased = (
+                BackendSnapshot.from_dict(doc["checkpoint"]),
+                BackendSnapshot.from_dict(doc["rebased"]),
+            )
+            if type(doc["run"]) is not int:
                 return None
-            return BackendSnapshot.from_dict(doc["checkpoint"]), BackendSnapshot.from_dict(doc["rebased"])
+            return doc["run"], checkpoint, rebased
         except FileNotFoundError:
             return None
         except (OSError, ValueError, RecursionError, TypeError, KeyError, DstlError):
