@@ -47,30 +47,7 @@ def _base(prefix: bytes, key: bytes) -> bytes:
 
 def _decoded(records: Iterator[tuple[bytes, bytes]], prefix: bytes) -> Iterator[tuple[bytes, Any]]:
     """``(key, entry)`` from a cursor's records under ``prefix``, the elements of a collection gathered."""
-    at = len(prefix)
-    key: bytes | None = None
-    entry: Any = None
-    for raw_key, raw in records:
-        if not raw_key.startswith(prefix):
-            break
-        (length,) = _KEY_LENGTH.unpack_from(raw_key, at)
-        this = raw_key[at + 2 : at + 2 + length]
-        tail = raw_key[at + 2 + length :]
-        if this != key:
-            if key is not None:
-                yield key, entry
-            key, entry = this, None
-        if not tail:
-            entry = raw
-        elif tail[:1] == _LIST:
-            if entry is None:
-                entry = []
-            entry.append(raw)
-        else:
-            if entry is None:
-                entry = {}
-            entry[tail[1:]] = raw
-    if key is not None:
+    for key, entry, _ in _chunked(records, prefix, limit=None):
         yield key, entry
 
 
@@ -402,8 +379,13 @@ def _next_index(txn: lmdb.Transaction, base: bytes) -> int:
     return 0
 
 
-def _chunked(records: Iterator[tuple[bytes, bytes]], prefix: bytes) -> Iterator[tuple[bytes, Any, bool]]:
-    """``(key, part, continued)`` from a cursor's records under ``prefix``: collections in parts, streamed."""
+def _chunked(
+    records: Iterator[tuple[bytes, bytes]], prefix: bytes, limit: int | None = SECTION_ENTRIES
+) -> Iterator[tuple[bytes, Any, bool]]:
+    """``(key, part, continued)`` from a cursor's records under ``prefix``, streamed.
+
+    Collections come in parts of at most ``limit`` elements (``None``: whole).
+    """
     at = len(prefix)
     key: bytes | None = None
     part: Any = None
@@ -418,7 +400,7 @@ def _chunked(records: Iterator[tuple[bytes, bytes]], prefix: bytes) -> Iterator[
             if key is not None:
                 yield key, part, continued
             key, part, continued = this, None, False
-        elif part is not None and type(part) is not bytes and len(part) == SECTION_ENTRIES:
+        elif limit is not None and part is not None and type(part) is not bytes and len(part) == limit:
             yield key, part, continued
             part, continued = None, True
         if not tail:
