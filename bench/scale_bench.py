@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -34,7 +35,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import Progress
 
-from bench.dstl_bench import _markdown, _table
+from bench.dstl_bench import _markdown, _table, percentile
 
 SECTION_KEYS = 20_000  # keys written per delegate batch while filling
 
@@ -84,6 +85,42 @@ def _value(rng: Any, value_bytes: int) -> bytes:  # noqa: ANN401 - random.Random
     return (head + pad)[:value_bytes]
 
 
+CHECKPOINTS = 20  # checkpoints timed on the full state, each after UPDATES_PER_CHECKPOINT updates
+UPDATES_PER_CHECKPOINT = 1000
+
+
+def _steady_checkpoints(
+    backend: Any,  # noqa: ANN401
+    state: str,
+    keys: int,
+    map_entries: int,
+    rng: Any,  # noqa: ANN401 - random.Random
+) -> tuple[float, list[float]]:
+    """``(µs per update, checkpoint ms each)`` of updates through the state API on the full state.
+
+    The keys are drawn from as many as the state holds (through the API they hash to
+    other key groups than the fill's, so most are inserts into the full store).
+    """
+    handle = backend.map_state(state) if map_entries else backend.value_state(state)
+    payload = "x" * 200
+    outer = max(keys // map_entries, 1) if map_entries else keys
+    update_s = 0.0
+    checkpoint_ms = []
+    for checkpoint_id in range(1, CHECKPOINTS + 1):
+        started = time.perf_counter()
+        for _ in range(UPDATES_PER_CHECKPOINT):
+            backend.set_current_key(f"key-{rng.randrange(outer):09d}")
+            if map_entries:
+                handle.put(rng.randrange(map_entries), payload)
+            else:
+                handle.update(payload)
+        update_s += time.perf_counter() - started
+        started = time.perf_counter()
+        backend.checkpoint(checkpoint_id).result()
+        checkpoint_ms.append((time.perf_counter() - started) * 1000)
+    return update_s / (CHECKPOINTS * UPDATES_PER_CHECKPOINT) * 1e6, checkpoint_ms
+
+
 def probe(  # noqa: PLR0913
     delegate_kind: str, keys: int, value_bytes: int, out: Path, codec: str = "zstd", map_entries: int = 0
 ) -> dict[str, Any]:
@@ -131,9 +168,10 @@ def probe(  # noqa: PLR0913
                     for key_group, entries in filler.items():
                         backend.delegate.write_batch(state, key_group, entries)
                     filler = {}
+            op_us, checkpoint_ms = _steady_checkpoints(backend, state, keys, map_entries, rng)
             refs: list[Any] = []
             materialize_s, materialize_mem = peak_during(lambda: refs.append(backend.materialize().result()))
-            snapshot = backend.checkpoint(1).result()
+            snapshot = backend.checkpoint(CHECKPOINTS + 1).result()
             backend.close()
             restored = ChangelogKeyedStateBackend(
                 storage, "op", key_groups, epoch=1, delegate=delegate(), snapshot_dir=snapshots
@@ -151,6 +189,9 @@ def probe(  # noqa: PLR0913
         "keys": keys,
         "map_entries": map_entries,
         "value_bytes": value_bytes,
+        "update_us_per_op": op_us,
+        "checkpoint_p50_ms": statistics.median(checkpoint_ms),
+        "checkpoint_p99_ms": percentile(checkpoint_ms, 99),
         "snapshot_bytes": refs[0].size,
         "materialize_s": materialize_s,
         "materialize_peak_anon": materialize_mem,
@@ -306,6 +347,8 @@ def main(argv: list[str] | None = None) -> int:
         "state",
         "entries",
         "state MB",
+        "update µs/op",
+        "checkpoint p99 ms",
         "snapshot MB",
         "materialize s",
         "materialize peak anon MB",
@@ -319,6 +362,8 @@ def main(argv: list[str] | None = None) -> int:
             f"maps of {r['map_entries']:,}" if r.get("map_entries") else "values",
             f"{r['keys']:,}",
             f"{r['keys'] * r['value_bytes'] / mb:.0f}",
+            f"{r['update_us_per_op']:.1f}",
+            f"{r['checkpoint_p99_ms']:.1f}",
             f"{r['snapshot_bytes'] / mb:.0f}",
             f"{r['materialize_s']:.2f}",
             f"{r['materialize_peak_anon'] / mb:.1f}",
