@@ -16,7 +16,7 @@ from .ttl import TTL_SUFFIX, stamp, unstamp
 if TYPE_CHECKING:
     from .changelog.backend import ChangelogKeyedStateBackend
 
-__all__ = ["ListState", "MapState", "ReducingState", "StateDescriptor", "StateKind", "ValueState"]
+__all__ = ["KeySet", "ListState", "MapState", "ReducingState", "StateDescriptor", "StateKind", "ValueState"]
 
 
 class StateKind(enum.Enum):
@@ -63,6 +63,43 @@ def map_key_bytes(key: object) -> bytes:
         raise TypeError(msg) from exc
 
 
+@dataclass(frozen=True)
+class KeySet:
+    """Keys bound once for bulk state access: each key's key group and stored bytes.
+
+    Build it with ``backend.key_set(keys)`` (or ``context.key_set``) and pass it to
+    every ``*_many`` call of the batch: the hashing and encoding are then paid once
+    per key, not once per key and state.
+    """
+
+    keys: tuple[Any, ...]
+    groups: tuple[int, ...]
+    raw: tuple[bytes, ...]
+
+    def __len__(self) -> int:
+        """How many keys."""
+        return len(self.keys)
+
+    def subset(self, positions: Iterable[int]) -> KeySet:
+        """The keys at ``positions``, in that order."""
+        positions = list(positions)
+        return KeySet(*(tuple(part[i] for i in positions) for part in (self.keys, self.groups, self.raw)))
+
+
+def _last_per_key(keys: KeySet, values: Iterable[Any]) -> tuple[KeySet, list[Any]]:
+    """Each key once, with its last value (first-seen order); the lengths must match."""
+    values = list(values)
+    if len(values) != len(keys):
+        msg = f"got {len(values)} values for {len(keys)} keys"
+        raise ValueError(msg)
+    if len(set(keys.raw)) == len(keys):
+        return keys, values
+    last = {raw: i for i, raw in enumerate(keys.raw)}
+    first = list(dict.fromkeys(keys.raw))
+    positions = [last[raw] for raw in first]
+    return keys.subset(positions), [values[i] for i in positions]
+
+
 class _KeyedState:
     def __init__(
         self,
@@ -100,6 +137,15 @@ class _KeyedState:
     def _apply(self, op: Op, *args: Any) -> None:  # noqa: ANN401
         self._backend._apply(op, self._id, self.name, *args)
 
+    def _bound(self, keys: KeySet | Iterable[Any]) -> KeySet:
+        return keys if isinstance(keys, KeySet) else self._backend.key_set(keys)
+
+    def _entries(self, keys: KeySet) -> list[Any]:
+        return self._backend.delegate.get_many(self.name, keys.groups, keys.raw)
+
+    def _apply_many(self, op: Op, keys: KeySet, args: Iterable[tuple[Any, ...]]) -> None:
+        self._backend._apply_many(op, self._id, self.name, keys, args)
+
     def clear(self) -> None:
         """Remove the current key's state."""
         self._apply(Op.CLEAR)
@@ -111,6 +157,22 @@ class ValueState(_KeyedState):
     def value(self) -> Any | None:  # noqa: ANN401
         """The current key's value, or ``None`` (also once it expired)."""
         return self._load(self._entry())
+
+    def get_many(self, keys: KeySet | Iterable[Any]) -> list[Any | None]:
+        """The values of ``keys``, in order (``None`` where there is none): one read for all."""
+        load = self._load
+        return [load(raw) for raw in self._entries(self._bound(keys))]
+
+    def update_many(self, keys: KeySet | Iterable[Any], values: Iterable[Any]) -> None:
+        """Set the value of each key (``None`` clears it; a key given twice: the last wins), in bulk."""
+        bound, values = _last_per_key(self._bound(keys), values)
+        cleared = [i for i, value in enumerate(values) if value is None]
+        if cleared:
+            self._apply_many(Op.CLEAR, bound.subset(cleared), (() for _ in cleared))
+            kept = [i for i, value in enumerate(values) if value is not None]
+            bound, values = bound.subset(kept), [values[i] for i in kept]
+        dump = self._dump
+        self._apply_many(Op.VALUE_PUT, bound, ((dump(value),) for value in values))
 
     def update(self, value: Any) -> None:  # noqa: ANN401
         """Set the current key's value (``None`` clears it)."""
@@ -135,6 +197,28 @@ class ReducingState(_KeyedState):
         result = value if current is None else reduce(current, value)
         self._apply(Op.VALUE_PUT, self._dump(result))
 
+    def get_many(self, keys: KeySet | Iterable[Any]) -> list[Any | None]:
+        """The reduced values of ``keys``, in order."""
+        load = self._load
+        return [load(raw) for raw in self._entries(self._bound(keys))]
+
+    def add_many(self, keys: KeySet | Iterable[Any], values: Iterable[Any]) -> None:
+        """Fold one value into each key's value (a key given twice folds both, in order)."""
+        bound = self._bound(keys)
+        values = list(values)
+        if len(values) != len(bound):
+            msg = f"add_many got {len(values)} values for {len(bound)} keys"
+            raise ValueError(msg)
+        reduce = self.descriptor.reduce
+        assert reduce is not None  # registration guarantees it
+        unique, _ = _last_per_key(bound, values)
+        folded = dict(zip(unique.raw, self.get_many(unique), strict=True))
+        for raw, value in zip(bound.raw, values, strict=True):
+            current = folded[raw]
+            folded[raw] = value if current is None else reduce(current, value)
+        dump = self._dump
+        self._apply_many(Op.VALUE_PUT, unique, ((dump(folded[raw]),) for raw in unique.raw))
+
 
 class ListState(_KeyedState):
     """A list per key."""
@@ -152,6 +236,19 @@ class ListState(_KeyedState):
         """Append several elements."""
         for value in values:
             self.add(value)
+
+    def get_many(self, keys: KeySet | Iterable[Any]) -> list[list[Any]]:
+        """The elements of each key's list, in order (empty lists where there are none)."""
+        loads, live = self._serializer.loads, self._live
+        return [
+            [loads(e) for e in (live(x) for x in entry or []) if e is not None]
+            for entry in self._entries(self._bound(keys))
+        ]
+
+    def add_many(self, keys: KeySet | Iterable[Any], values: Iterable[Any]) -> None:
+        """Append one element to each key's list (a key given twice gets both, in order)."""
+        dump = self._dump
+        self._apply_many(Op.LIST_ADD, self._bound(keys), ((dump(value),) for value in values))
 
     def update(self, values: Iterable[Any]) -> None:
         """Replace the elements."""
@@ -205,3 +302,18 @@ class MapState(_KeyedState):
     def is_empty(self) -> bool:
         """Whether the current key's map is empty (of live entries)."""
         return next(iter(self._live_items()), None) is None
+
+    def get_many(self, keys: KeySet | Iterable[Any], map_keys: Iterable[Any]) -> list[Any | None]:
+        """The value under each key's map key (pairs in order), ``None`` where absent."""
+        bound = self._bound(keys)
+        get = self._backend.delegate.map_get
+        return [
+            self._load(get(self.name, group, raw, map_key_bytes(map_key)))
+            for group, raw, map_key in zip(bound.groups, bound.raw, map_keys, strict=True)
+        ]
+
+    def put_many(self, keys: KeySet | Iterable[Any], map_keys: Iterable[Any], values: Iterable[Any]) -> None:
+        """Set each key's ``map_key`` to its value (triples in order)."""
+        dump = self._dump
+        pairs = ((map_key_bytes(m), dump(v)) for m, v in zip(map_keys, values, strict=True))
+        self._apply_many(Op.MAP_PUT, self._bound(keys), pairs)

@@ -38,6 +38,7 @@ from ..keygroups import DEFAULT_MAX_PARALLELISM, key_group_for
 from ..materialization import MaterializationRef
 from ..serialization import serializer_for
 from ..state import (
+    KeySet,
     ListState,
     MapState,
     ReducingState,
@@ -379,6 +380,16 @@ class ChangelogKeyedStateBackend:
             raise ValueError(msg)
         self._key = (key_group, map_key_bytes(key))
 
+    def key_set(self, keys: Iterable[Any]) -> KeySet:
+        """Bind ``keys`` once for bulk state access (``*_many``): their key groups and stored bytes."""
+        keys = tuple(keys)
+        max_parallelism, start, end = self.max_parallelism, self.key_groups.start, self.key_groups.end
+        groups = tuple(key_group_for(key, max_parallelism) for key in keys)
+        for key, key_group in zip(keys, groups, strict=True):
+            if not start <= key_group < end:
+                self.set_current_key(key)  # raises, naming the key and its key group
+        return KeySet(keys, groups, tuple(map_key_bytes(key) for key in keys))
+
     def _current(self) -> tuple[int, bytes]:
         if self._key is None:
             msg = "no current key: call set_current_key(key) before using keyed state"
@@ -398,6 +409,34 @@ class ChangelogKeyedStateBackend:
             self.writer.append(key_group, record)
         apply_change(self.delegate, state, key_group, key, op, list(args))
         self.materializer.changed(state, key_group, key)
+
+    def _apply_many(
+        self, op: Op, state_id: int, state: str, keys: KeySet, args: Iterable[tuple[Any, ...]]
+    ) -> None:
+        """:meth:`_apply` for each key with its arguments, stored in one batch per key group where it can."""
+        append, pending, changed = self.writer.append, self._pending, self.materializer.changed
+        squash = self._squash and op in _REPLACING
+        batches: dict[int, dict[bytes, Any]] = {}
+        for key_group, key, key_args in zip(keys.groups, keys.raw, args, strict=True):
+            record = encode_change(op, state_id, key, *key_args)
+            if squash:
+                pending[(key_group, state_id, key)] = record
+            else:
+                if pending:
+                    earlier = pending.pop((key_group, state_id, key), None)
+                    if earlier is not None:
+                        append(key_group, earlier)
+                append(key_group, record)
+            if op is Op.VALUE_PUT:
+                batch = batches.get(key_group)
+                if batch is None:
+                    batch = batches[key_group] = {}
+                batch[key] = key_args[0]
+            else:
+                apply_change(self.delegate, state, key_group, key, op, list(key_args))
+            changed(state, key_group, key)
+        for key_group, batch in batches.items():
+            self.delegate.write_batch(state, key_group, batch)
 
     # -- registration ----------------------------------------------------------------------------
     def register(self, descriptor: StateDescriptor) -> Any:  # noqa: ANN401 - the state class of its kind

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 __all__ = ["SECTION_ENTRIES", "MappingView", "StateDelegate", "StateView", "split_entry"]
@@ -181,6 +181,11 @@ class StateDelegate(ABC):
                 self.delete(state, key_group, key)
             else:
                 self.put(state, key_group, key, entry)
+
+    def get_many(self, state: str, key_groups: Sequence[int], keys: Sequence[bytes]) -> list[Any]:
+        """The entries of ``keys`` (each in its key group), ``None`` where absent; one read for all."""
+        get = self.get
+        return [get(state, key_group, key) for key_group, key in zip(key_groups, keys, strict=True)]
 
     def append(self, state: str, key_group: int, key: bytes, element: bytes) -> None:
         """Append ``element`` to the key's list (creating it)."""

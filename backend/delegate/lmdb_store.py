@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import struct
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -141,6 +141,17 @@ class LmdbDelegate(StateDelegate):
         base = self._base(state, key_group, key)
         with self._read() as txn:
             return _entry_at(txn, base)
+
+    def get_many(self, state: str, key_groups: Sequence[int], keys: Sequence[bytes]) -> list[Any]:
+        """Every entry in one read transaction."""
+        self._base(state, 0, b"")  # validates the state name
+        with self._read() as txn:
+            found = []
+            for key_group, key in zip(key_groups, keys, strict=True):
+                base = _base(_prefix(state, key_group), key)
+                raw = txn.get(base)  # a value: one lookup; a collection has no record at its base
+                found.append(raw if raw is not None else _entry_at(txn, base))
+            return found
 
     def put(self, state: str, key_group: int, key: bytes, entry: Any) -> None:  # noqa: ANN401
         """Store ``entry`` (a collection replaces every element the key had)."""

@@ -6,6 +6,7 @@ import pytest
 
 from dstl.backend.changelog import ChangelogKeyedStateBackend
 from dstl.backend.delegate import HeapDelegate, LmdbDelegate
+from dstl.backend.keygroups import key_group_for
 from dstl.spi import KeyGroupRange, load_storage
 
 
@@ -64,3 +65,78 @@ def test_map_items_stream_while_the_map_changes(backend):
         assert map_key == value
         pages.remove(map_key)
     assert pages.is_empty()
+
+
+@pytest.mark.parametrize("delegate_kind", ["heap", "lmdb"])
+def test_bulk_access_equals_key_by_key_and_restores_the_same(tmp_path, memory_config, delegate_kind):
+    """get_many/update_many/add_many/put_many leave the state and the log key-by-key calls leave."""
+    import random
+
+    from dstl.backend.changelog import BackendSnapshot
+
+    rng = random.Random(7)
+
+    def make(name, epoch=0):
+        delegate = HeapDelegate() if delegate_kind == "heap" else LmdbDelegate(tmp_path / name)
+        return ChangelogKeyedStateBackend(
+            storage, name, KeyGroupRange(0, 128), delegate=delegate, epoch=epoch
+        )
+
+    def states(b):
+        total = b.reducing_state("total", lambda a, c: a + c)
+        return b.value_state("v"), b.list_state("l"), b.map_state("m"), total
+
+    def contents(b):
+        v, lst, m, t = states(b)
+        found = {}
+        for key in range(60):
+            b.set_current_key(key)
+            found[key] = (v.value(), lst.get(), dict(m.items()), t.get())
+        return found
+
+    with load_storage(memory_config, job_id="job") as storage:
+        bulk, single = make("bulk"), make("single")
+        for _ in range(5):
+            keys = [rng.randrange(60) for _ in range(40)]  # repeats included
+            values = [rng.choice([None, rng.randrange(100)]) for _ in keys]
+            v, lst, m, t = states(bulk)
+            bound = bulk.key_set(keys)
+            v.update_many(bound, values)
+            lst.add_many(bound, values)
+            m.put_many(bound, [k % 3 for k in keys], values)
+            t.add_many(bound, [x or 0 for x in values])
+            v, lst, m, t = states(single)
+            last = {}
+            for key, value in zip(keys, values, strict=True):
+                last[key] = value
+                single.set_current_key(key)
+                lst.add(value)
+                m.put(key % 3, value)
+                t.add(value or 0)
+            for key, value in last.items():
+                single.set_current_key(key)
+                v.update(value)
+        assert contents(bulk) == contents(single)
+        v, lst, m, t = states(bulk)
+        assert v.get_many(range(60)) == [contents(single)[k][0] for k in range(60)]
+        assert lst.get_many(range(60)) == [contents(single)[k][1] for k in range(60)]
+        assert m.get_many(range(60), [1] * 60) == [contents(single)[k][2].get(1) for k in range(60)]
+        assert t.get_many(bulk.key_set(range(60))) == [contents(single)[k][3] for k in range(60)]
+        snapshot = bulk.checkpoint(1).result(timeout=30)
+        restored = make("restored", epoch=1)
+        restored.restore(BackendSnapshot.from_json(snapshot.to_json()))
+        assert contents(restored) == contents(single)
+        for b in (bulk, single, restored):
+            b.close()
+
+
+def test_bulk_access_refuses_keys_of_other_instances_and_mismatched_lengths(memory_config):
+    with load_storage(memory_config, job_id="job") as storage:
+        backend = ChangelogKeyedStateBackend(storage, "op", KeyGroupRange(0, 1))
+        with pytest.raises(ValueError, match="outside this backend"):
+            backend.key_set(range(50))
+        value = backend.value_state("v")
+        inside = [k for k in range(500) if key_group_for(k, 128) == 0][:2]
+        with pytest.raises(ValueError, match="got 1 values for 2 keys"):
+            value.update_many(inside, [1])
+        backend.close()
