@@ -4,22 +4,31 @@ Close to PySpark's ``transformWithStateInPandas``: :meth:`StatefulProcessor.init
 registers states through the context, :meth:`StatefulProcessor.handle_input_rows`
 is called once per key with that key's rows of the micro-batch (pandas) and
 returns the rows to emit. State accessed in ``handle_input_rows`` is the current
-key's. A processor that would rather see all of an instance's rows at once
-overrides :meth:`StatefulProcessor.handle_input_batch` and binds keys itself with
-:meth:`StateContext.set_current_key`.
+key's.
+
+The batch API is faster: a processor that overrides
+:meth:`StatefulProcessor.handle_batch` gets all of an instance's rows at once,
+grouped by key (:class:`~.batch.KeyedBatch`: sorted once, with key offsets),
+reads and writes state in bulk (``get_many``/``update_many`` with
+``batch.key_set``) and returns its output column-wise: no pandas object and no
+Python call per key.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from ..changelog import ChangelogKeyedStateBackend
-    from ..state import ListState, MapState, ReducingState, ValueState
+    from ..state import KeySet, ListState, MapState, ReducingState, ValueState
+    from .batch import KeyedBatch
+
+    #: What a processor returns: a DataFrame, a mapping of column to values, row dicts, or nothing.
+    Output = pd.DataFrame | Mapping[str, Sequence[Any]] | Iterable[dict] | None
 
 __all__ = ["StateContext", "StatefulProcessor"]
 
@@ -41,11 +50,17 @@ class StateContext:
         self.key_groups = backend.key_groups
         self.key_columns = key_columns
         self.keys_touched: set[Any] = set()
+        #: time spent in steps the task reports (e.g. ``group``), ms
+        self.phases_ms: dict[str, float] = {}
 
     def set_current_key(self, key: Any) -> None:  # noqa: ANN401
         """Bind state access to ``key`` (a tuple when the key has several columns)."""
         self._backend.set_current_key(key)
         self.keys_touched.add(key)
+
+    def key_set(self, keys: Iterable[Any]) -> KeySet:
+        """Bind ``keys`` for bulk state access (a :class:`~.batch.KeyedBatch` has its own, ``key_set``)."""
+        return self._backend.key_set(keys)
 
     def get_value_state(
         self, name: str, *, ttl: float | None = None, serializer: str = "msgpack"
@@ -86,33 +101,89 @@ class StatefulProcessor(ABC):
     def init(self, context: StateContext) -> None:
         """Register the states this processor uses (called before any rows)."""
 
-    @abstractmethod
     def handle_input_rows(self, key: Any, rows: pd.DataFrame) -> pd.DataFrame | Iterable[dict] | None:  # noqa: ANN401
         """Process one key's rows of the micro-batch; return the rows to emit (or ``None``).
 
+        Override it (the per-key API) or :meth:`handle_batch` (the batch API).
+
         :param key: the key value (a tuple when the key has several columns).
         """
+        msg = f"{type(self).__name__} overrides neither handle_input_rows nor handle_batch"
+        raise NotImplementedError(msg)
 
-    def handle_input_batch(self, rows: pd.DataFrame, context: StateContext) -> Iterator[dict]:
-        """Process all of this instance's rows of the batch; by default, key by key.
+    def handle_batch(self, batch: KeyedBatch, context: StateContext) -> Output:
+        """Process all of this instance's rows of the batch, grouped by key; by default, key by key.
 
-        Override it to process the rows in one pass (call ``context.set_current_key``
-        before touching state); return or yield the rows to emit.
+        Override it for the batch API: read ``batch.rows`` column-wise with
+        ``batch.offsets``, access state in bulk with ``batch.key_set`` (e.g.
+        ``state.get_many(batch.key_set)``), and return the output as a DataFrame or a
+        mapping of column name to values (one value per output row). Per-key calls
+        (``context.set_current_key``) work too.
         """
-        for raw_key, key_rows in rows.groupby(list(context.key_columns), sort=False, dropna=False):
-            parts = raw_key if isinstance(raw_key, tuple) else (raw_key,)
-            key = plain(parts[0]) if len(parts) == 1 else tuple(plain(p) for p in parts)
+        collected = _Collected()
+        for key, rows in batch.per_key():
             context.set_current_key(key)
-            result = self.handle_input_rows(key, key_rows)
-            if result is None:
-                continue
-            if hasattr(result, "to_dict"):  # a pandas DataFrame
-                yield from result.to_dict("records")
-            else:
-                yield from result
+            collected.add(self.handle_input_rows(key, rows))
+        return collected.columns
+
+    def handle_input_batch(self, rows: pd.DataFrame, context: StateContext) -> Output:
+        """All of this instance's rows, ungrouped: groups them (once) and calls :meth:`handle_batch`.
+
+        Override it to group the rows yourself (call ``context.set_current_key``
+        before touching state); return the output as :meth:`handle_batch` does, or
+        an iterable of row dicts.
+        """
+        import time
+
+        from .batch import KeyedBatch
+
+        began = time.perf_counter()
+        batch = KeyedBatch.of(rows, context.key_columns)
+        batch.key_set = context.key_set(batch.keys)
+        context.keys_touched.update(batch.keys)
+        context.phases_ms["group"] = round((time.perf_counter() - began) * 1000, 3)
+        return self.handle_batch(batch, context)
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Called after the instance's rows of the batch were processed (before the checkpoint)."""
+
+
+class _Collected:
+    """Per-key results gathered column-wise (no DataFrame concatenation, no dict per row for frames)."""
+
+    def __init__(self) -> None:
+        self.columns: dict[str, list[Any]] = {}
+        self.rows = 0
+
+    def add(self, result: Any) -> None:  # noqa: ANN401 - what handle_input_rows returned
+        if result is None:
+            return
+        if hasattr(result, "columns") and hasattr(result, "to_dict"):  # a pandas DataFrame
+            count = len(result)
+            if not count:
+                return
+            for name in result.columns:
+                self._column(name).extend(result[name].tolist())
+            self.rows += count
+            self._pad()
+            return
+        for row in result:
+            for name, value in row.items():
+                self._column(name).append(value)
+            self.rows += 1
+            self._pad()
+
+    def _column(self, name: str) -> list[Any]:
+        column = self.columns.get(name)
+        if column is None:
+            column = self.columns[name] = [None] * self.rows
+        return column
+
+    def _pad(self) -> None:
+        """Columns a result left out hold None in its rows."""
+        for column in self.columns.values():
+            if len(column) < self.rows:
+                column.extend([None] * (self.rows - len(column)))
 
 
 def plain(value: Any) -> Any:  # noqa: ANN401

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 __all__ = ["BatchProgress"]
@@ -42,10 +42,19 @@ class BatchProgress:
     persisted_bytes: int
     full_checkpoint_bytes: int
     batch_ms: float
+    #: driver time per phase (plan, tasks, collect, sink, complete), ms
+    phases_ms: dict[str, float] = field(default_factory=dict)
+    #: the slowest instance's task time per phase (decode, bring up, group, process, checkpoint, encode), ms
+    task_phases_ms: dict[str, float] = field(default_factory=dict)
 
     @classmethod
-    def from_instances(
-        cls, batch_id: int, stats: list[dict[str, Any]], full_checkpoint_bytes: int, batch_ms: float
+    def from_instances(  # noqa: PLR0913
+        cls,
+        batch_id: int,
+        stats: list[dict[str, Any]],
+        full_checkpoint_bytes: int,
+        batch_ms: float,
+        phases_ms: dict[str, float] | None = None,
     ) -> BatchProgress:
         """Aggregate the figures the instances reported."""
         return cls(
@@ -65,6 +74,10 @@ class BatchProgress:
             persisted_bytes=sum(s["persisted_bytes"] for s in stats),
             full_checkpoint_bytes=full_checkpoint_bytes,
             batch_ms=round(batch_ms, 3),
+            phases_ms=dict(phases_ms or {}),
+            task_phases_ms=max(
+                (s.get("phases_ms", {}) for s in stats), key=lambda phases: sum(phases.values()), default={}
+            ),
         )
 
     def to_json(self) -> str:

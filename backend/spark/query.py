@@ -357,13 +357,18 @@ class _BatchRunner:
             result = routed.groupBy(INSTANCE_COLUMN).applyInPandas(
                 instance_function(plan, self.spec.make_processor), schema
             )
+        phases = _Phases(began)
+        phases.mark("plan")
         result = result.localCheckpoint(eager=True)
+        phases.mark("tasks")  # routing, shuffle, the instances' tasks, pinning the result
         reports = (
             result.where(F.col(SNAPSHOT_COLUMN).isNotNull()).select(SNAPSHOT_COLUMN, STATS_COLUMN).collect()
         )
+        phases.mark("collect")
         self.spec.sink(
             result.where(F.col(SNAPSHOT_COLUMN).isNull()).drop(SNAPSHOT_COLUMN, STATS_COLUMN), batch_id
         )
+        phases.mark("sink")
         snapshots: dict[str, BackendSnapshot] = {}
         for key_groups in self.ranges:  # instances without rows carry their state forward
             carried = snapshot_for_range(previous, key_groups)
@@ -376,6 +381,7 @@ class _BatchRunner:
             stats.append(json.loads(row[STATS_COLUMN]))
         completed = self.coordinator.complete(batch_id, snapshots)
         self._remember(completed)
+        phases.mark("complete")
         now = time.monotonic()
         for item in stats:
             if item["materialized"]:
@@ -384,13 +390,28 @@ class _BatchRunner:
             sum(h.size for h in s.all_handles) + sum(m.size for m in s.all_materialized)
             for s in completed.snapshots.values()
         )
-        progress = BatchProgress.from_instances(batch_id, stats, full, (time.perf_counter() - began) * 1000)
+        progress = BatchProgress.from_instances(
+            batch_id, stats, full, (time.perf_counter() - began) * 1000, phases.ms
+        )
         log.info("dstl batch %s", progress.to_json())
         with self.completed:
             self.progress.append(progress)
             self.completed.notify_all()
         for listener in self.listeners:
             listener(progress)
+
+
+class _Phases:
+    """Where a batch's time went on the driver: milliseconds per phase, in order."""
+
+    def __init__(self, began: float) -> None:
+        self._last = began
+        self.ms: dict[str, float] = {}
+
+    def mark(self, phase: str) -> None:
+        now = time.perf_counter()
+        self.ms[phase] = round((now - self._last) * 1000, 3)
+        self._last = now
 
 
 def _instance_partition(instance: int) -> int:

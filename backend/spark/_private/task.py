@@ -12,7 +12,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -98,23 +98,41 @@ def _attempt() -> tuple[int, int]:
     return context.taskAttemptId(), context.attemptNumber()
 
 
-def _rows_of(result: Any, columns: tuple[str, ...]) -> list[dict[str, Any]]:  # noqa: ANN401
+def output_columns(result: Any, columns: tuple[str, ...]) -> dict[str, list[Any]]:  # noqa: ANN401
+    """A processor's output as one list per output column (equal lengths), whatever form it came in.
+
+    :raises TypeError: on a result that is no DataFrame, mapping, iterable of dicts or ``None``.
+    :raises ValueError: on rows that lack an output column, or columns of different lengths.
+    """
     import pandas as pd
 
     if result is None:
-        return []
+        return {name: [] for name in columns}
     if isinstance(result, pd.DataFrame):
-        frame = result
+        found = {name: result[name].tolist() for name in result.columns}
+    elif isinstance(result, Mapping):
+        found = {name: list(values) for name, values in result.items()}
     elif isinstance(result, Iterable):
-        frame = pd.DataFrame(list(result))
+        rows = list(result)
+        if any(not isinstance(row, Mapping) for row in rows):
+            msg = "a processor's output rows must be dicts (column -> value)"
+            raise TypeError(msg)
+        present = {name for row in rows for name in row}
+        found = {name: [row.get(name) for row in rows] for name in columns if name in present}
     else:
-        msg = f"handle_input_rows must return a DataFrame, an iterable of dicts or None, not {type(result)}"
+        msg = f"a processor returns a DataFrame, a mapping of columns, row dicts or None, not {type(result)}"
         raise TypeError(msg)
-    missing = [c for c in columns if c not in frame.columns]
-    if missing and len(frame):
-        msg = f"handle_input_rows returned rows without the output columns {missing}"
+    lengths = {len(values) for values in found.values()}
+    if len(lengths) > 1:
+        sizes = {name: len(values) for name, values in found.items()}
+        msg = f"a processor returned output columns of different lengths: {sizes}"
         raise ValueError(msg)
-    return frame.reindex(columns=list(columns)).to_dict("records")
+    count = lengths.pop() if lengths else 0
+    missing = [name for name in columns if name not in found]
+    if missing and count:
+        msg = f"a processor returned rows without the output columns {missing}"
+        raise ValueError(msg)
+    return {name: found.get(name, [None] * count) for name in columns}
 
 
 def run_instance(
@@ -126,18 +144,19 @@ def run_instance(
     import pandas as pd
 
     output, meta = process_instance(plan, make_processor, rows)
-    frame = pd.DataFrame([*output, meta], columns=[*plan.output_columns, SNAPSHOT_COLUMN, STATS_COLUMN])
-    frame[SNAPSHOT_COLUMN] = frame[SNAPSHOT_COLUMN].astype(object)
-    frame[STATS_COLUMN] = frame[STATS_COLUMN].astype(object)
-    return frame
+    frame = pd.DataFrame(output)
+    frame[SNAPSHOT_COLUMN] = pd.Series([None] * len(frame), dtype=object)
+    frame[STATS_COLUMN] = pd.Series([None] * len(frame), dtype=object)
+    meta_row = pd.DataFrame([meta], columns=[*plan.output_columns, SNAPSHOT_COLUMN, STATS_COLUMN])
+    return pd.concat([frame, meta_row], ignore_index=True) if len(frame) else meta_row
 
 
 def process_instance(
     plan: TaskPlan,
     make_processor: Callable[[], StatefulProcessor],
     rows: Any,  # noqa: ANN401 - pandas
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Process ``rows`` (one instance's rows of the batch); returns the output rows and the snapshot row."""
+) -> tuple[dict[str, list[Any]], dict[str, Any]]:
+    """Process ``rows`` (one instance's rows of the batch); returns the output columns and snapshot row."""
     began = time.perf_counter()
     instance = int(rows[INSTANCE_COLUMN].iloc[0])
     key_groups = key_group_range_for_instance(instance, plan.parallelism, plan.max_parallelism)
@@ -187,13 +206,20 @@ def process_instance(
                 run_id=plan.run_id,
             )
             restore_seconds = time.perf_counter() - restore_began
+            phases = {
+                "open": round((restore_began - began) * 1000, 3),
+                "bring_up": round(restore_seconds * 1000, 3),
+            }
+            process_began = time.perf_counter()
             processor = make_processor()
             context = StateContext(backend, plan.batch_id, task_attempt, plan.key_columns)
             processor.init(context)
             user_rows = rows.drop(columns=[KEY_GROUP_COLUMN, INSTANCE_COLUMN])
-            output = _rows_of(processor.handle_input_batch(user_rows, context), plan.output_columns)
+            output = output_columns(processor.handle_input_batch(user_rows, context), plan.output_columns)
             keys = len(context.keys_touched)
             processor.close()
+            phases["process"] = round((time.perf_counter() - process_began) * 1000, 3)
+            phases.update(context.phases_ms)  # e.g. group, inside process
             materialized = instance in plan.materialize and not _materializing(copy)
             rebased: Future[BackendSnapshot] | None = None
             materialize_began = time.perf_counter()
@@ -208,9 +234,12 @@ def process_instance(
                 snapshot = backend.checkpoint(plan.batch_id).result()
             metrics = backend.metrics()
             registrations = backend.registrations()
+            phases["checkpoint"] = round((time.perf_counter() - materialize_began) * 1000, 3)
         finally:
             backend.close(wait_for_materialization=False)
+        mark_began = time.perf_counter()
         copy.mark(snapshot, registrations)
+        phases["stamp"] = round((time.perf_counter() - mark_began) * 1000, 3)
     if rebased is not None:
         checkpoint = snapshot
         rebased.add_done_callback(lambda done: _offer(copy, checkpoint, done, plan.run_id))
@@ -231,6 +260,7 @@ def process_instance(
         "full_bytes": metrics["lastFullSizeOfNonMaterializedState"]
         + metrics["lastFullSizeOfMaterializedState"],
         "task_ms": round((time.perf_counter() - began) * 1000, 3),
+        "phases_ms": phases,
         "attempt": task_attempt,
     }
     meta = {column: None for column in plan.output_columns}
@@ -328,12 +358,24 @@ def pinned_function(
     def process(pairs: Iterable[tuple[int, list[Any]]]) -> Iterable[tuple[Any, ...]]:
         import pandas as pd
 
+        outputs = plan.output_columns
         for _, rows in pairs:
             if rows:  # an instance without rows carries its snapshot forward (driver side)
+                began = time.perf_counter()
                 frame = pd.DataFrame.from_records(rows, columns=list(columns))
+                decoded = time.perf_counter()
                 output, meta = process_instance(plan, make_processor, frame)
-                for row in (*output, meta):
-                    yield tuple(cell(name, row.get(name)) for name in names)
+                encoding = time.perf_counter()
+                cleaned = [[cell(name, value) for value in output[name]] for name in outputs]
+                yield from ((*row, None, None) for row in zip(*cleaned, strict=True))
+                stats = json.loads(meta[STATS_COLUMN])
+                stats["phases_ms"] = {
+                    "decode": round((decoded - began) * 1000, 3),
+                    **stats["phases_ms"],
+                    "encode": round((time.perf_counter() - encoding) * 1000, 3),
+                }
+                meta[STATS_COLUMN] = json.dumps(stats)
+                yield tuple(cell(name, meta.get(name)) for name in names)
 
     return process
 

@@ -1,0 +1,85 @@
+"""An operator instance's rows of a micro-batch, grouped by key once: sorted, with key offsets.
+
+Grouping costs one vectorized pass (``ngroup`` and a stable sort), not a pandas
+object per key: a batch processor reads whole columns and the per-key offsets,
+and the per-key API slices the sorted rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
+
+    from ..state import KeySet
+
+__all__ = ["KeyedBatch"]
+
+
+class KeyedBatch:
+    """Rows grouped by key: ``rows`` sorted so each key's rows are contiguous.
+
+    :ivar rows: the rows, each key's together, keys in first-seen order (pandas).
+    :ivar keys: the distinct keys in that order (Python values; a tuple per key
+        when the key has several columns).
+    :ivar offsets: ``len(keys) + 1`` row positions: key ``i``'s rows are
+        ``rows[offsets[i]:offsets[i + 1]]``.
+    :ivar key_set: the keys bound for bulk state access (``ValueState.get_many``...).
+    """
+
+    def __init__(
+        self, rows: pd.DataFrame, keys: list[Any], offsets: np.ndarray, key_set: KeySet | None = None
+    ) -> None:
+        self.rows = rows
+        self.keys = keys
+        self.offsets = offsets
+        self.key_set = key_set
+
+    @classmethod
+    def of(cls, frame: pd.DataFrame, key_columns: Sequence[str]) -> KeyedBatch:
+        """Group ``frame`` by ``key_columns`` (null is a key of its own, as in ``groupby(dropna=False)``)."""
+        import numpy as np
+
+        columns = list(key_columns)
+        if frame.empty:
+            return cls(frame, [], np.zeros(1, dtype=np.int64))
+        ids = frame.groupby(columns, sort=False, dropna=False).ngroup().to_numpy()
+        order = np.argsort(ids, kind="stable")
+        counts = np.bincount(ids)
+        offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        rows = frame.iloc[order].reset_index(drop=True)
+        firsts = rows.iloc[offsets[:-1]]
+        if len(columns) == 1:
+            keys = firsts[columns[0]].tolist()
+        else:
+            keys = list(zip(*(firsts[column].tolist() for column in columns), strict=True))
+        return cls(rows, keys, offsets)
+
+    def __len__(self) -> int:
+        """How many keys."""
+        return len(self.keys)
+
+    def counts(self) -> np.ndarray:
+        """Rows per key, in key order."""
+        import numpy as np
+
+        return np.diff(self.offsets)
+
+    def rows_of(self, index: int) -> pd.DataFrame:
+        """Key ``index``'s rows (a slice of :attr:`rows`)."""
+        return self.rows.iloc[self.offsets[index] : self.offsets[index + 1]]
+
+    def per_key(self) -> Iterator[tuple[Any, pd.DataFrame]]:
+        """``(key, rows)`` of every key, in order."""
+        offsets = self.offsets.tolist()
+        rows = self.rows
+        for index, key in enumerate(self.keys):
+            yield key, rows.iloc[offsets[index] : offsets[index + 1]]
+
+    def column(self, name: str) -> np.ndarray:
+        """A column of :attr:`rows` as an array, in row order."""
+        return self.rows[name].to_numpy()

@@ -1,0 +1,101 @@
+"""Grouping an instance's rows once (sort + offsets), and a processor's output in any form as columns."""
+
+import math
+
+import pandas as pd
+import pytest
+
+from dstl.backend.spark._private.task import output_columns
+from dstl.backend.spark.batch import KeyedBatch
+
+
+def test_rows_are_grouped_by_key_in_first_seen_order_with_offsets():
+    frame = pd.DataFrame({"user": ["b", "a", "b", None, "c", "a", None], "n": [1, 2, 3, 4, 5, 6, 7]})
+    batch = KeyedBatch.of(frame, ["user"])
+    assert batch.keys == ["b", "a", None, "c"]
+    assert batch.offsets.tolist() == [0, 2, 4, 6, 7]
+    assert batch.counts().tolist() == [2, 2, 2, 1]
+    assert [(key, rows["n"].tolist()) for key, rows in batch.per_key()] == [
+        ("b", [1, 3]),
+        ("a", [2, 6]),
+        (None, [4, 7]),
+        ("c", [5]),
+    ]
+    assert batch.rows_of(1)["n"].tolist() == [2, 6]
+    assert batch.column("n").tolist() == [1, 3, 2, 6, 4, 7, 5]
+
+
+def test_keys_of_several_columns_are_tuples_of_python_values():
+    frame = pd.DataFrame({"a": [1, 1, 2, 1], "b": [1.5, 2.5, 1.5, 1.5], "x": list("wxyz")})
+    batch = KeyedBatch.of(frame, ["a", "b"])
+    assert batch.keys == [(1, 1.5), (1, 2.5), (2, 1.5)]
+    assert all(type(part) in (int, float) for key in batch.keys for part in key)
+    assert [rows["x"].tolist() for _, rows in batch.per_key()] == [["w", "z"], ["x"], ["y"]]
+    assert len(KeyedBatch.of(frame.iloc[:0], ["a"])) == 0
+
+
+def test_nan_keys_form_one_group():
+    frame = pd.DataFrame({"k": [1.0, math.nan, 2.0, math.nan]})
+    batch = KeyedBatch.of(frame, ["k"])
+    assert len(batch) == 3 and batch.counts().tolist() == [1, 2, 1]
+
+
+@pytest.mark.parametrize(
+    "result",
+    [
+        pd.DataFrame({"k": ["a", "b"], "n": [1, 2], "extra": [0, 0]}),
+        {"k": ["a", "b"], "n": [1, 2]},
+        [{"k": "a", "n": 1}, {"k": "b", "n": 2}],
+        ({"k": k, "n": n} for k, n in (("a", 1), ("b", 2))),
+    ],
+)
+def test_every_output_form_becomes_the_same_columns(result):
+    assert output_columns(result, ("k", "n")) == {"k": ["a", "b"], "n": [1, 2]}
+
+
+def test_bad_output_is_a_clear_error():
+    assert output_columns(None, ("k",)) == {"k": []}
+    assert output_columns(pd.DataFrame(), ("k",)) == {"k": []}
+    with pytest.raises(ValueError, match="without the output columns \\['n'\\]"):
+        output_columns({"k": [1]}, ("k", "n"))
+    with pytest.raises(ValueError, match="different lengths"):
+        output_columns({"k": [1], "n": [1, 2]}, ("k", "n"))
+    with pytest.raises(TypeError, match="rows must be dicts"):
+        output_columns([("a", 1)], ("k", "n"))
+    with pytest.raises(TypeError, match="returns a DataFrame"):
+        output_columns(7, ("k",))
+
+
+def test_a_batch_processor_needs_no_per_key_method_and_one_with_neither_says_so(memory_config):
+    from dstl.backend.changelog import ChangelogKeyedStateBackend
+    from dstl.backend.spark import StateContext, StatefulProcessor
+    from dstl.spi import KeyGroupRange, load_storage
+
+    class Totals(StatefulProcessor):
+        def init(self, context):
+            self.total = context.get_value_state("total")
+
+        def handle_batch(self, batch, context):
+            sums = [int(s) for s in batch.rows.groupby(batch.column("user"), sort=False)["amount"].sum()]
+            totals = [(t or 0) + s for t, s in zip(self.total.get_many(batch.key_set), sums, strict=True)]
+            self.total.update_many(batch.key_set, totals)
+            return {"user": batch.keys, "total": totals}
+
+    class Nothing(StatefulProcessor):
+        def init(self, context):
+            pass
+
+    frame = pd.DataFrame({"user": ["a", "b", "a"], "amount": [1, 2, 3]})
+    with load_storage(memory_config, job_id="job") as storage:
+        backend = ChangelogKeyedStateBackend(storage, "op", KeyGroupRange(0, 128))
+        context = StateContext(backend, 0, 0, ("user",))
+        totals = Totals()
+        totals.init(context)
+        assert output_columns(totals.handle_input_batch(frame, context), ("user", "total")) == {
+            "user": ["a", "b"],
+            "total": [4, 2],
+        }
+        assert output_columns(totals.handle_input_batch(frame, context), ("user", "total"))["total"] == [8, 4]
+        with pytest.raises(NotImplementedError, match="Nothing overrides neither"):
+            Nothing().handle_input_batch(frame, context)
+        backend.close()
