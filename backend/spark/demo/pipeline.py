@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     import pandas as pd
     from pyspark.sql import DataFrame, SparkSession
 
+    from ..batch import KeyedBatch
+
 __all__ = ["DemoProcessor", "expected_state", "start_pipeline", "write_input_file"]
 
 USERS = 500
@@ -87,29 +89,62 @@ class DemoProcessor(StatefulProcessor):
         self.last_event = context.get_value_state("last_event")
 
     def handle_input_rows(self, key: Any, rows: pd.DataFrame) -> Iterable[dict]:  # noqa: ANN401
-        """Fold the user's events of this batch (in id order) into the state; emit the user's figures."""
-        rows = rows.sort_values("id")
-        self.total.update((self.total.value() or 0) + int(rows["amount"].sum()))
+        """Fold the user's events of this batch into the state; emit the user's figures (per-key API)."""
+        total = (self.total.value() or 0) + int(rows["amount"].sum())
+        self.total.update(total)
         self.events.add(len(rows))
+        latest = max(self.last_event.value() or 0, int(rows["event_time"].max()))
+        self.last_event.update(latest)
+        yield {
+            "user": key,
+            "total": total,
+            "events": self.events.get(),
+            "last_event": latest,
+            **self._collections(rows, latest),
+        }
+
+    def handle_batch(self, batch: KeyedBatch, context: StateContext) -> dict[str, list[Any]]:
+        """The batch API: value and reducing state in bulk, the collections key by key."""
+        import numpy as np
+
+        keys, starts = batch.key_set, batch.offsets[:-1]
+        amounts = np.add.reduceat(batch.column("amount"), starts).tolist()
+        newest = np.maximum.reduceat(batch.column("event_time"), starts).tolist()
+        totals = [(t or 0) + int(a) for t, a in zip(self.total.get_many(keys), amounts, strict=True)]
+        self.total.update_many(keys, totals)
+        self.events.add_many(keys, batch.counts().tolist())
+        latest = [max(e or 0, int(n)) for e, n in zip(self.last_event.get_many(keys), newest, strict=True)]
+        self.last_event.update_many(keys, latest)
+        output: dict[str, list[Any]] = {
+            "user": list(batch.keys),
+            "total": totals,
+            "events": self.events.get_many(keys),
+            "last_event": latest,
+            "recent": [],
+            "pages": [],
+            "windows": [],
+        }
+        for (key, rows), last in zip(batch.per_key(), latest, strict=True):
+            context.set_current_key(key)
+            for name, value in self._collections(rows, last).items():
+                output[name].append(value)
+        return output
+
+    def _collections(self, rows: pd.DataFrame, latest: int) -> dict[str, str]:
+        """The current key's list and maps: recent events, pages, sliding windows (purged by age)."""
         self.recent.update(sorted({*self.recent.get(), *(int(i) for i in rows["id"])})[-RECENT:])
         for page, count in rows["page"].value_counts().items():
             self.pages.put(page, (self.pages.get(page) or 0) + int(count))
-        latest = max(self.last_event.value() or 0, int(rows["event_time"].max()))
-        self.last_event.update(latest)
         for event_time in rows["event_time"]:
             for start in _windows_of(int(event_time)):
                 self.windows.put(start, (self.windows.get(start) or 0) + 1)
         for start, _ in list(self.windows.items()):
             if start + WINDOW <= latest - RETENTION:
                 self.windows.remove(start)
-        yield {
-            "user": key,
-            "total": self.total.value(),
-            "events": self.events.get(),
+        return {
             "recent": ",".join(map(str, self.recent.get())),
             "pages": json.dumps(dict(sorted(self.pages.items()))),
             "windows": json.dumps({str(k): v for k, v in sorted(self.windows.items())}),
-            "last_event": latest,
         }
 
 

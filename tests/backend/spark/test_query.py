@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from dstl.backend.spark import StatefulProcessor
 from dstl.backend.spark.demo.pipeline import (
     DemoProcessor,
     expected_state,
@@ -66,8 +67,8 @@ class FlakyProcessor(DemoProcessor):
         super().init(context)
         self.context = context
 
-    def handle_input_rows(self, key, rows):
-        output = list(super().handle_input_rows(key, rows))
+    def handle_batch(self, batch, context):
+        output = super().handle_batch(batch, context)
         if self.context.batch_id % 2 == 1 and self.context.attempt == 0:
             (self.marker_dir / f"failed-{self.context.batch_id}-{uuid.uuid4().hex}").touch()
             raise RuntimeError("injected task failure")
@@ -146,3 +147,15 @@ def test_state_that_disagrees_with_sparks_checkpoint_is_refused(spark, workdir, 
     query = start_pipeline(spark, workdir, config, trigger={"availableNow": True})
     with pytest.raises(Exception, match="must continue from checkpoint 1, but state.checkpoints.dir"):
         query.await_termination(timeout=300)
+
+
+class PerKeyDemo(DemoProcessor):
+    """The demo on the per-key API (handle_input_rows), not its batch API."""
+
+    handle_batch = StatefulProcessor.handle_batch
+
+
+def test_the_per_key_api_gives_the_same_exact_state(spark, workdir, tmp_path):
+    progress = run(spark, workdir, local_config(tmp_path), 3, processor=PerKeyDemo)
+    assert sum(p.rows for p in progress) == 3 * ROWS
+    assert_exact(spark, workdir)
