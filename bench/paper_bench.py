@@ -201,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spark-batches", type=int, default=12)
     parser.add_argument("--spark-rows", type=int, default=10_000)
     parser.add_argument("--results", default="bench/results")
+    parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON (Spark: per engine)")
     args = parser.parse_args(argv)
     preset: Preset = PRESETS[args.preset]
     console = Console()
@@ -228,8 +229,9 @@ def main(argv: list[str] | None = None) -> int:
                     by_workload.setdefault(workload, {})[configuration] = _median_result(runs)
         spark_rows: list[list[str]] = []
         spark_notes: list[str] = []
+        spark_figures: dict[str, dict] = {}
         if not args.no_spark:
-            from bench.spark_stores import compare, materialization_cost, summary_rows
+            from bench.spark_stores import compare, materialization_cost, speedups, summary_rows
             from dstl.backend.spark.demo.run import spark_session
 
             console.print(
@@ -240,7 +242,9 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 spark_results = compare(spark, Path(tmp) / "spark", args.spark_batches, args.spark_rows)
                 spark_rows = summary_rows(spark_results)
-                spark_notes = [note for r in spark_results if (note := materialization_cost(r))]
+                spark_notes = speedups(spark_results)
+                spark_notes += [note for r in spark_results if (note := materialization_cost(r))]
+                spark_figures = {r.key: r.figures() for r in spark_results}
             finally:
                 spark.stop()
     lines = [f"# Changelog evaluation, preset {args.preset} (repeat {args.repeat}, medians)", ""]
@@ -272,15 +276,9 @@ def main(argv: list[str] | None = None) -> int:
     verdicts = _verdicts(by_workload, args.preset)
     lines += ["## Targets", "", *verdicts, ""]
     if spark_rows:
-        columns = [
-            "engine",
-            "commit p50 ms",
-            "commit p99 ms",
-            "batch p50 ms",
-            "records/s",
-            "state on disk MB",
-        ]
-        console.print(_table("The same Spark job on three state stores", columns, spark_rows))
+        from bench.spark_stores import SUMMARY_COLUMNS as columns
+
+        console.print(_table("The same Spark job on dstl and on Spark's state stores", columns, spark_rows))
         lines += ["## Spark job, per-batch state commit", "", *_markdown(columns, spark_rows), ""]
         for note in spark_notes:
             console.print(note)
@@ -291,6 +289,10 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     report = out / f"paper-{args.preset}.md"
     report.write_text("\n".join(lines))
+    if args.json:
+        import json
+
+        Path(args.json).write_text(json.dumps({"preset": args.preset, "spark": spark_figures}, indent=2))
     _plot(out / f"paper-{args.preset}.png", by_workload, console)
     console.print(f"report: {report}")
     return 0

@@ -1,9 +1,12 @@
 """The same stateful Spark job on dstl and on Spark's built-in state stores, in one run.
 
 The job keeps a running count per key (a ValueState; most keys new, the rest
-updated), ``rows`` rows per micro-batch, processed key by key (pandas) on:
+updated), ``rows`` rows per micro-batch, on:
 
-- ``dstl``: :func:`dstl.backend.spark.transform_with_state`, local storage;
+- ``dstl-batch``: :func:`dstl.backend.spark.transform_with_state` with the batch
+  API (keys grouped once, state read and written in bulk, output column-wise),
+  local storage;
+- ``dstl-per-key``: the same with the per-key API (``handle_input_rows``);
 - ``applyInPandasWithState``: Spark's HDFS-backed state store;
 - ``transformWithStateInPandas``: Spark's RocksDB state store with changelog
   checkpointing (``spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled``).
@@ -32,19 +35,44 @@ HDFS = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvi
 
 @dataclass
 class StoreResult:
-    """Per-batch figures of one engine."""
+    """Per-batch figures of one engine.
 
+    :ivar key: the engine's short name (the key of the machine-readable figures).
+    """
+
+    key: str
     engine: str
     commit_ms: list[float] = field(default_factory=list)
     batch_ms: list[float] = field(default_factory=list)
     rows: int = 0
     state_bytes: int = 0  # what the checkpoint holds for the state at the end, on disk
     materializing: list[bool] = field(default_factory=list)  # per batch (dstl): it started a snapshot
+    phases: list[dict[str, float]] = field(default_factory=list)  # per batch (dstl): driver and task ms
 
     @property
     def records_per_s(self) -> float:
         """Rows over the summed batch durations."""
         return self.rows / (sum(self.batch_ms) / 1000) if self.batch_ms else 0.0
+
+    def figures(self) -> dict[str, Any]:
+        """The machine-readable figures (the first batch, JVM warm-up, left out of the percentiles)."""
+        from bench.dstl_bench import percentile
+
+        commits, batches = self.commit_ms[1:] or self.commit_ms, self.batch_ms[1:] or self.batch_ms
+        return {
+            "engine": self.engine,
+            "records_per_s": self.records_per_s,
+            "batch_p50_ms": statistics.median(batches) if batches else 0.0,
+            "batch_p99_ms": percentile(batches, 99) if batches else 0.0,
+            "commit_p50_ms": statistics.median(commits) if commits else 0.0,
+            "commit_p99_ms": percentile(commits, 99) if commits else 0.0,
+            "state_bytes": self.state_bytes,
+            "rows": self.rows,
+            "batches": len(self.batch_ms),
+            "batch_ms": self.batch_ms,
+            "materializing": self.materializing,
+            "phases": self.phases,
+        }
 
 
 def write_inputs(directory: Path, batches: int, rows: int, new_share: float = 0.8) -> None:
@@ -81,11 +109,11 @@ def _counts(key: Any, rows: Any, previous: int) -> Any:  # noqa: ANN401
     return pd.DataFrame({"k": [key[0] if isinstance(key, tuple) else key], "n": [previous + len(rows)]})
 
 
-def run_dstl(spark: Any, inputs: Path, workdir: Path) -> StoreResult:  # noqa: ANN401
-    """The job on dstl's changelog backend (local storage, LMDB working copies)."""
-    from dstl.backend.spark import StatefulProcessor, transform_with_state
+def _count_processors() -> tuple[type, type]:
+    """The job's processor on the per-key API and on the batch API (defined where Spark can pickle them)."""
+    from dstl.backend.spark import StatefulProcessor
 
-    class Count(StatefulProcessor):
+    class CountPerKey(StatefulProcessor):
         def init(self, context: Any) -> None:  # noqa: ANN401
             self.count = context.get_value_state("n")
 
@@ -94,37 +122,66 @@ def run_dstl(spark: Any, inputs: Path, workdir: Path) -> StoreResult:  # noqa: A
             self.count.update(int(out["n"].iloc[0]))
             return out
 
+    class CountBatch(CountPerKey):
+        def handle_batch(self, batch: Any, context: Any) -> Any:  # noqa: ANN401
+            previous = self.count.get_many(batch.key_set)
+            totals = [(p or 0) + c for p, c in zip(previous, batch.counts().tolist(), strict=True)]
+            self.count.update_many(batch.key_set, totals)
+            return {"k": batch.keys, "n": totals}
+
+    return CountPerKey, CountBatch
+
+
+def _run_dstl(spark: Any, inputs: Path, workdir: Path, *, batch_api: bool) -> StoreResult:  # noqa: ANN401
+    """The job on dstl's changelog backend (local storage, LMDB working copies)."""
+    from dstl.backend.spark import transform_with_state
+
+    per_key, batch = _count_processors()
+    name = "batch" if batch_api else "per-key"
     query = transform_with_state(
         _source(spark, inputs),
         key_columns=["k"],
-        processor=Count,
+        processor=batch if batch_api else per_key,
         output_schema="k string, n long",
         sink=lambda frame, batch_id: frame.write.format("noop").mode("overwrite").save(),
-        checkpoint_location=str(workdir / "dstl-checkpoint"),
+        checkpoint_location=str(workdir / f"dstl-{name}-checkpoint"),
         config={
             "dstl.storage": "local",
-            "dstl.spark.working-dir": str(workdir / "dstl-working"),
+            "dstl.spark.working-dir": str(workdir / f"dstl-{name}-working"),
             "state.changelog.materialization.interval": "10s",
         },
         trigger={"availableNow": True},
-        job_id="stores",
+        job_id=f"stores-{name}",
     )
     query.await_termination()
     if query.exception() is not None:
         raise query.exception()
-    result = StoreResult("dstl (changelog, local)")
+    result = StoreResult(f"dstl-{name}", f"dstl {name} API (changelog, local)")
     durations = [p.batchDuration for p in query.query.recentProgress if p.numInputRows > 0]
-    for batch, duration in zip(query.progress, durations, strict=True):
-        result.commit_ms.append(batch.checkpoint_ms)
+    for progress, duration in zip(query.progress, durations, strict=True):
+        result.commit_ms.append(progress.checkpoint_ms)
         result.batch_ms.append(float(duration))  # Spark's own trigger duration, as for the other engines
-        result.materializing.append(bool(batch.materialized))
-        result.rows += batch.rows
-    checkpoint = workdir / "dstl-checkpoint"
+        result.materializing.append(bool(progress.materialized))
+        result.phases.append(
+            {**progress.phases_ms, **{f"task {k}": v for k, v in progress.task_phases_ms.items()}}
+        )
+        result.rows += progress.rows
+    checkpoint = workdir / f"dstl-{name}-checkpoint"
     result.state_bytes = _dir_bytes(checkpoint / "dstl-state", checkpoint / "dstl-changelog")
     return result
 
 
-def _spark_query_result(engine: str, output: Any, checkpoint: Path) -> StoreResult:  # noqa: ANN401
+def run_dstl_batch(spark: Any, inputs: Path, workdir: Path) -> StoreResult:  # noqa: ANN401
+    """The job on dstl with the batch API."""
+    return _run_dstl(spark, inputs, workdir, batch_api=True)
+
+
+def run_dstl_per_key(spark: Any, inputs: Path, workdir: Path) -> StoreResult:  # noqa: ANN401
+    """The job on dstl with the per-key API."""
+    return _run_dstl(spark, inputs, workdir, batch_api=False)
+
+
+def _spark_query_result(key: str, engine: str, output: Any, checkpoint: Path) -> StoreResult:  # noqa: ANN401
     """Run ``output`` (a stateful DataFrame) to the end of the input; its per-batch state commit."""
     query = (
         output.writeStream.format("noop")
@@ -136,7 +193,7 @@ def _spark_query_result(engine: str, output: Any, checkpoint: Path) -> StoreResu
     query.awaitTermination()
     if query.exception() is not None:
         raise query.exception()
-    result = StoreResult(engine)
+    result = StoreResult(key, engine)
     for progress in query.recentProgress:
         operators = progress.stateOperators
         if not operators or progress.numInputRows == 0:
@@ -164,7 +221,9 @@ def run_apply_in_pandas_with_state(spark: Any, inputs: Path, workdir: Path) -> S
         .groupBy("k")
         .applyInPandasWithState(count, "k string, n long", "n long", "update", GroupStateTimeout.NoTimeout)
     )
-    return _spark_query_result("applyInPandasWithState (HDFS store)", output, workdir / "hdfs-checkpoint")
+    return _spark_query_result(
+        "applyInPandasWithState", "applyInPandasWithState (HDFS store)", output, workdir / "hdfs-checkpoint"
+    )
 
 
 def run_transform_with_state_rocksdb(spark: Any, inputs: Path, workdir: Path) -> StoreResult:  # noqa: ANN401
@@ -192,42 +251,132 @@ def run_transform_with_state_rocksdb(spark: Any, inputs: Path, workdir: Path) ->
         .transformWithStateInPandas(Count(), "k string, n long", "Update", "None")
     )
     return _spark_query_result(
-        "transformWithStateInPandas (RocksDB, changelog)", output, workdir / "rocksdb-checkpoint"
+        "transformWithStateInPandas",
+        "transformWithStateInPandas (RocksDB, changelog)",
+        output,
+        workdir / "rocksdb-checkpoint",
     )
 
 
-ENGINES = (run_dstl, run_apply_in_pandas_with_state, run_transform_with_state_rocksdb)
+ENGINES = {
+    "dstl-batch": run_dstl_batch,
+    "dstl-per-key": run_dstl_per_key,
+    "applyInPandasWithState": run_apply_in_pandas_with_state,
+    "transformWithStateInPandas": run_transform_with_state_rocksdb,
+}
 
 
-def compare(spark: Any, workdir: Path, batches: int, rows: int) -> list[StoreResult]:  # noqa: ANN401
-    """Run the job on every engine over the same input files."""
+def compare(
+    spark: Any,  # noqa: ANN401
+    workdir: Path,
+    batches: int,
+    rows: int,
+    engines: list[str] | None = None,
+) -> list[StoreResult]:
+    """Run the job on every engine (or those named) over the same input files."""
     inputs = workdir / "input"
     write_inputs(inputs, batches, rows)
-    results = []
-    for engine in ENGINES:
-        results.append(engine(spark, inputs, workdir))
-    return results
+    return [ENGINES[name](spark, inputs, workdir) for name in engines or list(ENGINES)]
+
+
+def phase_rows(result: StoreResult) -> list[list[str]]:
+    """Median ms per phase over the batches but the first (JVM warm-up): driver, then the slowest task."""
+    batches = result.phases[1:] or result.phases
+    names = list(dict.fromkeys(name for phases in batches for name in phases))
+    return [[name, f"{statistics.median(p.get(name, 0.0) for p in batches):.1f}"] for name in names]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the Spark job on the engines; print the table and dstl's per-phase breakdown."""
+    import argparse
+    import json
+    import tempfile
+
+    from rich.console import Console
+
+    from bench.dstl_bench import _table
+    from dstl.backend.spark.demo.run import spark_session
+
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--batches", type=int, default=12)
+    parser.add_argument("--rows", type=int, default=10_000)
+    parser.add_argument("--engines", default=",".join(ENGINES))
+    parser.add_argument("--json", metavar="PATH", help="write the figures as JSON")
+    args = parser.parse_args(argv)
+    console = Console()
+    spark = spark_session("dstl-spark-stores")
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        with tempfile.TemporaryDirectory(prefix="dstl-stores-") as tmp:
+            results = compare(spark, Path(tmp), args.batches, args.rows, args.engines.split(","))
+    finally:
+        spark.stop()
+    console.print(
+        _table(f"{args.batches} batches of {args.rows:,} rows", SUMMARY_COLUMNS, summary_rows(results))
+    )
+    for line in speedups(results):
+        console.print(line)
+    for r in results:
+        if r.phases:
+            console.print(_table(f"{r.key}: median ms per phase", ["phase", "ms"], phase_rows(r)))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"spark": {r.key: r.figures() for r in results}}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+
+
+SUMMARY_COLUMNS = [
+    "engine",
+    "commit p50 ms",
+    "commit p99 ms",
+    "batch p50 ms",
+    "batch p99 ms",
+    "records/s",
+    "state on disk MB",
+]
 
 
 def summary_rows(results: list[StoreResult]) -> list[list[str]]:
-    """Table rows: commit p50/p99, batch p50, records/s, state on disk (the first batch, JVM warm-up, is
-    left out of the commit and batch figures)."""
-    from bench.dstl_bench import percentile
-
+    """Table rows of :data:`SUMMARY_COLUMNS` (the first batch, JVM warm-up, left out of the percentiles)."""
     rows = []
     for r in results:
-        commits, batches = r.commit_ms[1:] or r.commit_ms, r.batch_ms[1:] or r.batch_ms
+        f = r.figures()
         rows.append(
             [
                 r.engine,
-                f"{statistics.median(commits):.1f}",
-                f"{percentile(commits, 99):.1f}",
-                f"{statistics.median(batches):.0f}",
-                f"{r.records_per_s:,.0f}",
-                f"{r.state_bytes / 1e6:.2f}",
+                f"{f['commit_p50_ms']:.1f}",
+                f"{f['commit_p99_ms']:.1f}",
+                f"{f['batch_p50_ms']:.0f}",
+                f"{f['batch_p99_ms']:.0f}",
+                f"{f['records_per_s']:,.0f}",
+                f"{f['state_bytes'] / 1e6:.2f}",
             ]
         )
     return rows
+
+
+def speedups(results: list[StoreResult]) -> list[str]:
+    """dstl's records/s against the better of Spark's own stores, per dstl API (targets: 5x and 2x)."""
+    spark = [r.records_per_s for r in results if not r.key.startswith("dstl")]
+    if not spark or not max(spark):
+        return []
+    best = max(spark)
+    targets = {"dstl-batch": 5.0, "dstl-per-key": 2.0}
+    lines = []
+    for r in results:
+        if r.key in targets:
+            ratio = r.records_per_s / best
+            verdict = "MET" if ratio >= targets[r.key] else "NOT MET"
+            lines.append(
+                f"{r.key}: {r.records_per_s:,.0f} records/s = {ratio:.2f}x the better of Spark's stores "
+                f"({best:,.0f}); target {targets[r.key]:.0f}x: {verdict}."
+            )
+    return lines
 
 
 def materialization_cost(result: StoreResult) -> str | None:

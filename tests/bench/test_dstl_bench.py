@@ -52,7 +52,10 @@ def test_spark_bench_measures_the_warm_path(spark, tmp_path):
     assert all(p.warm_instances == p.instances for p in progress[1:]), (
         "later batches must reuse working copies"
     )
-    assert all(p.restore_ms < 5 and p.checkpoint_ms > 0 for p in progress[1:]), progress
+    # Warm: nothing read back (a time bound here would only measure the machine's load).
+    assert all(
+        p.restored_bytes == 0 and p.full_restores == 0 and p.checkpoint_ms > 0 for p in progress[1:]
+    ), progress
 
 
 def test_paper_bench_small_preset_reports_every_configuration_and_target(tmp_path):
@@ -69,15 +72,32 @@ def test_paper_bench_small_preset_reports_every_configuration_and_target(tmp_pat
     assert (tmp_path / "paper-small.png").stat().st_size > 1000
 
 
-def test_spark_stores_comparison_runs_the_same_job_on_three_engines(spark, tmp_path):
-    from bench.spark_stores import compare
+def test_spark_stores_comparison_runs_the_same_job_on_every_engine(spark, tmp_path):
+    from bench.spark_stores import compare, speedups
 
     try:
         results = compare(spark, tmp_path, batches=2, rows=300)
     finally:
         spark.conf.unset("spark.sql.streaming.stateStore.providerClass")
-    assert [r.rows for r in results] == [600, 600, 600]
+    assert [r.key for r in results] == [
+        "dstl-batch",
+        "dstl-per-key",
+        "applyInPandasWithState",
+        "transformWithStateInPandas",
+    ]
+    assert [r.rows for r in results] == [600] * 4
     assert all(len(r.commit_ms) == 2 for r in results)
+    figures = results[0].figures()
+    for field in (
+        "records_per_s",
+        "batch_p50_ms",
+        "batch_p99_ms",
+        "commit_p50_ms",
+        "commit_p99_ms",
+        "state_bytes",
+    ):
+        assert figures[field] >= 0, field
+    assert [line.split(":")[0] for line in speedups(results)] == ["dstl-batch", "dstl-per-key"]
     assert all(r.state_bytes > 0 for r in results), [(r.engine, r.state_bytes) for r in results]
 
 
