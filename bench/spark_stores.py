@@ -326,10 +326,6 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
-
-
 SUMMARY_COLUMNS = [
     "engine",
     "commit p50 ms",
@@ -403,3 +399,7 @@ def materialization_cost(result: StoreResult) -> str | None:
         next_p50 = statistics.median(after)
         line += f"; the batch after one: p50 {next_p50:.0f} ms ({next_p50 / base:.2f}x)"
     return line + "."
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
