@@ -348,10 +348,7 @@ class _BatchRunner:
                 StructField(STATS_COLUMN, StringType(), True),
             ]
         )
-        routed = _hash_ready(batch, self.spec.key_columns)
-        routed = routed.withColumn(KEY_GROUP_COLUMN, F.expr(key_group)).withColumn(
-            INSTANCE_COLUMN, F.expr(instance)
-        )
+        routed = _routed(batch, self.spec.key_columns, key_group, instance)
         result = self._pinned(routed, plan, schema)
         if result is None:
             result = routed.groupBy(INSTANCE_COLUMN).applyInPandas(
@@ -418,22 +415,30 @@ def _instance_partition(instance: int) -> int:
     return instance
 
 
-def _hash_ready(frame: DataFrame, key_columns: tuple[str, ...]) -> DataFrame:
-    """Key columns widened to the types the Python key hash mirrors (bigint, double)."""
+def _routed(frame: DataFrame, key_columns: tuple[str, ...], key_group: str, instance: str) -> DataFrame:
+    """``frame`` with its key group and instance columns, in one projection.
+
+    Key columns are widened first to the types the Python key hash mirrors (bigint, double).
+    """
+    from pyspark.sql import functions as F  # noqa: N812
     from pyspark.sql.types import ByteType, FloatType, IntegerType, ShortType
 
-    names = set(frame.columns)
+    fields = frame.schema.fields
+    names = {field.name for field in fields}
     missing = [c for c in key_columns if c not in names]
     if missing:
         msg = f"key columns {missing} are not in the stream's columns {sorted(names)}"
         raise ConfigError(msg)
-    for field in frame.schema.fields:
+    widened = {}
+    for field in fields:
         if field.name in key_columns:
             if isinstance(field.dataType, ByteType | ShortType | IntegerType):
-                frame = frame.withColumn(field.name, frame[field.name].cast("bigint"))
+                widened[field.name] = F.col(field.name).cast("bigint")
             elif isinstance(field.dataType, FloatType):
-                frame = frame.withColumn(field.name, frame[field.name].cast("double"))
-    return frame
+                widened[field.name] = F.col(field.name).cast("double")
+    if widened:
+        frame = frame.withColumns(widened)
+    return frame.withColumns({KEY_GROUP_COLUMN: F.expr(key_group), INSTANCE_COLUMN: F.expr(instance)})
 
 
 def transform_with_state(  # noqa: PLR0913

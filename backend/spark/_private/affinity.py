@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import pickle
+import time
 from collections import Counter
 from typing import Any
 
@@ -35,10 +36,25 @@ class ExecutorHomes:
     executor moves only the instances it must.
     """
 
+    #: Seconds the live executors are known without asking the scheduler again (a batch's planning
+    #: otherwise pays a status-store round trip per executor); a task preferring an executor that
+    #: died meanwhile runs anywhere at once (Spark drops locality levels with no live executor).
+    EXECUTORS_TTL = 5.0
+
     def __init__(self) -> None:
         self._homes: dict[int, tuple[str, str]] = {}  # instance -> (executor id, host)
         #: Why pinning is not available to this query (then it is not tried again).
         self.unavailable: str | None = None
+        self._executors: list[tuple[str, str]] = []
+        self._executors_at = -float("inf")
+        self.jvm: Any = None  # the JVM classes pinning uses, once looked up
+
+    def live_executors(self, sc: Any) -> list[tuple[str, str]]:  # noqa: ANN401 - SparkContext
+        """The live executors, asked of the scheduler at most every :attr:`EXECUTORS_TTL` seconds."""
+        now = time.monotonic()
+        if now - self._executors_at >= self.EXECUTORS_TTL:
+            self._executors, self._executors_at = live_executors(sc), now
+        return self._executors
 
     def assign(self, parallelism: int, executors: list[tuple[str, str]]) -> dict[int, str]:
         """Task locations (``executor_<host>_<id>``) of instances ``0..parallelism-1`` on ``executors``.
@@ -76,6 +92,17 @@ def live_executors(sc: Any) -> list[tuple[str, str]]:  # noqa: ANN401 - SparkCon
     return sorted(found)
 
 
+class _Jvm:
+    """The JVM classes pinning uses, looked up once per query (each lookup is a gateway round trip)."""
+
+    def __init__(self, sc: Any) -> None:  # noqa: ANN401 - SparkContext
+        jvm = sc._jvm  # noqa: SLF001 - the gateway is the only way to preferred locations
+        self.context = sc
+        self.converters = jvm.scala.jdk.javaapi.CollectionConverters
+        self.tuple2 = jvm.scala.Tuple2
+        self.byte_array = jvm.scala.reflect.ClassTag.apply(jvm.java.lang.Class.forName("[B"))
+
+
 def pinned_instances(sc: Any, groups: Any, homes: ExecutorHomes) -> Any:  # noqa: ANN401
     """``(instance, rows)`` per partition of ``groups``, each partition preferring its instance's home.
 
@@ -89,20 +116,20 @@ def pinned_instances(sc: Any, groups: Any, homes: ExecutorHomes) -> Any:  # noqa
         return None
     try:
         partitions = groups.getNumPartitions()
-        locations = homes.assign(partitions, live_executors(sc))
+        locations = homes.assign(partitions, homes.live_executors(sc))
         from pyspark.rdd import RDD
         from pyspark.serializers import CPickleSerializer, PairDeserializer
 
-        jvm = sc._jvm  # noqa: SLF001
-        converters = jvm.scala.jdk.javaapi.CollectionConverters
+        if homes.jvm is None or homes.jvm.context is not sc:
+            homes.jvm = _Jvm(sc)
+        jvm = homes.jvm
         elements = []
         for instance in range(partitions):
             preferred = [locations[instance]] if instance in locations else []
             elements.append(
-                jvm.scala.Tuple2(bytearray(pickle.dumps(instance)), converters.asScala(preferred).toSeq())
+                jvm.tuple2(bytearray(pickle.dumps(instance)), jvm.converters.asScala(preferred).toSeq())
             )
-        byte_array = jvm.scala.reflect.ClassTag.apply(jvm.java.lang.Class.forName("[B"))
-        preferring = sc._jsc.sc().makeRDD(converters.asScala(elements).toSeq(), byte_array)  # noqa: SLF001
+        preferring = sc._jsc.sc().makeRDD(jvm.converters.asScala(elements).toSeq(), jvm.byte_array)  # noqa: SLF001
         zipped = preferring.toJavaRDD().zip(groups._jrdd)  # noqa: SLF001 - zips partition i with partition i
         return RDD(zipped, sc, PairDeserializer(CPickleSerializer(), groups._jrdd_deserializer))  # noqa: SLF001
     except Exception as exc:  # noqa: BLE001 - any gateway failure means: no sticky placement
