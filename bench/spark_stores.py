@@ -401,6 +401,8 @@ def materialization_cost(result: StoreResult) -> str | None:
     """
     from bench.dstl_bench import percentile
 
+    if len(result.materializing) != len(result.batch_ms):
+        return None  # not a dstl run: Spark's stores snapshot in their own maintenance
     flags, durations = result.materializing[1:], result.batch_ms[1:]
     materializing = [d for d, m in zip(durations, flags, strict=True) if m]
     others = [d for d, m in zip(durations, flags, strict=True) if not m]
