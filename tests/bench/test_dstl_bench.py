@@ -127,3 +127,26 @@ def test_lmdb_materialization_and_restore_memory_do_not_grow_with_the_state():
         assert figures["materialize_peak_anon"] < 32 * mb, figures
         assert figures["restore_peak_anon"] < 32 * mb, figures
     assert large["materialize_peak_anon"] < small["materialize_peak_anon"] + 8 * mb, (small, large)
+
+
+def test_spark_figures_verdicts_and_materialization_cost_from_synthetic_runs():
+    from bench.spark_stores import StoreResult, materialization_cost, speedups, summary_rows
+
+    dstl = StoreResult("dstl-batch", "dstl batch", batch_ms=[5000, 100, 150, 100, 100], rows=50)
+    dstl.batch_rows, dstl.materializing = [10] * 5, [False, False, True, False, False]
+    per_key = StoreResult("dstl-per-key", "dstl per key", batch_ms=[900, 300, 300], batch_rows=[10] * 3)
+    hdfs = StoreResult("applyInPandasWithState", "HDFS", batch_ms=[100, 500, 500], batch_rows=[10] * 3)
+    results = [dstl, per_key, hdfs]
+    assert dstl.records_per_s == 40 / 0.45  # the first batch is left out
+    assert speedups(results) == [
+        "dstl-batch: 89 records/s = 4.44x the better of Spark's stores (20); target 5x: NOT MET.",
+        "dstl-per-key: 33 records/s = 1.67x the better of Spark's stores (20); target 2x: NOT MET.",
+    ]
+    line = materialization_cost(dstl)
+    assert (
+        "1 of 4 batches materialized" in line
+        and "(1.50x)" in line
+        and "the batch after one: p50 100 ms" in line
+    )
+    assert materialization_cost(hdfs) is None
+    assert len(summary_rows(results)) == 3
