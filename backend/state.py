@@ -143,6 +143,11 @@ class _KeyedState:
     def _entries(self, keys: KeySet) -> list[Any]:
         return self._backend.delegate.get_many(self.name, keys.groups, keys.raw)
 
+    def _values(self, keys: KeySet | Iterable[Any]) -> list[Any | None]:
+        """The loaded single values of ``keys`` (value and reducing state), in order."""
+        load = self._load
+        return [load(raw) for raw in self._entries(self._bound(keys))]
+
     def _apply_many(self, op: Op, keys: KeySet, args: Iterable[tuple[Any, ...]]) -> None:
         self._backend._apply_many(op, self._id, self.name, keys, args)
 
@@ -160,8 +165,7 @@ class ValueState(_KeyedState):
 
     def get_many(self, keys: KeySet | Iterable[Any]) -> list[Any | None]:
         """The values of ``keys``, in order (``None`` where there is none): one read for all."""
-        load = self._load
-        return [load(raw) for raw in self._entries(self._bound(keys))]
+        return self._values(keys)
 
     def update_many(self, keys: KeySet | Iterable[Any], values: Iterable[Any]) -> None:
         """Set the value of each key (``None`` clears it; a key given twice: the last wins), in bulk."""
@@ -199,8 +203,7 @@ class ReducingState(_KeyedState):
 
     def get_many(self, keys: KeySet | Iterable[Any]) -> list[Any | None]:
         """The reduced values of ``keys``, in order."""
-        load = self._load
-        return [load(raw) for raw in self._entries(self._bound(keys))]
+        return self._values(keys)
 
     def add_many(self, keys: KeySet | Iterable[Any], values: Iterable[Any]) -> None:
         """Fold one value into each key's value (a key given twice folds both, in order)."""
