@@ -75,12 +75,6 @@ DFS_OPTIONS = (
         minimum=1,
     ),
     ConfigOption(
-        "dstl.dfs.compression.enabled",
-        OptionType.BOOL,
-        False,
-        "Compress change sets (zlib) before upload.",
-    ),
-    ConfigOption(
         "dstl.dfs.download.cache-idle-timeout",
         OptionType.DURATION,
         parse_duration("10min"),

@@ -26,12 +26,15 @@ class ChangeSetStorage(StateChangelogStorage):
 
     :cvar preemptive_threshold: open change-set bytes at which a writer uploads ahead
         of the next persist (storages with slow uploads lower it; none by default).
+    :ivar change_set_codec: how writers compress the change sets they store
+        (``dstl.changelog.compression``).
     """
 
     preemptive_threshold: float = math.inf
 
-    def __init__(self, job_id: str) -> None:
+    def __init__(self, job_id: str, *, codec: str = "none") -> None:
         self.job_id = validate_name(job_id, "job id")
+        self.change_set_codec = codec
         self._metrics = StorageMetrics()
         self._lock = threading.Lock()
         self._writers: set[ChangeSetWriter] = set()

@@ -76,9 +76,9 @@ class ChangeSet:
         self.count = len(changes)
         self.size = sum(len(d) for _, d in changes)
 
-    def encode(self, log_id: str, epoch: int, *, compress: bool = False) -> bytes:
-        """The change set in the stored format (:mod:`dstl.spi.changeset_format`)."""
-        return frame_change_set(log_id, epoch, self.sqn, self.count, self.body, compress=compress)
+    def encode(self, log_id: str, epoch: int, *, codec: str = "none") -> bytes:
+        """The change set in the stored format (:mod:`dstl.spi.changeset_format`), compressed by ``codec``."""
+        return frame_change_set(log_id, epoch, self.sqn, self.count, self.body, codec=codec)
 
 
 _PACK_ITEM = CHANGE_ITEM.pack
@@ -123,6 +123,7 @@ class ChangeSetWriter(StateChangelogWriter):
         self._key_groups = key_groups
         self._kg_start, self._kg_end = key_groups.start, key_groups.end
         self._preempt_at = storage.preemptive_threshold
+        self._codec = storage.change_set_codec
         self._unpublished_appends = 0
         self._epoch = epoch
         self._metrics = storage.metrics
@@ -160,6 +161,10 @@ class ChangeSetWriter(StateChangelogWriter):
         return self._state
 
     # -- storage-specific part ------------------------------------------------------------
+    def _encoded(self, change_set: ChangeSet) -> bytes:
+        """``change_set`` in the stored format, compressed as the storage was configured."""
+        return change_set.encode(self._log_id, self._epoch, codec=self._codec)
+
     @abstractmethod
     def _upload(self, change_sets: Sequence[ChangeSet], checkpoint_id: int) -> Future[list[Location]]:
         """Make ``change_sets`` durable; the future yields one location per change set.

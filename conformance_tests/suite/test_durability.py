@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 
@@ -26,6 +27,29 @@ def test_round_trip_in_append_order(storage, sut):
             writer.next_sqn()
     handle = persist(writer, writer.initial_sqn(), 1, sut.timeout)
     assert [(kg, data) for _, kg, data in read_changes(storage, handle)] == expected
+
+
+@pytest.mark.parametrize("written_with", ["zstd", "none"])
+def test_change_sets_read_alike_whatever_compression_wrote_them(sut, written_with):
+    """``dstl.changelog.compression`` changes how change sets are stored, never what is read back.
+
+    A job may change the setting between runs: a storage configured either way reads
+    what the other wrote, compressible and incompressible data alike.
+    """
+    writing = sut.open(overrides={"dstl.changelog.compression": written_with})
+    other = "none" if written_with == "zstd" else "zstd"
+    reading = sut.open(overrides={"dstl.changelog.compression": other})
+    writer = writing.create_writer("op", KG)
+    expected = []
+    for index in range(300):
+        data = b"compressible %d " % (index % 7) * 40 if index % 3 else os.urandom(200)
+        writer.append(index % 16, data)
+        expected.append((index % 16, data))
+        if index % 50 == 49:
+            writer.next_sqn()
+    handle = persist(writer, writer.initial_sqn(), 1, sut.timeout)
+    assert [(kg, data) for _, kg, data in read_changes(reading, handle)] == expected
+    assert [(kg, data) for _, kg, data in read_changes(writing, handle)] == expected
 
 
 def test_last_change_of_every_change_set_is_kept(storage, sut):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from dstl.conformance.testing import persist
 from dstl.spi import REQUIRED_COUNTERS, KeyGroupRange
 
@@ -15,7 +17,7 @@ def test_required_counters_exist(storage):
 def test_counters_move(storage, sut):
     writer = storage.create_writer("op", KeyGroupRange(0, 2))
     before = storage.metrics.counters()
-    writer.append(0, b"x" * 100)
+    writer.append(0, os.urandom(100))  # incompressible: what is uploaded is at least what was written
     writer.append(1, b"y")
     handle = persist(writer, 0, 1, sut.timeout)
     after = storage.metrics.counters()

@@ -51,9 +51,7 @@ class DfsWriter(ChangeSetWriter):
 
     def _upload(self, change_sets: Sequence[ChangeSet], checkpoint_id: int) -> Future[list[Location]]:
         storage = self._storage
-        blobs = [
-            (cs.sqn, cs.encode(self.log_id, self.epoch, compress=storage.compress)) for cs in change_sets
-        ]
+        blobs = [(cs.sqn, self._encoded(cs)) for cs in change_sets]
         request = UploadRequest(self.log_id, self.epoch, self._token, blobs)
         result: Future[list[Location]] = Future()
 
@@ -118,7 +116,7 @@ class DfsStorage(ChangeSetStorage):
     """
 
     def __init__(self, config: Config, job_id: str) -> None:
-        super().__init__(job_id)
+        super().__init__(job_id, codec=str(config["dstl.changelog.compression"]))
         self.store: ObjectStore = open_store(config)
         # Epoch markers need conditional puts: on S3 through boto3 even when data goes through s3fs.
         on_s3 = urlparse(str(config["dstl.dfs.base-path"])).scheme in ("s3", "s3a")
@@ -127,7 +125,6 @@ class DfsStorage(ChangeSetStorage):
             if on_s3 and not isinstance(self.store, S3Store)
             else self.store
         )
-        self.compress = bool(config["dstl.dfs.compression.enabled"])
         self.preemptive_threshold = int(config["dstl.dfs.preemptive-persist-threshold"])
         self.instance = uuid.uuid4().hex[:12]
         self._batches = itertools.count()
@@ -237,7 +234,9 @@ class DfsStorage(ChangeSetStorage):
             ),
             key=lambda entry: (entry[0], entry[1], entry[2]),
         )
-        data, offsets = build_object([entry[3] for entry in entries], compressed=self.compress)
+        data, offsets = build_object(
+            [entry[3] for entry in entries], compressed=self.change_set_codec != "none"
+        )
         placed: dict[tuple[int, int], tuple[int, int]] = {}
         for (_, sqn, index, blob), offset in zip(entries, offsets, strict=True):
             placed[(index, sqn)] = (offset, len(blob))

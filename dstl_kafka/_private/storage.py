@@ -61,9 +61,7 @@ class KafkaWriter(ChangeSetWriter):
         partition = storage.partition(self.log_id)
         ledger = storage.ledger(partition)
         key = f"{storage.job_id}/{self.log_id}".encode()
-        pieces = [
-            (cs.sqn, chunks(cs.encode(self.log_id, self.epoch), storage.chunk_size)) for cs in change_sets
-        ]
+        pieces = [(cs.sqn, chunks(self._encoded(cs), storage.chunk_size)) for cs in change_sets]
         offsets: list[list[int]] = [[-1] * len(parts) for _, parts in pieces]
         errors: list[str] = []
         result: Future[list[Location]] = Future()
@@ -206,7 +204,7 @@ class KafkaStorage(ChangeSetStorage):
     """Change sets of a job in topic ``<prefix>.<job>``, partitioned by log."""
 
     def __init__(self, config: Config, job_id: str) -> None:
-        super().__init__(job_id)
+        super().__init__(job_id, codec=str(config["dstl.changelog.compression"]))
 
         self.factory = ClientFactory(config)
         self.topic = f"{config['dstl.kafka.topic']}.{self.job_id}"

@@ -62,7 +62,7 @@ class LocalWriter(ChangeSetWriter):
     _owner_check: OwnerCheck
 
     def _upload(self, change_sets: Sequence[ChangeSet], checkpoint_id: int) -> Future[list[Location]]:
-        blobs = [cs.encode(self.log_id, self.epoch) for cs in change_sets]
+        blobs = [self._encoded(cs) for cs in change_sets]
         request = CommitRequest(self.log_id, self.epoch, self._token, self._owner_check.owner, blobs)
         future = self._storage._committer.submit(request)
         result: Future[list[Location]] = Future()
@@ -133,7 +133,7 @@ class LocalStorage(ChangeSetStorage):
                 "e.g. dstl.local.dir=/var/lib/dstl"
             )
             raise ConfigError(msg)
-        super().__init__(job_id)
+        super().__init__(job_id, codec=str(config["dstl.changelog.compression"]))
         self.base = Path(base).expanduser().absolute()
         self.job_dir = self.base / self.job_id
         self.segments_dir = self.job_dir / "segments"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..changeset_format import CHANGE_SET_CODECS
 from ..hookspecs import hookimpl
 from ..options import ConfigOption, OptionType
 
@@ -13,6 +14,14 @@ CORE_OPTIONS = [
         OptionType.STRING,
         DEFAULT_STORAGE,
         "Identifier of the changelog storage: local, filesystem, kafka, memory or a plugin's.",
+    ),
+    ConfigOption(
+        "dstl.changelog.compression",
+        OptionType.ENUM,
+        CHANGE_SET_CODECS[0],
+        "Compression of each change set a writer stores (a body is stored compressed only when that "
+        "makes it smaller); readers understand every codec, whatever this says.",
+        choices=CHANGE_SET_CODECS,
     ),
 ]
 

@@ -1,6 +1,7 @@
 """filesystem storage specifics: batching, hedging, retries, back-pressure, cache, S3."""
 
 import logging
+import os
 import threading
 import time
 
@@ -67,7 +68,7 @@ def test_compression_round_trip_and_smaller_objects(tmp_path):
         config = {
             "dstl.storage": "filesystem",
             "dstl.dfs.base-path": (tmp_path / str(compressed)).as_uri(),
-            "dstl.dfs.compression.enabled": str(compressed).lower(),
+            "dstl.changelog.compression": "zstd" if compressed else "none",
         }
         with load_storage(config, job_id="job") as storage:
             writer = storage.create_writer("op", KG)
@@ -223,7 +224,7 @@ def test_backpressure_blocks_and_recovers(s3_config, s3_proxy_factory):
     with load_storage(config, job_id="job") as storage:
         writer = storage.create_writer("op", KG)
         proxy.stall_fraction, proxy.stall_seconds = 1.0, 1.0
-        writer.append(0, b"x" * 8000)
+        writer.append(0, os.urandom(8000))  # incompressible: more than the 4 KB in flight
         slow = writer.persist(0, 1)
         time.sleep(0.2)
         assert not storage.available()

@@ -2,6 +2,7 @@
 
 import json
 import os
+import random
 import subprocess
 import sys
 import threading
@@ -43,7 +44,7 @@ def test_large_change_sets_are_chunked_and_reassembled(kafka_config):
     config = {**kafka_config, "dstl.kafka.max-message-size": "2kb"}
     with load_storage(config, job_id="job") as storage:
         writer = storage.create_writer("op", KG)
-        big = bytes(range(256)) * 40  # 10 KB
+        big = random.Random(7).randbytes(10_000)  # incompressible: stored as 10 KB
         writer.append(1, big)
         writer.append(2, b"small")
         handle = persist(writer, 0, 1)

@@ -28,6 +28,11 @@ from tests.dstl_local.crash_child import payload
 KG = KeyGroupRange(0, 8)
 
 
+def noise(size: int, seed: int = 0) -> bytes:
+    """Incompressible change data: these tests size segments by what is stored."""
+    return random.Random(seed).randbytes(size)
+
+
 @pytest.fixture
 def local_config(tmp_path):
     return {"dstl.storage": "local", "dstl.local.dir": str(tmp_path / "dstl")}
@@ -155,7 +160,7 @@ def test_a_forged_discard_length_cannot_delete_live_change_sets(tmp_path):
         forged_source = persist(attacker, 0, 1)
         victim.append(0, b"live")
         live = persist(victim, 0, 1)
-        victim.append(0, b"v" * 5000)  # rolls: the segment holding both is sealed
+        victim.append(0, noise(5000, 1))  # rolls: the segment holding both is sealed
         persist(victim, 1, 2)
         attacker.close()
         for length, refused in ((10**12, InvalidHandleError), (10**6, None)):
@@ -232,7 +237,7 @@ def test_segments_roll_and_are_deleted_only_when_fully_discarded(tmp_path):
     drop_writer = storage.create_writer("drop", KG)
     dropped = []
     for round_ in range(20):
-        drop_writer.append(0, b"d" * 1000)
+        drop_writer.append(0, noise(1000, round_))
         dropped.append(persist(drop_writer, drop_writer.next_sqn() - 1, round_))
     keep_writer.append(0, b"keep me")
     kept = persist(keep_writer, 0, 1)
@@ -269,9 +274,9 @@ def test_a_fully_discarded_active_segment_is_sealed_and_deleted(local_config):
 def test_discard_waits_for_writers_that_still_reuse_a_change_set(local_config):
     with load_storage({**local_config, "dstl.local.segment-size": "4kb"}, job_id="job") as storage:
         writer = storage.create_writer("op", KG)
-        writer.append(0, b"a" * 5000)
+        writer.append(0, noise(5000, 2))
         first = persist(writer, 0, 1)
-        writer.append(0, b"b" * 5000)  # rolls the segment: the first one is sealed
+        writer.append(0, noise(5000, 3))  # rolls the segment: the first one is sealed
         persist(writer, 0, 2)
         storage.discard([first])
         first_segment = first.location_dicts[0]["segment"].split("/")[-1]
@@ -309,7 +314,7 @@ def test_a_discard_never_deletes_another_jobs_segments(tmp_path):
     config = {"dstl.storage": "local", "dstl.local.dir": str(tmp_path), "dstl.local.segment-size": "4kb"}
     with load_storage(config, job_id="other") as other:
         writer = other.create_writer("op", KG)
-        writer.append(0, b"x" * 5000)
+        writer.append(0, noise(5000, 4))
         handle = persist(writer, 0, 1)
         writer.truncate(1)
         writer.close()
@@ -317,5 +322,5 @@ def test_a_discard_never_deletes_another_jobs_segments(tmp_path):
     with load_storage(config, job_id="job") as storage:
         with pytest.raises(InvalidHandleError, match="does not belong to job 'job'"):
             storage.discard([handle])
-        assert read_data(storage, handle) == [b"x" * 5000]  # reading across jobs is the SPI's contract
+        assert read_data(storage, handle) == [noise(5000, 4)]  # reading across jobs is the SPI's contract
     assert segment.exists()

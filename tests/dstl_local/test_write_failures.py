@@ -2,6 +2,7 @@
 
 import errno
 import os
+import random
 
 import pytest
 
@@ -105,7 +106,7 @@ def test_a_full_disk_then_freed_space_loses_nothing(small_tmpfs):
     acknowledged, payloads = [], []
     failure = None
     for round_ in range(200):
-        payload = bytes([round_ % 251]) * 20_000
+        payload = random.Random(round_).randbytes(20_000)  # incompressible: fills the disk
         writer.append(round_ % 8, payload)
         payloads.append(payload)
         try:

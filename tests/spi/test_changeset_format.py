@@ -1,13 +1,31 @@
+import os
+import struct
+import zlib
+
+import google_crc32c
 import pytest
+import zstandard
 
 from dstl.spi import CorruptedError, decode_change_set, encode_change_set, iter_change_sets
 
 CHANGES = [(0, b"alpha"), (5, b""), (-1, b"meta"), (127, bytes(range(256)))]
+COMPRESSIBLE = [(kg % 8, b"key-%05d value " % kg * 4) for kg in range(500)]
 
 
-@pytest.mark.parametrize("compress", [False, True])
-def test_round_trip(compress):
-    blob = encode_change_set("op.kg0-128", 3, 42, CHANGES, compress=compress)
+def _framed(body: bytes, flags: int, count: int, log_id: bytes = b"log") -> bytes:
+    """A change set framed by hand, from the layout the module documents (the backdoor)."""
+    header = struct.pack("<4sBBHQQII", b"DSTC", 1, flags, len(log_id), 1, 2, count, len(body))
+    crc = google_crc32c.extend(google_crc32c.extend(google_crc32c.value(header), log_id), body)
+    return header + struct.pack("<I", crc) + log_id + body
+
+
+def _plain_body(changes) -> bytes:
+    return b"".join(struct.pack("<iI", kg, len(data)) + data for kg, data in changes)
+
+
+@pytest.mark.parametrize("codec", ["none", "zstd"])
+def test_round_trip(codec):
+    blob = encode_change_set("op.kg0-128", 3, 42, CHANGES, codec=codec)
     decoded = decode_change_set(blob, 0, location="x")
     assert (decoded.log_id, decoded.epoch, decoded.sqn) == ("op.kg0-128", 3, 42)
     assert decoded.changes == CHANGES
@@ -44,3 +62,49 @@ def test_error_names_location_and_offset():
     second[-1] ^= 0xFF
     with pytest.raises(CorruptedError, match=rf"s3://bucket/obj at offset {len(first)}"):
         list(iter_change_sets(first + bytes(second), location="s3://bucket/obj"))
+
+
+def test_zstd_stores_compressible_changes_smaller_and_incompressible_ones_plain():
+    plain = encode_change_set("log", 0, 0, COMPRESSIBLE, codec="none")
+    packed = encode_change_set("log", 0, 0, COMPRESSIBLE, codec="zstd")
+    assert len(packed) * 10 < len(plain)
+    assert decode_change_set(packed, 0, location="x").changes == COMPRESSIBLE
+    noise = [(0, os.urandom(4096))]
+    assert len(encode_change_set("log", 0, 0, noise, codec="zstd")) == len(
+        encode_change_set("log", 0, 0, noise, codec="none")
+    ), "a body that does not shrink is stored plain"
+
+
+def test_an_unknown_codec_is_refused_by_name():
+    with pytest.raises(ValueError, match="unknown change-set codec 'lzma'"):
+        encode_change_set("log", 0, 0, CHANGES, codec="lzma")
+
+
+def test_zlib_bodies_of_earlier_releases_are_still_read():
+    blob = _framed(zlib.compress(_plain_body(CHANGES), 1), flags=1, count=len(CHANGES))
+    assert decode_change_set(blob, 0, location="x").changes == CHANGES
+
+
+def test_a_zstd_body_without_a_declared_size_is_refused():
+    body = zstandard.ZstdCompressor(write_content_size=False).compress(_plain_body(CHANGES))
+    with pytest.raises(CorruptedError, match="declares no usable content size"):
+        decode_change_set(_framed(body, flags=2, count=len(CHANGES)), 0, location="x")
+
+
+def _declaring(frame: bytes, size: int) -> bytes:
+    """``frame`` with its Frame_Content_Size field rewritten to ``size`` (RFC 8878, 3.1.1.1)."""
+    descriptor = frame[4]
+    single_segment = (descriptor >> 5) & 1
+    fcs_bytes = (single_segment, 2, 4, 8)[descriptor >> 6]
+    assert fcs_bytes == 4, "the test frame is expected to use a 4-byte size field"
+    at = 5 + (0 if single_segment else 1) + (0, 1, 2, 4)[descriptor & 3]
+    return frame[:at] + struct.pack("<I", size) + frame[at + 4 :]
+
+
+def test_a_zstd_body_larger_than_it_declares_is_refused():
+    """A checksummed frame is not a trusted one: its declared size bounds what is inflated."""
+    body = _plain_body([(0, b"\0" * (64 << 20))])
+    forged = _declaring(zstandard.ZstdCompressor().compress(body), 1 << 16)
+    assert zstandard.frame_content_size(forged) == 1 << 16
+    with pytest.raises(CorruptedError, match="undecodable"):
+        decode_change_set(_framed(forged, flags=2, count=1), 0, location="x")

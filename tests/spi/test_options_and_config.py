@@ -81,13 +81,13 @@ def test_values_parse_and_defaults_apply():
             "dstl.dfs.batch.persist-delay": "10ms",
             "dstl.dfs.upload.timeout": "2min",
             "dstl.dfs.batch.persist-size-threshold": "5mb",
-            "dstl.dfs.compression.enabled": "true",
+            "dstl.changelog.compression": "none",
         }
     )
     assert config["dstl.dfs.batch.persist-delay"] == pytest.approx(0.01)
     assert config["dstl.dfs.upload.timeout"] == 120.0
     assert config["dstl.dfs.batch.persist-size-threshold"] == 5 * 1024**2
-    assert config["dstl.dfs.compression.enabled"] is True
+    assert config["dstl.changelog.compression"] == "none"
     assert config["dstl.dfs.upload.max-attempts"] == 3  # default
     assert config["dstl.storage"] == "local"
     assert "dstl.dfs.upload.max-attempts" not in config
