@@ -3,11 +3,15 @@
 Discards are appended to ``<segment>.discarded`` (offset and length per change
 set), so any process may discard and the accounting survives restarts. A segment
 is deleted only when it is sealed, its discarded change sets cover the whole file
-and no open writer of this process still reuses one of its change sets.
+and no open writer of this process still reuses one of its change sets. Until
+then the blocks that only discarded change sets occupy are freed at once (holes
+punched into the segment), so the disk holds what live handles need, not what a
+segment once held; recovery skips those ranges.
 """
 
 from __future__ import annotations
 
+import bisect
 import fcntl
 import os
 import threading
@@ -15,6 +19,7 @@ from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
+from .holes import merged, punch_holes
 from .segments import QUARANTINED_SUFFIX, SEALED_SUFFIX, sealed_size
 
 DISCARDED_SUFFIX = ".discarded"
@@ -28,6 +33,9 @@ class DiscardTracker:
         self._lock = threading.Lock()
         self._pins: Counter[tuple[str, int]] = Counter()
         self._pinned_segments: Counter[str] = Counter()
+        self._held: dict[str, set[int]] = {}  # discarded while pinned: freed when unpinned
+        self._parse_lock = threading.Lock()
+        self._parsed: dict[Path, tuple[int, dict[int, int]]] = {}  # discard file -> (bytes parsed, ranges)
 
     def pin(self, segment: str, offset: int) -> None:
         """An open writer reuses the change set at ``offset``."""
@@ -36,8 +44,12 @@ class DiscardTracker:
             self._pinned_segments[segment] += 1
 
     def unpin(self, locations: Iterable[tuple[str, int]]) -> list[str]:
-        """Writers stopped reusing these change sets; returns segments to re-check."""
+        """Writers stopped reusing these change sets; returns segments to re-check.
+
+        Change sets discarded while pinned have their blocks freed now.
+        """
         touched = []
+        released: dict[str, set[int]] = {}
         with self._lock:
             for segment, offset in locations:
                 if self._pins[(segment, offset)] > 0:
@@ -45,6 +57,11 @@ class DiscardTracker:
                     self._pinned_segments[segment] -= 1
                     if self._pinned_segments[segment] == 0:
                         touched.append(segment)
+                    if not self._pins[(segment, offset)] and offset in self._held.get(segment, ()):
+                        self._held[segment].discard(offset)
+                        released.setdefault(segment, set()).add(offset)
+        for segment, offsets in released.items():
+            self.reclaim(segment, touched=[(offset, 0) for offset in offsets])
         return touched
 
     def discard(self, entries: dict[str, set[tuple[int, int]]]) -> list[str]:
@@ -53,25 +70,63 @@ class DiscardTracker:
             path = self._dir / (segment + DISCARDED_SUFFIX)
             with open(path, "a", encoding="ascii") as file:
                 file.write("".join(f"{offset} {length}\n" for offset, length in sorted(ranges)))
+            # Recorded first, punched after: whoever reads a hole finds its range recorded.
+            self.reclaim(segment, touched=ranges)
         return [segment for segment in entries if self.collect(segment)]
+
+    def reclaim(self, segment: str, touched: Iterable[tuple[int, int]] | None = None) -> int:
+        """Free the blocks of ``segment`` that only discarded, unpinned change sets occupy; bytes freed.
+
+        :param touched: the ranges just discarded: only the runs of discarded change
+            sets that contain one of them are punched (default: every run).
+        """
+        discarded = self.discarded_ranges(segment)
+        with self._lock:
+            pinned = {offset for (name, offset), count in self._pins.items() if name == segment and count}
+            # Remembered so that unpin frees them (pins and this memory are this process's).
+            self._held.setdefault(segment, set()).update(pinned.intersection(discarded))
+        runs = merged((offset, length) for offset, length in discarded.items() if offset not in pinned)
+        if touched is not None:
+            starts = sorted(offset for offset, _ in touched)
+            runs = [run for run in runs if _contains_any(run, starts)]
+        return punch_holes(self._dir / segment, runs)
+
+    def discarded_ranges(self, segment: str) -> dict[int, int]:
+        """``offset -> length`` of the change sets of ``segment`` recorded as discarded."""
+        return self._ranges(self._dir / (segment + DISCARDED_SUFFIX))
 
     def fully_discarded(self, segment: str, size: int) -> bool:
         """Whether discards cover the first ``size`` bytes of ``segment`` (its whole content so far)."""
         return size > 0 and self._covered(self._dir / (segment + DISCARDED_SUFFIX)) >= size
 
-    @staticmethod
-    def _covered(discarded: Path) -> int:
+    def _covered(self, discarded: Path) -> int:
         """Bytes the discard file covers (each change set counted once)."""
-        covered: dict[int, int] = {}
-        try:
-            lines = discarded.read_text(encoding="ascii").splitlines()
-        except FileNotFoundError:
-            return 0
-        for line in lines:
-            offset, _, length = line.partition(" ")
-            if offset.isdigit() and length.isdigit():
-                covered[int(offset)] = int(length)
-        return sum(covered.values())
+        return sum(self._ranges(discarded).values())
+
+    def _ranges(self, discarded: Path) -> dict[int, int]:
+        """The discard file's ranges (a copy); only lines appended since the last call are parsed.
+
+        The file is append-only (any process appends), so what was parsed stays valid
+        while the file exists: a discard costs what it adds, not the segment's history.
+        """
+        with self._parse_lock:
+            done, ranges = self._parsed.get(discarded, (0, {}))
+            try:
+                with open(discarded, "rb") as file:
+                    if os.fstat(file.fileno()).st_size < done:  # deleted and made anew
+                        done, ranges = 0, {}
+                    file.seek(done)
+                    tail = file.read()
+            except FileNotFoundError:
+                self._parsed.pop(discarded, None)
+                return {}
+            complete = tail.rfind(b"\n") + 1  # a line being appended right now is read next time
+            for line in tail[:complete].decode("ascii", errors="replace").splitlines():
+                offset, _, length = line.partition(" ")
+                if offset.isdigit() and length.isdigit():
+                    ranges[int(offset)] = int(length)
+            self._parsed[discarded] = (done + complete, ranges)
+            return dict(ranges)
 
     def collect(self, segment: str, *, orphaned: bool = False) -> bool:
         """Delete ``segment`` if nothing needs it any more; True when deleted.
@@ -98,6 +153,16 @@ class DiscardTracker:
             path.unlink()
             discarded.unlink(missing_ok=True)
             sealed.unlink(missing_ok=True)
+            with self._lock:
+                self._held.pop(segment, None)
+            with self._parse_lock:
+                self._parsed.pop(discarded, None)
             return True
         finally:
             os.close(lock_fd)
+
+
+def _contains_any(run: tuple[int, int], sorted_offsets: list[int]) -> bool:
+    """Whether one of ``sorted_offsets`` lies in the ``(start, end)`` run."""
+    index = bisect.bisect_left(sorted_offsets, run[0])
+    return index < len(sorted_offsets) and sorted_offsets[index] < run[1]

@@ -20,6 +20,7 @@ import errno
 import fcntl
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -186,7 +187,7 @@ class SegmentRecovery:
     damage: CorruptedError | None = None
 
 
-def recover_segment(path: Path) -> SegmentRecovery:
+def recover_segment(path: Path, discarded: Callable[[], dict[int, int]] = dict) -> SegmentRecovery:
     """Cut a torn tail off a dead instance's segment; report damage it must keep.
 
     Acknowledged change sets were synced, so an *incomplete* last change set (the
@@ -195,10 +196,18 @@ def recover_segment(path: Path) -> SegmentRecovery:
     damaged later; it is kept so that a handle needing it gets a
     :class:`CorruptedError` naming file and offset, and the segment is quarantined
     instead of stopping the whole job.
+
+    :param discarded: returns ``offset -> length`` of the change sets recorded as
+        discarded; they are skipped, not decoded (their blocks may be holes now).
+        It is called after the data was read: a range is recorded before it is punched.
     """
     data = path.read_bytes()
+    skip = discarded()
     offset = 0
     while offset < len(data):
+        if offset in skip and offset + skip[offset] <= len(data):
+            offset += skip[offset]
+            continue
         try:
             offset += decode_change_set(data, offset, location=str(path)).stored_size
         except CorruptedError as exc:

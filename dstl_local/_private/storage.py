@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import uuid
@@ -186,7 +187,8 @@ class LocalStorage(ChangeSetStorage):
             sealed = path.with_name(path.name + SEALED_SUFFIX)
             if sealed.exists() or instance_alive(self.job_dir, instance_of(path.name)):
                 continue
-            found = recover_segment(path)
+            discarded = functools.partial(self._discards.discarded_ranges, path.name)
+            found = recover_segment(path, discarded=discarded)
             if found.cut:
                 log.warning(
                     "cut a torn tail of %d bytes off %s (an incomplete, unacknowledged write)",
@@ -312,12 +314,17 @@ class LocalStorage(ChangeSetStorage):
         by_segment: dict[str, set[tuple[int, int]]] = {}
         handles = list(handles)
         self._metrics.inc("discarded_change_sets", sum(len(h.locations) for h in handles))
+        recorded: dict[str, dict[int, int]] = {}
         for handle in handles:
             for loc in checked_locations(handle, LocalReader.location_fields):
                 path = self._own_segment(str(loc["segment"]))
-                entry = (int(loc["offset"]), int(loc["length"]))  # type: ignore[arg-type]
-                if self._wrote(path, *entry):
-                    by_segment.setdefault(path.name, set()).add(entry)
+                offset, length = int(loc["offset"]), int(loc["length"])  # type: ignore[arg-type]
+                if path.name not in recorded:
+                    recorded[path.name] = self._discards.discarded_ranges(path.name)
+                if recorded[path.name].get(offset) == length:
+                    continue  # discarded before (its blocks may be freed already): nothing to add
+                if self._wrote(path, offset, length):
+                    by_segment.setdefault(path.name, set()).add((offset, length))
         deleted = len(self._discards.discard(by_segment))
         deleted += self._roll_if_discarded(by_segment)
         self._metrics.inc("deleted_objects", deleted)

@@ -95,10 +95,13 @@ def test_spark_stores_comparison_runs_the_same_job_on_every_engine(spark, tmp_pa
         "commit_p50_ms",
         "commit_p99_ms",
         "state_bytes",
+        "state_disk_bytes",
     ):
         assert figures[field] >= 0, field
     assert [line.split(":")[0] for line in speedups(results)] == ["dstl-batch", "dstl-per-key"]
-    assert all(r.state_bytes > 0 for r in results), [(r.engine, r.state_bytes) for r in results]
+    assert all(r.state_bytes > 0 and r.state_disk_bytes > 0 for r in results), [
+        (r.engine, r.state_bytes, r.state_disk_bytes) for r in results
+    ]
 
 
 def test_kafka_fencing_bench_compares_the_designs(tmp_path):

@@ -1,0 +1,103 @@
+"""Discarded change sets give their disk space back while the segment holding them lives on."""
+
+import os
+import random
+
+import pytest
+
+from dstl.conformance.testing import persist, read_data
+from dstl.local._private.holes import merged, punch_holes
+from dstl.spi import KeyGroupRange, load_storage
+
+KG = KeyGroupRange(0, 8)
+CHANGE = 20_000  # bytes per dropped change set: several blocks each
+
+
+def noise(size: int, seed: int) -> bytes:
+    """Incompressible change data: what is written is what is stored."""
+    return random.Random(seed).randbytes(size)
+
+
+def allocated(path) -> int:
+    """Bytes of disk the file occupies (holes excluded), as ``du`` counts them."""
+    return os.stat(path).st_blocks * 512
+
+
+@pytest.fixture
+def config(tmp_path):
+    probe = tmp_path / "probe"
+    probe.write_bytes(noise(1 << 16, 0))
+    os.fsync(os.open(probe, os.O_RDONLY))
+    if punch_holes(probe, [(0, 1 << 16)]) == 0 or allocated(probe) >= 1 << 16:
+        pytest.skip(f"the file system under {tmp_path} cannot punch holes")
+    return {"dstl.storage": "local", "dstl.local.dir": str(tmp_path / "dstl")}  # 64 MB segments
+
+
+def _interleaved(storage, rounds=30):
+    """A kept and a dropped log writing into one segment, in turn; returns both writers and handles."""
+    keep, drop = storage.create_writer("keep", KG), storage.create_writer("drop", KG)
+    kept, dropped = [], []
+    for round_ in range(rounds):
+        drop.append(0, noise(CHANGE, round_))
+        dropped.append(persist(drop, drop.next_sqn() - 1, round_ + 1))
+        keep.append(1, f"kept {round_}".encode())
+        kept.append(persist(keep, keep.next_sqn() - 1, round_ + 1))
+    return keep, drop, kept, dropped
+
+
+def test_discarded_change_sets_free_their_blocks_and_live_ones_stay_readable(config):
+    with load_storage(config, job_id="job") as storage:
+        keep, drop, kept, dropped = _interleaved(storage)
+        (segment,) = storage.list_objects()
+        path = storage.segments_dir / segment
+        size, before = os.stat(path).st_size, allocated(path)
+        drop.truncate(len(dropped))  # no writer reuses them any more
+        storage.discard(dropped)
+        assert storage.list_objects() == [segment], "the segment still holds live change sets"
+        assert os.stat(path).st_size == size
+        freed = before - allocated(path)
+        assert freed >= 0.8 * CHANGE * len(dropped), (before, allocated(path))
+        assert [read_data(storage, h) for h in kept] == [[f"kept {r}".encode()] for r in range(len(kept))]
+        storage.discard(dropped)  # again: already accounted, not a forged handle
+        assert storage.metrics.counter("refused_discards") == 0
+
+
+def test_a_change_set_a_writer_still_reuses_keeps_its_blocks_until_released(config):
+    with load_storage(config, job_id="job") as storage:
+        writer = storage.create_writer("op", KG)
+        writer.append(0, noise(CHANGE * 4, 1))
+        first = persist(writer, 0, 1)
+        writer.append(0, b"later")
+        persist(writer, 0, 2)  # reuses the first change set: pinned
+        (segment,) = storage.list_objects()
+        path = storage.segments_dir / segment
+        before = allocated(path)
+        storage.discard([first])
+        assert allocated(path) == before, "blocks of a change set still reused were freed"
+        writer.truncate(1)  # the writer lets go of it
+        assert before - allocated(path) >= 0.8 * CHANGE * 4
+
+
+def test_recovery_of_a_crashed_instance_skips_the_holes(config):
+    storage = load_storage(config, job_id="job")
+    keep, drop, kept, dropped = _interleaved(storage, rounds=10)
+    drop.truncate(len(dropped))
+    storage.discard(dropped)
+    storage._instance_lock.release()  # a crash: the segment was never sealed
+    with load_storage(config, job_id="job") as fresh:
+        assert fresh.metrics.counter("quarantined_segments") == 0
+        assert fresh.metrics.counter("recovered_torn_bytes") == 0
+        assert [read_data(fresh, h) for h in kept] == [[f"kept {r}".encode()] for r in range(len(kept))]
+
+
+def test_runs_merge_and_only_whole_blocks_inside_them_are_punched(tmp_path):
+    assert merged([(10, 5), (0, 10), (30, 5), (32, 10)]) == [(0, 15), (30, 42)]
+    path = tmp_path / "f"
+    data = noise(5 * 4096, 2)
+    path.write_bytes(data)
+    freed = punch_holes(path, [(100, 2 * 4096 + 50)])  # covers block 1 whole, blocks 0 and 2 in part
+    if freed == 0:
+        pytest.skip("the file system cannot punch holes")
+    assert freed == 4096
+    assert path.read_bytes() == data[:4096] + bytes(4096) + data[2 * 4096 :]
+    assert punch_holes(tmp_path / "missing", [(0, 8192)]) == 0
