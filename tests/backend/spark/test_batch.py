@@ -99,3 +99,34 @@ def test_a_batch_processor_needs_no_per_key_method_and_one_with_neither_says_so(
         with pytest.raises(NotImplementedError, match="Nothing overrides neither"):
             Nothing().handle_input_batch(frame, context)
         backend.close()
+
+
+def test_per_key_results_of_every_form_keep_their_order_and_missing_columns_are_none(memory_config):
+    from dstl.backend.changelog import ChangelogKeyedStateBackend
+    from dstl.backend.spark import StateContext, StatefulProcessor
+    from dstl.spi import KeyGroupRange, load_storage
+
+    class Mixed(StatefulProcessor):
+        """Frames, dict rows, nothing and empty frames, key by key."""
+
+        def init(self, context):
+            pass
+
+        def handle_input_rows(self, key, rows):
+            n = len(rows)
+            if key == "a":
+                return pd.DataFrame({"k": [key] * n, "n": list(range(n))})
+            if key == "b":
+                return [{"k": key, "extra": "x"}]
+            if key == "c":
+                return None
+            if key == "d":
+                return pd.DataFrame({"k": [], "n": []})
+            return pd.DataFrame({"n": [n], "k": [key]})  # columns in another order
+
+    frame = pd.DataFrame({"k": ["a", "b", "a", "c", "d", "e", "e"]})
+    with load_storage(memory_config, job_id="job") as storage:
+        backend = ChangelogKeyedStateBackend(storage, "op", KeyGroupRange(0, 128))
+        context = StateContext(backend, 0, 0, ("k",))
+        columns = output_columns(Mixed().handle_input_batch(frame, context), ("k", "n", "extra"))
+    assert columns == {"k": ["a", "a", "b", "e"], "n": [0, 1, None, 2], "extra": [None, None, "x", None]}
