@@ -16,15 +16,24 @@ from dstl.spi import ChangelogHandle, KeyGroupRange, storage_for_handle
 KG = KeyGroupRange(0, 16)
 
 
-def test_round_trip_in_append_order(storage, sut):
-    writer = storage.create_writer("op", KG)
+def _append_spread(writer, count, data_of, per_change_set):
+    """Append ``data_of(i)`` for ``i < count`` over the 16 key groups, ``per_change_set`` per SQN.
+
+    Returns the ``(key_group, data)`` pairs in append order.
+    """
     expected = []
-    for index in range(200):
-        data = change_bytes("rt", index)
+    for index in range(count):
+        data = data_of(index)
         writer.append(index % 16, data)
         expected.append((index % 16, data))
-        if index % 10 == 9:
+        if index % per_change_set == per_change_set - 1:
             writer.next_sqn()
+    return expected
+
+
+def test_round_trip_in_append_order(storage, sut):
+    writer = storage.create_writer("op", KG)
+    expected = _append_spread(writer, 200, lambda index: change_bytes("rt", index), 10)
     handle = persist(writer, writer.initial_sqn(), 1, sut.timeout)
     assert [(kg, data) for _, kg, data in read_changes(storage, handle)] == expected
 
@@ -40,13 +49,11 @@ def test_change_sets_read_alike_whatever_compression_wrote_them(sut, written_wit
     other = "none" if written_with == "zstd" else "zstd"
     reading = sut.open(overrides={"dstl.changelog.compression": other})
     writer = writing.create_writer("op", KG)
-    expected = []
-    for index in range(300):
-        data = b"compressible %d " % (index % 7) * 40 if index % 3 else os.urandom(200)
-        writer.append(index % 16, data)
-        expected.append((index % 16, data))
-        if index % 50 == 49:
-            writer.next_sqn()
+
+    def data_of(index: int) -> bytes:
+        return b"compressible %d " % (index % 7) * 40 if index % 3 else os.urandom(200)
+
+    expected = _append_spread(writer, 300, data_of, 50)
     handle = persist(writer, writer.initial_sqn(), 1, sut.timeout)
     assert [(kg, data) for _, kg, data in read_changes(reading, handle)] == expected
     assert [(kg, data) for _, kg, data in read_changes(writing, handle)] == expected
