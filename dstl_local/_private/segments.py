@@ -257,12 +257,27 @@ def read_change_set_bytes(path: Path, offset: int, length: int) -> bytes:
             msg = f"segment ends after {max(available, 0)} of {length} bytes"
             raise CorruptedError(msg, location=str(path), offset=offset)
         data = os.pread(fd, length, offset)
+        if _has_hole(fd, offset, length):
+            # Segments are written sequentially: a hole is a discarded change set's freed blocks.
+            msg = f"the change set at {path} offset {offset} was discarded: its disk blocks were freed"
+            raise StorageError(msg)
     finally:
         os.close(fd)
     if len(data) != length:
         msg = f"segment ends after {len(data)} of {length} bytes"
         raise CorruptedError(msg, location=str(path), offset=offset)
     return data
+
+
+def _has_hole(fd: int, offset: int, length: int) -> bool:
+    """Whether ``[offset, offset + length)`` of the file has a hole (where the OS can tell)."""
+    seek_hole = getattr(os, "SEEK_HOLE", None)
+    if seek_hole is None:
+        return False
+    try:
+        return os.lseek(fd, offset, seek_hole) < offset + length
+    except OSError:  # not supported here: the file system reports no holes
+        return False
 
 
 def change_set_length_at(path: Path, offset: int) -> int:

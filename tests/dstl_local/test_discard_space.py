@@ -7,7 +7,7 @@ import pytest
 
 from dstl.conformance.testing import persist, read_data
 from dstl.local._private.holes import merged, punch_holes
-from dstl.spi import KeyGroupRange, load_storage
+from dstl.spi import CorruptedError, KeyGroupRange, StorageError, load_storage
 
 KG = KeyGroupRange(0, 8)
 CHANGE = 20_000  # bytes per dropped change set: several blocks each
@@ -55,11 +55,22 @@ def test_discarded_change_sets_free_their_blocks_and_live_ones_stay_readable(con
         storage.discard(dropped)
         assert storage.list_objects() == [segment], "the segment still holds live change sets"
         assert os.stat(path).st_size == size
+        block = os.stat(path).st_blksize
+        whole_blocks = sum(  # a dropped change set sits between two kept ones: its whole blocks go
+            ((loc["offset"] + loc["length"]) // block - -(-loc["offset"] // block)) * block
+            for handle in dropped
+            for loc in handle.location_dicts
+        )
         freed = before - allocated(path)
-        assert freed >= 0.8 * CHANGE * len(dropped), (before, allocated(path))
+        assert whole_blocks >= 0.6 * CHANGE * len(dropped)
+        # The holes fragment the file: ext4 may take a block for the extent tree.
+        assert freed >= whole_blocks - 2 * block, (before, allocated(path), whole_blocks)
         assert [read_data(storage, h) for h in kept] == [[f"kept {r}".encode()] for r in range(len(kept))]
         storage.discard(dropped)  # again: already accounted, not a forged handle
         assert storage.metrics.counter("refused_discards") == 0
+        with pytest.raises(StorageError, match="was discarded") as refused:
+            read_data(storage, dropped[5])
+        assert not isinstance(refused.value, CorruptedError), "a freed change set is not damage"
 
 
 def test_a_change_set_a_writer_still_reuses_keeps_its_blocks_until_released(config):

@@ -142,8 +142,11 @@ def test_snapshot_objects():
     _fuzz("snapshot object", st.one_of(mutated_bytes(_SNAPSHOT), compressed, st.binary(max_size=300)), parse)
 
 
+# Odd SQNs are zstd frames (their bodies compress), even ones plain.
 _FRAMES = b"".join(
-    encode_change_set("op.kg0-8", 3, sqn, [(sqn % 8, b"x" * sqn), (-1, b"meta")], compress=sqn % 2 == 1)
+    encode_change_set(
+        "op.kg0-8", 3, sqn, [(sqn % 8, b"x" * 64 * sqn), (-1, b"meta")], codec="zstd" if sqn % 2 else "none"
+    )
     for sqn in range(4)
 )
 
