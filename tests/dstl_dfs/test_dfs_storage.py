@@ -40,7 +40,7 @@ def test_size_threshold_drains_without_waiting_for_the_delay(file_config):
     }
     with load_storage(config, job_id="job") as storage:
         writer = storage.create_writer("op", KG)
-        writer.append(0, b"x" * 2048)
+        writer.append(0, os.urandom(2048))  # incompressible: stored as 2 KB, over the threshold
         started = time.monotonic()
         persist(writer, 0, 1, timeout=5)
         assert time.monotonic() - started < 2
