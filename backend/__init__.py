@@ -3,6 +3,8 @@
 - key → key-group hashing that matches Spark SQL's
   ``pmod(xxhash64(...), max_parallelism)`` exactly (:mod:`dstl.backend.keygroups`);
 - keyed state (Value, List, Map, Reducing, optional TTL) bound to a current key,
+  and per-key timers in processing and event time kept as keyed state
+  (:mod:`dstl.backend.timers`),
   safe serialization (msgpack by default, pickle only by name), heap and LMDB
   delegates, and the changelog layer: every mutation applied and logged,
   registrations logged as metadata, checkpoint = snapshot chain + persisted log,
@@ -28,6 +30,7 @@ from .keygroups import (
 )
 from .serialization import MsgpackSerializer, PickleSerializer, Serializer
 from .state import ListState, MapState, ReducingState, StateDescriptor, StateKind, ValueState
+from .timers import TimeDomain, TimerService
 
 __all__ = [
     "DEFAULT_MAX_PARALLELISM",
@@ -45,6 +48,8 @@ __all__ = [
     "StateDelegate",
     "StateDescriptor",
     "StateKind",
+    "TimeDomain",
+    "TimerService",
     "ValueState",
     "key_group_for",
     "key_group_range_for_instance",

@@ -47,6 +47,7 @@ from ..state import (
     ValueState,
     map_key_bytes,
 )
+from ..timers import RESERVED_PREFIX, TimerService
 from .materializer import Materializer
 from .metrics import BackendMetrics
 from .records import Op, encode_change, encode_registration
@@ -304,6 +305,7 @@ class ChangelogKeyedStateBackend:
         self.writer = storage.create_writer(operator_id, key_groups, epoch=epoch)
         self._log_start = self.writer.initial_sqn()
         self._states: dict[str, Any] = {}
+        self._timers: TimerService | None = None
         self._restored_kinds: dict[str, tuple[str, str]] = {}
         self._restored_handles: tuple[ChangelogHandle, ...] = ()
         self._restored_parts: tuple[tuple[KeyGroupRange, BackendSnapshot], ...] = ()
@@ -443,8 +445,15 @@ class ChangelogKeyedStateBackend:
         """Register (or return) the state named ``descriptor.name``.
 
         :raises ConfigError: when a state of that name exists with another kind or
-            serializer (now or in the restored checkpoint).
+            serializer (now or in the restored checkpoint), or the name is reserved.
         """
+        if descriptor.name.startswith(RESERVED_PREFIX):
+            msg = f"state names starting with {RESERVED_PREFIX!r} are dstl's own: rename {descriptor.name!r}"
+            raise ConfigError(msg)
+        return self._register(descriptor)
+
+    def _register(self, descriptor: StateDescriptor) -> Any:  # noqa: ANN401 - the state class of its kind
+        """:meth:`register` for any name (dstl's own states, e.g. timers, use it too)."""
         existing = self._states.get(descriptor.name)
         if existing is not None:
             if (
@@ -474,6 +483,12 @@ class ChangelogKeyedStateBackend:
         )
         self._states[descriptor.name] = state
         return state
+
+    def timers(self) -> TimerService:
+        """The backend's timer service (its timers are state of internal, reserved names)."""
+        if self._timers is None:
+            self._timers = TimerService(self)
+        return self._timers
 
     def value_state(self, name: str, serializer: str = "msgpack", *, ttl: float | None = None) -> ValueState:
         """A :class:`ValueState` (``ttl``: seconds after a write at which the value expires)."""
@@ -624,6 +639,8 @@ class ChangelogKeyedStateBackend:
         began = time.perf_counter()
         with _bulk_load():
             self._load_scoped(snapshot, config, self.key_groups)
+        if self._timers is not None:
+            self._timers.invalidate()
         self._restored_parts = tuple(snapshot.parts)
         self._restored_handles = tuple(snapshot.handles)
         self._restored_refs = tuple(snapshot.materialized)
@@ -720,6 +737,8 @@ class ChangelogKeyedStateBackend:
         :param config: opens the storages of handles from another storage (as in :meth:`restore`).
         """
         self._restored_kinds.update(registrations)
+        if self._timers is not None:
+            self._timers.invalidate()
         self._restored_parts = tuple(snapshot.parts)
         self._restored_handles = tuple(snapshot.handles)
         self._restored_refs = tuple(snapshot.materialized)
