@@ -134,6 +134,17 @@ class _KeyedState:
         live = None if raw is None else self._live(raw)
         return None if live is None else self._serializer.loads(live)
 
+    def _load_current(self, raw: bytes | None) -> Any | None:  # noqa: ANN401
+        """The current key's loaded value; an expired one is removed from state now (logged)."""
+        if raw is None:
+            return None
+        live = self._live(raw)
+        if live is None:
+            self._apply(Op.CLEAR)
+            self._backend._expired(1)
+            return None
+        return self._serializer.loads(live)
+
     def _apply(self, op: Op, *args: Any) -> None:  # noqa: ANN401
         self._backend._apply(op, self._id, self.name, *args)
 
@@ -144,9 +155,26 @@ class _KeyedState:
         return self._backend.delegate.get_many(self.name, keys.groups, keys.raw)
 
     def _values(self, keys: KeySet | Iterable[Any]) -> list[Any | None]:
-        """The loaded single values of ``keys`` (value and reducing state), in order."""
-        load = self._load
-        return [load(raw) for raw in self._entries(self._bound(keys))]
+        """The loaded single values of ``keys`` (value and reducing state), in order.
+
+        Expired values are removed from state as they are found (logged, in one batch).
+        """
+        bound = self._bound(keys)
+        raws = self._entries(bound)
+        if self.descriptor.ttl is None:
+            loads = self._serializer.loads
+            return [None if raw is None else loads(raw) for raw in raws]
+        values: list[Any | None] = []
+        expired: list[int] = []
+        for index, raw in enumerate(raws):
+            live = None if raw is None else self._live(raw)
+            if live is None and raw is not None:
+                expired.append(index)
+            values.append(None if live is None else self._serializer.loads(live))
+        if expired:
+            self._apply_many(Op.CLEAR, bound.subset(expired), (() for _ in expired))
+            self._backend._expired(len(expired))
+        return values
 
     def _apply_many(self, op: Op, keys: KeySet, args: Iterable[tuple[Any, ...]]) -> None:
         self._backend._apply_many(op, self._id, self.name, keys, args)
@@ -160,8 +188,8 @@ class ValueState(_KeyedState):
     """One value per key."""
 
     def value(self) -> Any | None:  # noqa: ANN401
-        """The current key's value, or ``None`` (also once it expired)."""
-        return self._load(self._entry())
+        """The current key's value, or ``None`` (also once it expired: then it is removed)."""
+        return self._load_current(self._entry())
 
     def get_many(self, keys: KeySet | Iterable[Any]) -> list[Any | None]:
         """The values of ``keys``, in order (``None`` where there is none): one read for all."""
@@ -190,8 +218,8 @@ class ReducingState(_KeyedState):
     """A value per key folded with ``descriptor.reduce`` as elements are added."""
 
     def get(self) -> Any | None:  # noqa: ANN401
-        """The reduced value, or ``None`` (also once it expired)."""
-        return self._load(self._entry())
+        """The reduced value, or ``None`` (also once it expired: then it is removed)."""
+        return self._load_current(self._entry())
 
     def add(self, value: Any) -> None:  # noqa: ANN401
         """Fold ``value`` into the current key's value (the result is what is logged)."""
@@ -227,9 +255,18 @@ class ListState(_KeyedState):
     """A list per key."""
 
     def get(self) -> list[Any]:
-        """The current key's elements (empty list when none; expired elements left out)."""
-        live = (self._live(e) for e in self._entry() or [])
-        return [self._serializer.loads(e) for e in live if e is not None]
+        """The current key's elements (empty list when none; expired elements are removed)."""
+        entry = self._entry() or []
+        if self.descriptor.ttl is None:
+            return [self._serializer.loads(e) for e in entry]
+        kept = [(raw, live) for raw in entry if (live := self._live(raw)) is not None]
+        if len(kept) < len(entry):
+            if kept:
+                self._apply(Op.LIST_SET, [raw for raw, _ in kept])  # the kept elements keep their write times
+            else:
+                self._apply(Op.CLEAR)
+            self._backend._expired(len(entry) - len(kept))
+        return [self._serializer.loads(live) for _, live in kept]
 
     def add(self, value: Any) -> None:  # noqa: ANN401
         """Append one element."""
@@ -278,8 +315,24 @@ class MapState(_KeyedState):
         return ((k, live) for k, v in items if (live := self._live(v)) is not None)
 
     def get(self, map_key: Any) -> Any | None:  # noqa: ANN401
-        """The value under ``map_key``, or ``None``."""
-        return self._load(self._raw(map_key_bytes(map_key)))
+        """The value under ``map_key``, or ``None`` (an expired entry is removed)."""
+        raw_key = map_key_bytes(map_key)
+        return self._loaded_entry(raw_key, self._raw(raw_key))
+
+    def _loaded_entry(self, raw_key: bytes, raw: bytes | None) -> Any | None:  # noqa: ANN401
+        """An entry's loaded value; an expired entry is removed from state now (logged)."""
+        if raw is None:
+            return None
+        live = self._live(raw)
+        if live is None:
+            self._expire_entry(raw_key)
+            return None
+        return self._serializer.loads(live)
+
+    def _expire_entry(self, raw_key: bytes) -> None:
+        """Remove an entry found expired (logged, counted)."""
+        self._apply(Op.MAP_REMOVE, raw_key)
+        self._backend._expired(1)
 
     def put(self, map_key: Any, value: Any) -> None:  # noqa: ANN401
         """Set ``map_key`` to ``value``."""
@@ -292,9 +345,15 @@ class MapState(_KeyedState):
             self._apply(Op.MAP_REMOVE, raw_key)
 
     def contains(self, map_key: Any) -> bool:  # noqa: ANN401
-        """Whether ``map_key`` is present."""
-        raw = self._raw(map_key_bytes(map_key))
-        return raw is not None and self._live(raw) is not None
+        """Whether ``map_key`` is present (an expired entry is removed)."""
+        raw_key = map_key_bytes(map_key)
+        raw = self._raw(raw_key)
+        if raw is None:
+            return False
+        if self._live(raw) is not None:
+            return True
+        self._expire_entry(raw_key)
+        return False
 
     def items(self) -> Iterator[tuple[Any, Any]]:
         """``(map key, value)`` pairs, streamed (the map may change meanwhile)."""

@@ -3,7 +3,11 @@
 Semantics follow Flink's defaults: the timer restarts on create and write
 (``OnCreateAndWrite``), expired values are invisible (``NeverReturnExpired``),
 and they are dropped from storage when a full snapshot is taken (cleanup in
-full snapshot). List elements and map entries expire one by one.
+full snapshot). List elements and map entries expire one by one. A read that
+finds an expired value, element or entry also removes it from the working state
+(logged, so a restore does not bring it back) and counts it in the backend's
+``numberOfExpiredEntriesRemoved``; streaming reads (``MapState.items``) only
+skip them.
 """
 
 from __future__ import annotations

@@ -789,6 +789,10 @@ class ChangelogKeyedStateBackend:
             for storage in opened.values():
                 storage.close()
 
+    def _expired(self, entries: int) -> None:
+        """A state found ``entries`` expired values or elements and removed them (TTL cleanup)."""
+        self._metrics.expired_removed += entries
+
     def metrics(self) -> dict[str, float]:
         """Flink-named metrics of the latest checkpoint, restore and materializations."""
         return self._metrics.as_dict(self.materializer)

@@ -28,6 +28,7 @@ class BackendMetrics:
     incremental_non_materialized: int = 0
     checkpoint_seconds: float = 0.0
     restore_seconds: float = 0.0
+    expired_removed: int = 0  # values, list elements and map entries TTL removed from the working state
     _previous_refs: frozenset[str] = field(default_factory=frozenset)
 
     def continued_from(self, snapshot: BackendSnapshot) -> None:
@@ -59,4 +60,5 @@ class BackendMetrics:
             "lastDurationOfMaterialization": round(materializer.last_duration * 1000, 3),
             "lastCheckpointDuration": round(self.checkpoint_seconds * 1000, 3),
             "lastRestoreDuration": round(self.restore_seconds * 1000, 3),
+            "numberOfExpiredEntriesRemoved": self.expired_removed,
         }

@@ -102,3 +102,50 @@ def test_turning_ttl_on_or_off_for_checkpointed_state_is_refused(env):
     with pytest.raises(ValueError, match="positive"):
         restored.value_state("bad", ttl=0)
     restored.close()
+
+
+def test_expired_state_found_on_access_is_removed_from_the_working_state_and_the_log(env):
+    config, storage, snapshots = env
+    clock = Clock()
+    backend = ChangelogKeyedStateBackend(storage, "op", ALL, snapshot_dir=snapshots, clock=clock)
+    value = backend.value_state("value", ttl=10)
+    items = backend.list_state("items", ttl=10)
+    pages = backend.map_state("pages", ttl=10)
+    for n in range(20):
+        backend.set_current_key(n)
+        value.update(n)
+        items.add("old")
+        pages.put("old", n)
+        pages.put("other", n)
+    clock.now += 6
+    for n in range(20):
+        backend.set_current_key(n)
+        items.add("new")
+    clock.now += 5  # the first writes expired, the "new" elements did not
+    assert value.get_many(range(10)) == [None] * 10
+    for n in range(10, 20):
+        backend.set_current_key(n)
+        assert value.value() is None
+    for n in range(20):
+        backend.set_current_key(n)
+        assert items.get() == ["new"]
+        assert pages.get("old") is None
+        assert not pages.contains("other")
+    assert entry_count(backend.delegate, "value") == 0
+    assert entry_count(backend.delegate, "pages") == 0
+    assert sum(len(entry) for _, entry in _entries(backend.delegate, "items")) == 20
+    assert backend.metrics()["numberOfExpiredEntriesRemoved"] == 20 + 20 + 40
+    snapshot = backend.checkpoint(1).result(timeout=30)
+    backend.close()
+    restored = ChangelogKeyedStateBackend(storage, "op", ALL, epoch=1, snapshot_dir=snapshots, clock=clock)
+    restored.restore(snapshot, config)  # the removals were logged: the log alone restores without them
+    assert entry_count(restored.delegate, "value") == 0 and entry_count(restored.delegate, "pages") == 0
+    restored.close()
+
+
+def _entries(delegate, state):
+    return [item for key_group in range(ALL.start, ALL.end) for item in delegate.entries(state, key_group)]
+
+
+def entry_count(delegate, state):
+    return len(_entries(delegate, state))
