@@ -85,6 +85,14 @@ BACKEND_OPTIONS = (
         minimum=1,
     ),
     ConfigOption(
+        "state.ttl.cleanup.keys-per-checkpoint",
+        OptionType.INT,
+        10_000,
+        "Keys that a full snapshot found expired (TTL) and that are removed from the working state per "
+        "checkpoint; a mass expiry is spread over checkpoints instead of stalling one batch.",
+        minimum=1,
+    ),
+    ConfigOption(
         "state.changelog.materialization.max-tracked-keys",
         OptionType.INT,
         200_000,

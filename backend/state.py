@@ -183,6 +183,10 @@ class _KeyedState:
         """Remove the current key's state."""
         self._apply(Op.CLEAR)
 
+    def remove_expired(self) -> None:
+        """Remove the current key's expired value (or elements, or entries) from state, logged."""
+        self._load_current(self._entry())
+
 
 class ValueState(_KeyedState):
     """One value per key."""
@@ -253,6 +257,10 @@ class ReducingState(_KeyedState):
 
 class ListState(_KeyedState):
     """A list per key."""
+
+    def remove_expired(self) -> None:
+        """Remove the current key's expired elements from state, logged."""
+        self.get()
 
     def get(self) -> list[Any]:
         """The current key's elements (empty list when none; expired elements are removed)."""
@@ -328,6 +336,13 @@ class MapState(_KeyedState):
             self._expire_entry(raw_key)
             return None
         return self._serializer.loads(live)
+
+    def remove_expired(self) -> None:
+        """Remove the current key's expired entries from state, logged (the map is read in chunks)."""
+        key_group, key = self._backend._current()
+        entries = self._backend.delegate.map_items(self.name, key_group, key)
+        for raw_key in [k for k, v in entries if self._live(v) is None]:
+            self._expire_entry(raw_key)
 
     def _expire_entry(self, raw_key: bytes) -> None:
         """Remove an entry found expired (logged, counted)."""

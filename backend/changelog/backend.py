@@ -9,6 +9,7 @@ latest snapshot chain plus the log persisted after it.
 
 from __future__ import annotations
 
+import collections
 import gc
 import json
 import threading
@@ -293,6 +294,7 @@ class ChangelogKeyedStateBackend:
         bridge_full_snapshots: bool = True,
         snapshot_compression: str = "zstd",
         max_tracked_keys: int = 200_000,
+        ttl_cleanup_per_checkpoint: int = 10_000,
     ) -> None:
         if not KeyGroupRange(0, max_parallelism).contains_range(key_groups):
             msg = f"key groups {key_groups} exceed max_parallelism {max_parallelism}"
@@ -306,6 +308,8 @@ class ChangelogKeyedStateBackend:
         self._log_start = self.writer.initial_sqn()
         self._states: dict[str, Any] = {}
         self._timers: TimerService | None = None
+        self._expired_queue: collections.deque[tuple[str, int, bytes]] = collections.deque()
+        self._ttl_cleanup_per_checkpoint = ttl_cleanup_per_checkpoint
         self._restored_kinds: dict[str, tuple[str, str]] = {}
         self._restored_handles: tuple[ChangelogHandle, ...] = ()
         self._restored_parts: tuple[tuple[KeyGroupRange, BackendSnapshot], ...] = ()
@@ -368,6 +372,7 @@ class ChangelogKeyedStateBackend:
             bridge_full_snapshots=bool(cfg["state.changelog.materialization.bridge"]),
             snapshot_compression=str(cfg["state.changelog.materialization.compression"]),
             max_tracked_keys=int(cfg["state.changelog.materialization.max-tracked-keys"]),
+            ttl_cleanup_per_checkpoint=int(cfg["state.ttl.cleanup.keys-per-checkpoint"]),
         )
 
     # -- keys --------------------------------------------------------------------------------
@@ -532,6 +537,7 @@ class ChangelogKeyedStateBackend:
             ``max_failures_allowed`` times in a row (the log would grow without bound).
         """
         self.materializer.check_health()
+        self._remove_expired()
         self.maybe_materialize()
         began = time.perf_counter()
         own = self.materializer.own_latest
@@ -788,6 +794,29 @@ class ChangelogKeyedStateBackend:
                 reader.close()
             for storage in opened.values():
                 storage.close()
+
+    def _remove_expired(self) -> None:
+        """Remove from the working state (logged) what full snapshots found expired, a budget per call.
+
+        A full snapshot leaves expired state out; this brings the working state along,
+        at most ``ttl_cleanup_per_checkpoint`` keys per checkpoint so that a mass expiry
+        does not stall one batch. Each key is checked again: a write since made it live.
+        """
+        queue = self._expired_queue
+        queue.extend(self.materializer.take_expired())
+        if not queue:
+            return
+        saved = self._key
+        try:
+            for _ in range(min(len(queue), self._ttl_cleanup_per_checkpoint)):
+                name, key_group, key = queue.popleft()
+                state = self._states.get(name)
+                if state is None or state.descriptor.ttl is None or key_group not in self.key_groups:
+                    continue  # not registered in this run: the next full snapshot leaves it out again
+                self._key = (key_group, key)
+                state.remove_expired()
+        finally:
+            self._key = saved
 
     def _expired(self, entries: int) -> None:
         """A state found ``entries`` expired values or elements and removed them (TTL cleanup)."""

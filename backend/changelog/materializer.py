@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import threading
 import time
 import uuid
@@ -97,6 +98,11 @@ class Materializer:
         # Keys changed in the log of a resumed snapshot: read (into a sink) only if an incremental needs them.
         self._dirty_in_resumed_log: Callable[[Callable[[str, int, bytes], None]], None] | None = None
         self._needs_full = True
+        # TTL: (state, key group, key) of entries a full snapshot found expired, for the owner
+        # to remove from its working state; and the clock of the last full snapshot.
+        self._expired: list[tuple[str, int, bytes]] = []
+        self._expired_in_flight: list[tuple[str, int, bytes]] = []
+        self._last_full_clock = -math.inf
         self._made: set[str] = set()  # paths of the snapshots this materializer uploaded
         self.failures = 0  # consecutive
         self.failed = 0
@@ -167,6 +173,12 @@ class Materializer:
         """Whether this materializer uploaded ``ref`` (only then may its writer truncate the log)."""
         return ref.path in self._made
 
+    def take_expired(self) -> list[tuple[str, int, bytes]]:
+        """``(state, key group, key)`` the last full snapshot found expired (once; then empty)."""
+        with self._lock:
+            found, self._expired = self._expired, []
+        return found
+
     def check_health(self) -> None:
         """Fail the checkpoint when materialization keeps failing."""
         if self.failures > self._max_failures:
@@ -192,8 +204,15 @@ class Materializer:
             full_keys = self.chain[0].entries if self.chain else 0
             chain_keys = sum(ref.entries for ref in self.chain[1:])
             per_group = full_keys / max(len(range(backend.key_groups.start, backend.key_groups.end)), 1)
+            ttl_states, now = backend.ttl_states(), backend.clock()
+            # With TTL, a full snapshot at least every shortest TTL: only a full one finds (and
+            # leaves out) what expired without being written since. The clock of a resumed
+            # chain's full snapshot is unknown here, so the first one after a resume is full.
+            shortest_ttl = min((ttl for _, ttl in ttl_states.values()), default=math.inf)
+            ttl_due = bool(ttl_states) and now - self._last_full_clock >= shortest_ttl
             full = (
                 self._needs_full
+                or ttl_due
                 or len(self.chain) >= self._full_every
                 or chain_keys + dirty.estimate(per_group) >= full_keys
             )
@@ -214,7 +233,8 @@ class Materializer:
                     views.append(("incr", ChangedKeysView(view, dirty, owns=not full)))
                 if full:
                     views.append(("full", view))
-                context = (backend.registrations(), backend.ttl_states(), backend.clock())
+                context = (backend.registrations(), ttl_states, now)
+                self._expired_in_flight = []
                 future: Future[MaterializationRef] = Future()
                 thread = threading.Thread(
                     target=self._upload,
@@ -267,6 +287,8 @@ class Materializer:
         ref = refs[-1]
         with self._lock:
             if full:
+                self._expired, self._expired_in_flight = self._expired_in_flight, []
+                self._last_full_clock = context[2]
                 # An incremental written next to the full snapshot bridges the previous chain.
                 self.bridge = (*self.chain, refs[0]) if len(refs) == 2 else ()  # noqa: PLR2004
                 self.chain = (ref,)
@@ -297,6 +319,7 @@ class Materializer:
         """
         registrations, ttl_states, now = context
         backend = self._backend
+        expired = self._expired_in_flight
         meta = {
             "sqn": sqn,
             "registrations": registrations,
@@ -313,7 +336,15 @@ class Materializer:
         try:
             writer = SnapshotWriter(stream, self._codec)
             for key_group, section in view.sections(key_groups):
-                kept = _purged(section, ttl_states, now) if kind == "full" and ttl_states else section
+                if kind == "full" and ttl_states:
+
+                    def note(state: str, key: bytes, key_group: int = key_group) -> None:
+                        if len(expired) < self._max_tracked:  # the rest: found by the next full snapshot
+                            expired.append((state, key_group, key))
+
+                    kept = _purged(section, ttl_states, now, note)
+                else:
+                    kept = section
                 if kept:
                     writer.add_section(key_group, kept)
             size = writer.finish(meta)
@@ -461,18 +492,25 @@ def _replaced_key_groups(meta: dict[str, Any], *, where: str) -> list[int]:
 
 
 def _purged(
-    section: list[list[Any]], ttl_states: dict[str, tuple[str, float]], now: float
+    section: list[list[Any]],
+    ttl_states: dict[str, tuple[str, float]],
+    now: float,
+    expired: Callable[[str, bytes], None],
 ) -> list[list[Any]]:
     """``section`` without expired state (a full snapshot is where TTL'd state is cleaned up).
 
     A collection's first part that expired entirely stays as a tombstone: later parts
     of it may still hold live elements, which then extend nothing stale.
+
+    :param expired: told ``(state, key)`` of every entry that had expired parts.
     """
     kept = []
     for state, key, entry, *continued in section:
         if state in ttl_states:
             kind, ttl = ttl_states[state]
             live = purge_expired(kind, entry, ttl, now)
+            if live is None or (kind in ("list", "map") and len(live) < len(entry)):
+                expired(state, key)
             if live is None and (continued or kind not in ("list", "map")):
                 continue
             entry = live  # noqa: PLW2901 - the entry as kept

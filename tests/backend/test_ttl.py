@@ -149,3 +149,71 @@ def _entries(delegate, state):
 
 def entry_count(delegate, state):
     return len(_entries(delegate, state))
+
+
+@pytest.mark.parametrize("delegate", ["heap", "lmdb"])
+def test_a_state_whose_keys_all_expire_shrinks_to_nothing(env, tmp_path, delegate):
+    """No key is read again: a full snapshot finds them expired, the checkpoints after it remove them."""
+    from dstl.backend.delegate import LmdbDelegate
+
+    config, storage, snapshots = env
+    clock = Clock()
+    backend = ChangelogKeyedStateBackend(
+        storage,
+        "op",
+        ALL,
+        snapshot_dir=snapshots,
+        clock=clock,
+        delegate=LmdbDelegate(tmp_path / "lmdb") if delegate == "lmdb" else None,
+        ttl_cleanup_per_checkpoint=3_000,
+    )
+    value = backend.value_state("value", ttl=10)
+    items = backend.list_state("items", ttl=10)
+    pages = backend.map_state("pages", ttl=10)
+    keys = 2_000
+    for n in range(keys):
+        backend.set_current_key(n)
+        value.update("x" * 50)
+        items.add(n)
+        pages.put("a", n)
+        pages.put("b", n)
+    backend.materialize().result(timeout=60)
+    snapshot = backend.checkpoint(1).result(timeout=60)
+    live = backend.metrics()
+    live_size = live["lastFullSizeOfMaterializedState"] + live["lastFullSizeOfNonMaterializedState"]
+    clock.now += 11  # every key expires; none is written or read again
+    backend.materialize().result(timeout=60)  # full (the last full one is older than the TTL)
+    snapshot = backend.checkpoint(2).result(timeout=60)  # 3,000 of the 6,000 (state, key) pairs
+    assert sum(entry_count(backend.delegate, state) for state in ("value", "items", "pages")) == 3_000
+    snapshot = backend.checkpoint(3).result(timeout=60)  # the rest
+    assert all(entry_count(backend.delegate, state) == 0 for state in ("value", "items", "pages"))
+    metrics = backend.metrics()
+    assert metrics["numberOfExpiredEntriesRemoved"] == keys * (1 + 1 + 2)
+    # The removals are logged (a restore must not bring the keys back); the next
+    # materialization folds that log into a snapshot of nothing.
+    backend.materialize().result(timeout=60)
+    snapshot = backend.checkpoint(4).result(timeout=60)
+    metrics = backend.metrics()
+    full_size = metrics["lastFullSizeOfMaterializedState"] + metrics["lastFullSizeOfNonMaterializedState"]
+    assert full_size < 0.05 * live_size, (full_size, live_size)
+    backend.close()
+    restored = ChangelogKeyedStateBackend(storage, "op", ALL, epoch=1, snapshot_dir=snapshots, clock=clock)
+    restored.restore(snapshot, config)
+    assert all(entry_count(restored.delegate, state) == 0 for state in ("value", "items", "pages"))
+    restored.close()
+
+
+def test_a_key_written_after_the_snapshot_found_it_expired_is_kept(env):
+    _, storage, snapshots = env
+    clock = Clock()
+    backend = ChangelogKeyedStateBackend(storage, "op", ALL, snapshot_dir=snapshots, clock=clock)
+    value = backend.value_state("value", ttl=10)
+    backend.set_current_key("k")
+    value.update(1)
+    clock.now += 11
+    backend.materialize().result(timeout=30)  # finds "k" expired
+    value.update(2)  # written again before the cleanup runs
+    backend.checkpoint(1).result(timeout=30)
+    assert value.value() == 2
+    assert backend.metrics()["numberOfExpiredEntriesRemoved"] == 0
+    backend.close()
