@@ -16,7 +16,17 @@ from .ttl import TTL_SUFFIX, stamp, unstamp
 if TYPE_CHECKING:
     from .changelog.backend import ChangelogKeyedStateBackend
 
-__all__ = ["KeySet", "ListState", "MapState", "ReducingState", "StateDescriptor", "StateKind", "ValueState"]
+__all__ = [
+    "KeySet",
+    "ListState",
+    "MapState",
+    "ReducingState",
+    "StateDescriptor",
+    "StateKind",
+    "ValueState",
+    "map_key_bytes",
+    "map_key_from_bytes",
+]
 
 
 class StateKind(enum.Enum):
@@ -52,6 +62,11 @@ class StateDescriptor:
     def stored_format(self) -> str:
         """The serializer name as registered in the log (marks TTL, which changes stored values)."""
         return self.serializer + (TTL_SUFFIX if self.ttl is not None else "")
+
+
+def map_key_from_bytes(raw: bytes) -> Any:  # noqa: ANN401 - the user's map key
+    """A map key (or a state key) from its stored bytes; a tuple comes back as a tuple (hashable)."""
+    return msgpack.unpackb(raw, raw=False, use_list=False, strict_map_key=False)
 
 
 def map_key_bytes(key: object) -> bytes:
@@ -194,6 +209,10 @@ class ValueState(_KeyedState):
     def value(self) -> Any | None:  # noqa: ANN401
         """The current key's value, or ``None`` (also once it expired: then it is removed)."""
         return self._load_current(self._entry())
+
+    def exists(self) -> bool:
+        """Whether the current key has a (live) value."""
+        return self.value() is not None
 
     def get_many(self, keys: KeySet | Iterable[Any]) -> list[Any | None]:
         """The values of ``keys``, in order (``None`` where there is none): one read for all."""
@@ -374,7 +393,18 @@ class MapState(_KeyedState):
         """``(map key, value)`` pairs, streamed (the map may change meanwhile)."""
         loads = self._serializer.loads
         for raw_key, raw_value in self._live_items():
-            yield msgpack.unpackb(raw_key, raw=False, strict_map_key=False), loads(raw_value)
+            yield map_key_from_bytes(raw_key), loads(raw_value)
+
+    def keys(self) -> Iterator[Any]:
+        """The map keys, streamed."""
+        for raw_key, _ in self._live_items():
+            yield map_key_from_bytes(raw_key)
+
+    def values(self) -> Iterator[Any]:
+        """The values, streamed."""
+        loads = self._serializer.loads
+        for _, raw_value in self._live_items():
+            yield loads(raw_value)
 
     def is_empty(self) -> bool:
         """Whether the current key's map is empty (of live entries)."""

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgpack
 
-from .state import StateDescriptor, StateKind
+from .state import StateDescriptor, StateKind, map_key_from_bytes
 
 if TYPE_CHECKING:
     from .changelog.backend import ChangelogKeyedStateBackend
@@ -92,7 +92,7 @@ class TimerService:
         backend = self._backend
         while queue and queue[0][0] <= up_to_ms:
             expiry, raw_key, _ = heapq.heappop(queue)
-            key = _key_of(raw_key)
+            key = map_key_from_bytes(raw_key)
             backend.set_current_key(key)
             if not state.contains(expiry):
                 continue  # deleted, or a second entry of a timer registered again
@@ -105,7 +105,7 @@ class TimerService:
         state = self._states[domain]
         while queue:
             expiry, raw_key, _ = queue[0]
-            self._backend.set_current_key(_key_of(raw_key))
+            self._backend.set_current_key(map_key_from_bytes(raw_key))
             if state.contains(expiry):
                 return expiry
             heapq.heappop(queue)
@@ -138,8 +138,3 @@ def _checked(expiry_ms: Any) -> int:  # noqa: ANN401 - caller input
         msg = f"a timer's expiry is an int of epoch milliseconds, got {expiry_ms!r}"
         raise TypeError(msg)
     return expiry_ms
-
-
-def _key_of(raw_key: bytes) -> Any:  # noqa: ANN401 - the user's key
-    """The key whose stored bytes are ``raw_key`` (tuples come back as tuples)."""
-    return msgpack.unpackb(raw_key, raw=False, use_list=False, strict_map_key=False)

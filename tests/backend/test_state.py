@@ -56,6 +56,21 @@ def test_list_and_map_operations_never_read_or_write_the_whole_collection(backen
     assert items.get() == list(range(500))  # reading the list is the one whole read
 
 
+def test_value_exists_and_map_keys_and_values_stream(backend):
+    value, pages = backend.value_state("v"), backend.map_state("m")
+    backend.set_current_key("k")
+    assert not value.exists()
+    value.update(0)  # a falsy value exists too
+    assert value.exists()
+    value.clear()
+    assert not value.exists()
+    for i in range(300):
+        pages.put(("p", i), {"n": i})
+    assert sorted(pages.keys()) == [("p", i) for i in range(300)]
+    assert sorted(v["n"] for v in pages.values()) == list(range(300))
+    assert backend.delegate.whole == 0, "keys() or values() read the whole map at once"
+
+
 def test_map_items_stream_while_the_map_changes(backend):
     pages = backend.map_state("m")
     backend.set_current_key("k")
