@@ -18,6 +18,22 @@ class Clock:
         return self.now
 
 
+def _clocked(storage, snapshots, **options):
+    """A backend on a clock the test moves, and that clock."""
+    clock = Clock()
+    backend = ChangelogKeyedStateBackend(storage, "op", ALL, snapshot_dir=snapshots, clock=clock, **options)
+    return clock, backend
+
+
+def _ttl_states(backend, ttl=10):
+    """A value, a list and a map state, each with ``ttl`` seconds."""
+    return (
+        backend.value_state("value", ttl=ttl),
+        backend.list_state("items", ttl=ttl),
+        backend.map_state("pages", ttl=ttl),
+    )
+
+
 @pytest.fixture
 def env(tmp_path):
     config = {"dstl.storage": "local", "dstl.local.dir": str(tmp_path / "log")}
@@ -27,11 +43,8 @@ def env(tmp_path):
 
 def test_every_kind_expires_after_its_ttl_and_writes_restart_the_timer(env):
     _, storage, snapshots = env
-    clock = Clock()
-    backend = ChangelogKeyedStateBackend(storage, "op", ALL, snapshot_dir=snapshots, clock=clock)
-    value = backend.value_state("value", ttl=10)
-    items = backend.list_state("items", ttl=10)
-    pages = backend.map_state("pages", ttl=10)
+    clock, backend = _clocked(storage, snapshots)
+    value, items, pages = _ttl_states(backend)
     total = backend.reducing_state("total", operator.add, ttl=10)
     backend.set_current_key("u")
     value.update("v1")
@@ -60,8 +73,7 @@ def test_every_kind_expires_after_its_ttl_and_writes_restart_the_timer(env):
 
 def test_full_snapshot_drops_expired_state_and_restore_keeps_the_rest(env):
     config, storage, snapshots = env
-    clock = Clock()
-    backend = ChangelogKeyedStateBackend(storage, "op", ALL, snapshot_dir=snapshots, clock=clock)
+    clock, backend = _clocked(storage, snapshots)
     value = backend.value_state("value", ttl=10)
     for n in range(20):
         backend.set_current_key(n)
@@ -106,11 +118,8 @@ def test_turning_ttl_on_or_off_for_checkpointed_state_is_refused(env):
 
 def test_expired_state_found_on_access_is_removed_from_the_working_state_and_the_log(env):
     config, storage, snapshots = env
-    clock = Clock()
-    backend = ChangelogKeyedStateBackend(storage, "op", ALL, snapshot_dir=snapshots, clock=clock)
-    value = backend.value_state("value", ttl=10)
-    items = backend.list_state("items", ttl=10)
-    pages = backend.map_state("pages", ttl=10)
+    clock, backend = _clocked(storage, snapshots)
+    value, items, pages = _ttl_states(backend)
     for n in range(20):
         backend.set_current_key(n)
         value.update(n)
@@ -157,19 +166,13 @@ def test_a_state_whose_keys_all_expire_shrinks_to_nothing(env, tmp_path, delegat
     from dstl.backend.delegate import LmdbDelegate
 
     config, storage, snapshots = env
-    clock = Clock()
-    backend = ChangelogKeyedStateBackend(
+    clock, backend = _clocked(
         storage,
-        "op",
-        ALL,
-        snapshot_dir=snapshots,
-        clock=clock,
+        snapshots,
         delegate=LmdbDelegate(tmp_path / "lmdb") if delegate == "lmdb" else None,
         ttl_cleanup_per_checkpoint=3_000,
     )
-    value = backend.value_state("value", ttl=10)
-    items = backend.list_state("items", ttl=10)
-    pages = backend.map_state("pages", ttl=10)
+    value, items, pages = _ttl_states(backend)
     keys = 2_000
     for n in range(keys):
         backend.set_current_key(n)
@@ -205,8 +208,7 @@ def test_a_state_whose_keys_all_expire_shrinks_to_nothing(env, tmp_path, delegat
 
 def test_a_key_written_after_the_snapshot_found_it_expired_is_kept(env):
     _, storage, snapshots = env
-    clock = Clock()
-    backend = ChangelogKeyedStateBackend(storage, "op", ALL, snapshot_dir=snapshots, clock=clock)
+    clock, backend = _clocked(storage, snapshots)
     value = backend.value_state("value", ttl=10)
     backend.set_current_key("k")
     value.update(1)
