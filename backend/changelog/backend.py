@@ -802,8 +802,10 @@ class ChangelogKeyedStateBackend:
         at most ``ttl_cleanup_per_checkpoint`` keys per checkpoint so that a mass expiry
         does not stall one batch. Each key is checked again: a write since made it live.
         """
+        found = self.materializer.take_expired()
+        if found:  # the newest full snapshot's findings replace older ones (still expired: found again)
+            self._expired_queue = collections.deque(found)
         queue = self._expired_queue
-        queue.extend(self.materializer.take_expired())
         if not queue:
             return
         saved = self._key
