@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
+from .frames import FrameIndex
 from .holes import merged, punch_holes
 from .segments import QUARANTINED_SUFFIX, SEALED_SUFFIX, sealed_size
 
@@ -36,6 +37,8 @@ class DiscardTracker:
         self._held: dict[str, set[int]] = {}  # discarded while pinned: freed when unpinned
         self._parse_lock = threading.Lock()
         self._parsed: dict[Path, tuple[int, dict[int, int]]] = {}  # discard file -> (bytes parsed, ranges)
+        #: Where change sets really start: a discard is accounted (and freed) only at one of them.
+        self.frames = FrameIndex(segments_dir, self.discarded_ranges)
 
     def pin(self, segment: str, offset: int) -> None:
         """An open writer reuses the change set at ``offset``."""
@@ -157,6 +160,7 @@ class DiscardTracker:
                 self._held.pop(segment, None)
             with self._parse_lock:
                 self._parsed.pop(discarded, None)
+            self.frames.forget(segment)
             return True
         finally:
             os.close(lock_fd)

@@ -278,20 +278,3 @@ def _has_hole(fd: int, offset: int, length: int) -> bool:
         return os.lseek(fd, offset, seek_hole) < offset + length
     except OSError:  # not supported here: the file system reports no holes
         return False
-
-
-def change_set_length_at(path: Path, offset: int) -> int:
-    """The stored length of the change set this storage wrote at ``offset`` of ``path``.
-
-    Discards check a handle's length against it: a handle is untrusted input, and
-    a forged length must not make a segment look fully discarded.
-
-    :raises CorruptedError: when no change set starts there.
-    :raises FileNotFoundError: when the segment is gone.
-    """
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        header = os.pread(fd, CHANGE_SET_HEADER_SIZE, offset)
-    finally:
-        os.close(fd)
-    return framed_size(header, location=str(path), offset=offset)

@@ -17,7 +17,6 @@ from dstl.spi import (
     ClosedError,
     Config,
     ConfigError,
-    CorruptedError,
     FencedError,
     InvalidHandleError,
     KeyGroupRange,
@@ -43,7 +42,6 @@ from .segments import (
     SEGMENT_SUFFIX,
     ActiveSegment,
     InstanceLock,
-    change_set_length_at,
     instance_alive,
     instance_of,
     read_change_set_bytes,
@@ -332,19 +330,24 @@ class LocalStorage(ChangeSetStorage):
     def _wrote(self, path: Path, offset: int, length: int) -> bool:
         """Whether a change set of exactly ``length`` bytes was written at ``offset`` of ``path``.
 
-        The segment's own frame header is the record of what was written; a location
-        that disagrees (a forged or damaged handle) is not counted, so it can never
-        make a segment that still holds live change sets look fully discarded.
+        The segment's chain of frames is the record of what was written: a location
+        that is not one of its change sets (a forged or damaged handle, or a frame-like
+        run of bytes inside change data) is not counted. So it can never make a segment
+        that still holds live change sets look fully discarded, nor free their blocks.
         """
         try:
-            stored = change_set_length_at(path, offset)
+            stored = self._discards.frames.length_at(path.name, offset)
         except FileNotFoundError:
             return False  # already deleted: nothing to account
-        except (CorruptedError, OSError, OverflowError) as exc:
+        except OSError as exc:
             stored = None
             reason = str(exc)
         else:
-            reason = f"the change set there is {stored} bytes long"
+            reason = (
+                "no change set starts there"
+                if stored is None
+                else f"the change set there is {stored} bytes long"
+            )
         if stored == length:
             return True
         log.warning(

@@ -112,3 +112,25 @@ def test_runs_merge_and_only_whole_blocks_inside_them_are_punched(tmp_path):
     assert freed == 4096
     assert path.read_bytes() == data[:4096] + bytes(4096) + data[2 * 4096 :]
     assert punch_holes(tmp_path / "missing", [(0, 8192)]) == 0
+
+
+def test_a_frame_hidden_in_change_data_cannot_be_discarded_or_freed(config):
+    """A handle is untrusted: a frame-like run of bytes inside a live change set is not a change set."""
+    from dstl.spi import ChangelogHandle, encode_change_set
+
+    inner = encode_change_set("fake.kg0-8", 1, 0, [(0, noise(CHANGE * 2, 7))])
+    with load_storage(config, job_id="job") as storage:
+        victim = storage.create_writer("victim", KG)
+        victim.append(0, noise(100, 8) + inner + noise(100, 9))
+        live = persist(victim, 0, 1)
+        (segment,) = storage.list_objects()
+        path = storage.segments_dir / segment
+        hidden_at = path.read_bytes().find(inner)
+        assert hidden_at > 0, "the test needs the inner frame stored as written"
+        doc = live.to_dict()
+        doc["locations"][0].update(offset=hidden_at, length=len(inner))
+        before = allocated(path)
+        storage.discard([ChangelogHandle.from_dict(doc)])
+        assert storage.metrics.counter("refused_discards") == 1
+        assert allocated(path) == before, "blocks inside a live change set were freed"
+        assert read_data(storage, live) == [noise(100, 8) + inner + noise(100, 9)]
