@@ -47,6 +47,7 @@ _FLAG_ZSTD = 2
 CHANGE_SET_CODECS = ("zstd", "none")
 #: A body, decompressed, may not be larger than an uncompressed body could be (its length is a u32).
 _MAX_BODY = 0xFFFFFFFF
+_ZSTD_CHUNK = 1 << 20
 _ZSTD_LEVEL = 1  # the fastest level: a persist waits for it, and change data compresses well anyway
 _HEADER = struct.Struct("<4sBBHQQII")
 _CRC = struct.Struct("<I")
@@ -209,11 +210,20 @@ def _zstd_body(stored: bytes) -> bytes:
     if declared < 0 or declared > _MAX_BODY:
         msg = f"zstd frame declares no usable content size ({declared})"
         raise zstandard.ZstdError(msg)
-    body = zstandard.ZstdDecompressor().decompress(stored, max_output_size=declared)
-    if len(body) != declared:
-        msg = f"zstd frame holds {len(body)} bytes, declares {declared}"
+    # Streamed: memory follows what the frame really holds, not what it claims (a forged
+    # small frame declaring 4 GiB allocates nothing).
+    parts, total = [], 0
+    with zstandard.ZstdDecompressor().stream_reader(stored) as reader:
+        while chunk := reader.read(_ZSTD_CHUNK):
+            total += len(chunk)
+            if total > declared:
+                msg = f"zstd frame holds more than the {declared} bytes it declares"
+                raise zstandard.ZstdError(msg)
+            parts.append(chunk)
+    if total != declared:
+        msg = f"zstd frame holds {total} bytes, declares {declared}"
         raise zstandard.ZstdError(msg)
-    return body
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def _zlib_body(stored: bytes) -> bytes:

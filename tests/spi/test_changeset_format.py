@@ -108,3 +108,17 @@ def test_a_zstd_body_larger_than_it_declares_is_refused():
     assert zstandard.frame_content_size(forged) == 1 << 16
     with pytest.raises(CorruptedError, match="undecodable"):
         decode_change_set(_framed(forged, flags=2, count=1), 0, location="x")
+
+
+def test_a_small_zstd_frame_declaring_gigabytes_is_refused_without_allocating_them():
+    import tracemalloc
+
+    forged = _declaring(zstandard.ZstdCompressor().compress(_plain_body([(0, b"\0" * (1 << 20))])), 3 << 30)
+    tracemalloc.start()
+    try:
+        with pytest.raises(CorruptedError, match="undecodable"):
+            decode_change_set(_framed(forged, flags=2, count=1), 0, location="x")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 << 20, f"{peak} bytes allocated for a frame holding 1 MiB"
