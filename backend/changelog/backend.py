@@ -49,6 +49,7 @@ from ..state import (
     map_key_bytes,
 )
 from ..timers import RESERVED_PREFIX, TimerService
+from ..ttl import TTL_SUFFIX
 from .materializer import Materializer
 from .metrics import BackendMetrics
 from .records import Op, encode_change, encode_registration
@@ -265,6 +266,11 @@ def _bulk_load() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
+
+
+def _never_called(_a: Any, _b: Any) -> Any:  # noqa: ANN401 - a reducing state only cleared
+    msg = "a state registered to be deleted is not reduced"
+    raise AssertionError(msg)
 
 
 class ChangelogKeyedStateBackend:
@@ -488,6 +494,47 @@ class ChangelogKeyedStateBackend:
         )
         self._states[descriptor.name] = state
         return state
+
+    def drop_state(self, name: str) -> int:
+        """Remove state ``name`` of every key (PySpark's ``deleteIfExists``); returns the keys cleared.
+
+        Each key's entry is cleared as :meth:`~..state.ValueState.clear` does, logged,
+        so a restore or replay drops it too. A name neither registered in this run nor
+        in the restored checkpoint clears nothing. The cost is one clear per key that
+        holds the state.
+
+        :raises ConfigError: for dstl's own (reserved) names.
+        """
+        if name.startswith(RESERVED_PREFIX):
+            msg = f"state {name!r} is dstl's own and cannot be deleted"
+            raise ConfigError(msg)
+        state = self._states.get(name)
+        if state is None:
+            known = self._restored_kinds.get(name)
+            if known is None:
+                return 0
+            kind, stored = known
+            serializer, ttl_marked, _ = stored.partition(TTL_SUFFIX)
+            # the duration does not matter for clearing: only that values carry write times
+            state = self._register(
+                StateDescriptor(
+                    name,
+                    StateKind(kind),
+                    serializer,
+                    reduce=_never_called if kind == StateKind.REDUCING.value else None,
+                    ttl=1.0 if ttl_marked else None,
+                )
+            )
+        saved, cleared = self._key, 0
+        try:
+            for key_group in self.key_groups:
+                for raw_key in [raw for raw, _ in self.delegate.entries(name, key_group)]:
+                    self._key = (key_group, raw_key)
+                    state.clear()
+                    cleared += 1
+        finally:
+            self._key = saved
+        return cleared
 
     def timers(self) -> TimerService:
         """The backend's timer service (its timers are state of internal, reserved names)."""
