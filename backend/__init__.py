@@ -19,7 +19,7 @@
 from __future__ import annotations
 
 from .changelog import BackendSnapshot, ChangelogKeyedStateBackend
-from .coordinator import CheckpointCoordinator, CompletedCheckpoint
+from .coordinator import CheckpointCoordinator, CompletedCheckpoint, TimeProgress
 from .delegate import HeapDelegate, StateDelegate
 from .keygroups import (
     DEFAULT_MAX_PARALLELISM,
@@ -49,6 +49,7 @@ __all__ = [
     "StateDescriptor",
     "StateKind",
     "TimeDomain",
+    "TimeProgress",
     "TimerService",
     "ValueState",
     "key_group_for",

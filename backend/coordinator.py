@@ -22,7 +22,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from dstl.spi import (
@@ -41,11 +41,11 @@ from dstl.spi import (
 )
 
 from .changelog import BackendSnapshot
-from .documents import load_document
+from .documents import check_fields, load_document
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CheckpointCoordinator", "CompletedCheckpoint"]
+__all__ = ["CheckpointCoordinator", "CompletedCheckpoint", "TimeProgress"]
 
 _PREFIX = "chk-"
 _SUFFIX = ".json"
@@ -56,12 +56,57 @@ _MAX_NAME = 200
 ON_DAMAGED_CHOICES = ("fail", "previous")
 
 
+_MAX_TIME_MS = 1 << 62  # epoch milliseconds a document may carry (either sign)
+
+
+@dataclass(frozen=True)
+class TimeProgress:
+    """Where an operator's clocks stood at a checkpoint: restored with it, like its state.
+
+    :ivar watermark_ms: the event-time watermark the next batch uses (``None``: no event time).
+    :ivar next_timers: per operator instance, its earliest registered timer (epoch ms);
+        instances without timers are left out. The driver runs an instance whose
+        timer is due even when the batch has no rows for it.
+    """
+
+    watermark_ms: int | None = None
+    next_timers: Mapping[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The document form."""
+        return {"watermark_ms": self.watermark_ms, "next_timers": dict(sorted(self.next_timers.items()))}
+
+    @classmethod
+    def from_dict(cls, doc: Any, source: str) -> TimeProgress:  # noqa: ANN401 - untrusted JSON
+        """Parse and validate (untrusted).
+
+        :raises InvalidHandleError: naming ``source`` and the field.
+        """
+        fields = {"watermark_ms": (int, type(None)), "next_timers": dict}
+        doc = check_fields(doc, f"{source} field 'time'", fields)
+        watermark = doc["watermark_ms"]
+        timers = doc["next_timers"]
+        bad = [
+            name
+            for name, expiry in timers.items()
+            if not name or len(name) > _MAX_NAME or type(expiry) is not int or abs(expiry) > _MAX_TIME_MS
+        ]
+        if (watermark is not None and abs(watermark) > _MAX_TIME_MS) or bad:
+            msg = (
+                f"{source} field 'time' holds a watermark or timers out of range (instances {bad[:3]}): "
+                f"epoch milliseconds within +-2^62 by instance names of 1 to {_MAX_NAME} characters"
+            )
+            raise InvalidHandleError(msg)
+        return cls(watermark, dict(timers))
+
+
 @dataclass(frozen=True)
 class CompletedCheckpoint:
     """Checkpoint ``checkpoint_id``: a snapshot per operator instance (keyed by a name)."""
 
     checkpoint_id: int
     snapshots: Mapping[str, BackendSnapshot]
+    time: TimeProgress = field(default_factory=TimeProgress)
 
     def to_json(self) -> str:
         """The metadata document."""
@@ -70,6 +115,7 @@ class CompletedCheckpoint:
                 "version": CHECKPOINT_VERSION,
                 "checkpoint_id": self.checkpoint_id,
                 "snapshots": {name: json.loads(s.to_json()) for name, s in sorted(self.snapshots.items())},
+                "time": self.time.to_dict(),
             }
         )
 
@@ -100,7 +146,9 @@ class CompletedCheckpoint:
             except InvalidHandleError as exc:
                 msg = f"{source}, instance {name!r:.60}: {exc}"
                 raise InvalidHandleError(msg) from exc
-        return cls(checkpoint_id, snapshots)
+        time_doc = doc.get("time")  # absent in documents of earlier releases
+        progress = TimeProgress() if time_doc is None else TimeProgress.from_dict(time_doc, source)
+        return cls(checkpoint_id, snapshots, progress)
 
     def shared_keys(self) -> set[tuple[Any, ...]]:
         """Every log location and snapshot this checkpoint references."""
@@ -183,12 +231,17 @@ class CheckpointCoordinator:
         return f"{self._dir}/{_PREFIX}{checkpoint_id:012d}{_SUFFIX}"
 
     # -- completing --------------------------------------------------------------------------------
-    def complete(self, checkpoint_id: int, snapshots: Mapping[str, BackendSnapshot]) -> CompletedCheckpoint:
+    def complete(
+        self,
+        checkpoint_id: int,
+        snapshots: Mapping[str, BackendSnapshot],
+        time_progress: TimeProgress | None = None,
+    ) -> CompletedCheckpoint:
         """Record checkpoint ``checkpoint_id`` as completed; subsume the ones beyond retention."""
         if self._retained and checkpoint_id <= self._retained[-1].checkpoint_id:
             msg = f"checkpoint {checkpoint_id} is not newer than {self._retained[-1].checkpoint_id}"
             raise ValueError(msg)
-        completed = CompletedCheckpoint(checkpoint_id, dict(snapshots))
+        completed = CompletedCheckpoint(checkpoint_id, dict(snapshots), time_progress or TimeProgress())
         self._write(completed)
         self._counts.update(completed.shared_keys())
         self._retained.append(completed)

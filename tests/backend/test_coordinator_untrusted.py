@@ -158,3 +158,34 @@ def test_a_full_checkpoint_directory_is_a_storage_error(small_tmpfs):
             coordinator.complete(checkpoint_id, {f"op/{n}-{uuid.uuid4().hex}": big for n in range(200)})
     assert info.value.retriable
     assert not list((small_tmpfs / "job" / "checkpoints").glob(".tmp-*"))
+
+
+def test_time_progress_round_trips_and_documents_without_it_still_read():
+    from dstl.backend.coordinator import TimeProgress
+
+    completed = CompletedCheckpoint(3, {}, TimeProgress(36_000, {"kg0-64": 41_000}))
+    again = CompletedCheckpoint.from_json(completed.to_json())
+    assert again.time == TimeProgress(36_000, {"kg0-64": 41_000})
+    earlier = json.loads(completed.to_json())
+    del earlier["time"]  # written by a release before timers
+    assert CompletedCheckpoint.from_json(json.dumps(earlier)).time == TimeProgress()
+
+
+@pytest.mark.parametrize(
+    "time_doc",
+    [
+        "soon",
+        {"watermark_ms": "0", "next_timers": {}},
+        {"watermark_ms": True, "next_timers": {}},
+        {"watermark_ms": 1 << 63, "next_timers": {}},
+        {"watermark_ms": 0, "next_timers": {"kg0-64": 1.5}},
+        {"watermark_ms": 0, "next_timers": {"": 5}},
+        {"watermark_ms": 0, "next_timers": {"kg0-64": -(1 << 63)}},
+        {"watermark_ms": 0},
+    ],
+)
+def test_a_forged_time_field_is_refused_naming_it(time_doc):
+    doc = json.loads(CompletedCheckpoint(3, {}).to_json())
+    doc["time"] = time_doc
+    with pytest.raises(InvalidHandleError, match="'time'"):
+        CompletedCheckpoint.from_json(json.dumps(doc))
