@@ -16,8 +16,9 @@ from ..changelog import BackendSnapshot
 from ..keygroups import key_group_range_for_instance, spark_key_group_expr
 
 __all__ = [
-    "instance_name",
     "instance_for_key_group",
+    "instance_name",
+    "next_timer_for_range",
     "parse_instance_name",
     "routing_exprs",
     "snapshot_for_range",
@@ -76,3 +77,19 @@ def snapshot_for_range(
 
 def _overlaps(a: KeyGroupRange, b: KeyGroupRange) -> bool:
     return a.start < b.end and b.start < a.end
+
+
+def next_timer_for_range(next_timers: Mapping[str, int], key_groups: KeyGroupRange) -> int | None:
+    """The earliest timer instance ``key_groups`` holds: its own, or after rescaling its overlaps'.
+
+    After a rescale an overlapping instance's earliest timer may belong to key
+    groups another instance took: the instance then runs once early and reports
+    its own.
+    """
+    same = next_timers.get(instance_name(key_groups))
+    if same is not None:
+        return same
+    found = [
+        expiry for name, expiry in next_timers.items() if _overlaps(parse_instance_name(name), key_groups)
+    ]
+    return min(found, default=None)

@@ -16,9 +16,14 @@ Python call per key.
 
 from __future__ import annotations
 
+import enum
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from ..timers import TimeDomain
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -30,28 +35,123 @@ if TYPE_CHECKING:
     #: What a processor returns: a DataFrame, a mapping of column to values, row dicts, or nothing.
     Output = pd.DataFrame | Mapping[str, Sequence[Any]] | Iterable[dict] | None
 
-__all__ = ["StateContext", "StatefulProcessor"]
+__all__ = ["BatchClock", "StateContext", "StatefulProcessor", "TimeMode"]
+
+
+class TimeMode(enum.Enum):
+    """Which clock a query's timers follow (PySpark's ``timeMode``)."""
+
+    NONE = "none"
+    PROCESSING = "processing"
+    EVENT = "event"
+
+    @classmethod
+    def parse(cls, value: str | TimeMode) -> TimeMode:
+        """``none``/``processing``/``event``, or PySpark's ``None``/``ProcessingTime``/``EventTime``."""
+        if isinstance(value, TimeMode):
+            return value
+        spelled = str(value).strip().lower().removesuffix("time")
+        for mode in cls:
+            if spelled == mode.value:
+                return mode
+        msg = f"time mode {value!r} is none of none, processing, event (or ProcessingTime, EventTime)"
+        raise ValueError(msg)
+
+
+@dataclass(frozen=True)
+class BatchClock:
+    """A micro-batch's clocks, the same on every instance of the batch.
+
+    :ivar processing_time_ms: the batch's processing time (epoch ms, taken by the driver).
+    :ivar watermark_ms: the event-time watermark of the batch (``None`` without event time, or
+        before any event time was seen).
+    :ivar mode: the clock timers follow.
+    """
+
+    processing_time_ms: int
+    watermark_ms: int | None = None
+    mode: TimeMode = TimeMode.PROCESSING
+
+    def timer_domain(self) -> TimeDomain | None:
+        """The clock timers follow (``None``: the query has no timers)."""
+        if self.mode is TimeMode.NONE:
+            return None
+        return TimeDomain.EVENT if self.mode is TimeMode.EVENT else TimeDomain.PROCESSING
+
+    def fire_up_to(self) -> int | None:
+        """Timers with an expiry at or before this fire in the batch (``None``: none fire)."""
+        if self.mode is TimeMode.PROCESSING:
+            return self.processing_time_ms
+        if self.mode is TimeMode.EVENT:
+            return self.watermark_ms
+        return None
 
 
 class StateContext:
-    """Hands out keyed state to a processor, and tells it where it runs.
+    """Hands out keyed state and timers to a processor, and tells it where it runs.
 
     :ivar batch_id: the micro-batch being processed.
     :ivar key_groups: the key groups of this operator instance.
     :ivar attempt: Spark's task attempt number (0 on the first attempt).
+    :ivar clock: the batch's processing time, watermark and time mode.
     """
 
     def __init__(
-        self, backend: ChangelogKeyedStateBackend, batch_id: int, attempt: int, key_columns: tuple[str, ...]
+        self,
+        backend: ChangelogKeyedStateBackend,
+        batch_id: int,
+        attempt: int,
+        key_columns: tuple[str, ...],
+        clock: BatchClock | None = None,
     ) -> None:
         self._backend = backend
         self.batch_id = batch_id
         self.attempt = attempt
         self.key_groups = backend.key_groups
         self.key_columns = key_columns
+        self.clock = clock or BatchClock(int(time.time() * 1000))
         self.keys_touched: set[Any] = set()
         #: time spent in steps the task reports (e.g. ``group``), ms
         self.phases_ms: dict[str, float] = {}
+
+    # -- time and timers ---------------------------------------------------------------------------
+    def processing_time_ms(self) -> int:
+        """The batch's processing time in epoch milliseconds (one value for the whole batch)."""
+        return self.clock.processing_time_ms
+
+    def watermark_ms(self) -> int | None:
+        """The batch's event-time watermark in epoch ms (``None`` when the query has no event time)."""
+        return self.clock.watermark_ms
+
+    def register_timer(self, expiry_ms: int) -> None:
+        """Register a timer of the current key at ``expiry_ms`` (the query's time mode's clock).
+
+        It fires in the first batch whose processing time (or watermark, in event
+        time) reaches it, through :meth:`StatefulProcessor.handle_expired_timer`.
+        """
+        self._backend.timers().register(expiry_ms, self._domain())
+
+    def delete_timer(self, expiry_ms: int) -> None:
+        """Delete the current key's timer at ``expiry_ms`` (no-op when there is none)."""
+        self._backend.timers().delete(expiry_ms, self._domain())
+
+    def list_timers(self) -> list[int]:
+        """The current key's timers, earliest first."""
+        return self._backend.timers().list(self._domain())
+
+    def delete_state(self, name: str) -> None:
+        """Remove state ``name`` of every key of this instance (PySpark's ``deleteIfExists``)."""
+        self._backend.drop_state(name)
+
+    def _domain(self) -> TimeDomain:
+        domain = self.clock.timer_domain()
+        if domain is None:
+            msg = (
+                "timers need a time mode: pass time_mode='processing' (or 'event' with an "
+                "event_time_column) to transform_with_state"
+            )
+            raise RuntimeError(msg)
+        return domain
 
     def set_current_key(self, key: Any) -> None:  # noqa: ANN401
         """Bind state access to ``key`` (a tuple when the key has several columns)."""
@@ -133,8 +233,6 @@ class StatefulProcessor(ABC):
         before touching state); return the output as :meth:`handle_batch` does, or
         an iterable of row dicts.
         """
-        import time
-
         from .batch import KeyedBatch
 
         began = time.perf_counter()
@@ -143,6 +241,23 @@ class StatefulProcessor(ABC):
         context.keys_touched.update(batch.keys)
         context.phases_ms["group"] = round((time.perf_counter() - began) * 1000, 3)
         return self.handle_batch(batch, context)
+
+    def handle_expired_timer(self, key: Any, expiry_ms: int, context: StateContext) -> Output:  # noqa: ANN401
+        """A timer of ``key`` fired (it is removed already); returns rows as ``handle_input_rows`` does.
+
+        Called after the batch's input rows, in expiry then key order, with ``key``
+        current: the handler reads and writes its state and may register timers
+        (one due in this batch fires in it too). By default it emits nothing.
+        """
+        return None
+
+    def handle_initial_state(self, key: Any, rows: pd.DataFrame, context: StateContext) -> None:  # noqa: ANN401
+        """Load ``key``'s rows of the query's ``initial_state`` (first batch only, before its rows).
+
+        Override it when the query is started with ``initial_state``.
+        """
+        msg = f"{type(self).__name__} was given initial_state but does not override handle_initial_state"
+        raise NotImplementedError(msg)
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Called after the instance's rows of the batch were processed (before the checkpoint)."""

@@ -23,6 +23,10 @@ class BatchProgress:
     :ivar full_restores: instances that rebuilt their state from the snapshots and log.
     :ivar restored_bytes: what the caught-up and fully restored instances read.
     :ivar materialized: instances that materialized their state in this batch.
+    :ivar timers_fired: timers whose handler ran in this batch.
+    :ivar woken_instances: instances that ran without rows, because a timer was due.
+    :ivar late_rows: rows dropped as late (event time at or below the watermark).
+    :ivar watermark_ms: the event-time watermark the batch used (``None``: no event time).
     """
 
     batch_id: int
@@ -46,6 +50,10 @@ class BatchProgress:
     phases_ms: dict[str, float] = field(default_factory=dict)
     #: the slowest instance's task time per phase (decode, bring up, group, process, checkpoint, encode), ms
     task_phases_ms: dict[str, float] = field(default_factory=dict)
+    timers_fired: int = 0
+    woken_instances: int = 0
+    late_rows: int = 0
+    watermark_ms: int | None = None
 
     @classmethod
     def from_instances(  # noqa: PLR0913
@@ -55,6 +63,7 @@ class BatchProgress:
         full_checkpoint_bytes: int,
         batch_ms: float,
         phases_ms: dict[str, float] | None = None,
+        watermark_ms: int | None = None,
     ) -> BatchProgress:
         """Aggregate the figures the instances reported."""
         return cls(
@@ -78,6 +87,10 @@ class BatchProgress:
             task_phases_ms=max(
                 (s.get("phases_ms", {}) for s in stats), key=lambda phases: sum(phases.values()), default={}
             ),
+            timers_fired=sum(s.get("timers_fired", 0) for s in stats),
+            woken_instances=sum(1 for s in stats if not s["rows"]),
+            late_rows=sum(s.get("late_rows", 0) for s in stats),
+            watermark_ms=watermark_ms,
         )
 
     def to_json(self) -> str:

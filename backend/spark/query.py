@@ -30,20 +30,30 @@ from typing import TYPE_CHECKING, Any
 from dstl.spi import Config, ConfigError, CorruptedError
 
 from ..changelog import BackendSnapshot
-from ..coordinator import CheckpointCoordinator, CompletedCheckpoint
+from ..coordinator import CheckpointCoordinator, CompletedCheckpoint, TimeProgress
 from ._private.affinity import ExecutorHomes, pinned_instances
+from ._private.durations import duration_ms
 from ._private.task import (
+    EVENT_TIME_COLUMN,
     INSTANCE_COLUMN,
     KEY_GROUP_COLUMN,
     SNAPSHOT_COLUMN,
     STATS_COLUMN,
+    WAKE_KEY_GROUP,
     TaskPlan,
+    cogroup_function,
     instance_function,
     pinned_function,
 )
 from ._private.working_copy import snapshot_digest
-from .placement import instance_name, instance_ranges, routing_exprs, snapshot_for_range
-from .processor import StatefulProcessor
+from .placement import (
+    instance_name,
+    instance_ranges,
+    next_timer_for_range,
+    routing_exprs,
+    snapshot_for_range,
+)
+from .processor import BatchClock, StatefulProcessor, TimeMode
 from .progress import BatchProgress
 from .sinks import ParquetBatchSink
 
@@ -162,7 +172,7 @@ class StatefulQuery:
 
 @dataclass(frozen=True)
 class _QuerySpec:
-    """What the caller asked for: the operator, its keys, processor, output and sink."""
+    """What the caller asked for: the operator, its keys, processor, output, sink and clocks."""
 
     job_id: str
     operator_id: str
@@ -170,6 +180,10 @@ class _QuerySpec:
     output_schema: Any  # StructType
     make_processor: Callable[[], StatefulProcessor]
     sink: Sink
+    time_mode: TimeMode = TimeMode.NONE
+    event_time_column: str | None = None
+    watermark_delay_ms: int = 0
+    initial_state: Any = None  # DataFrame: handed to handle_initial_state in the first batch
 
 
 class _BatchRunner:
@@ -316,6 +330,42 @@ class _BatchRunner:
         results = pairs.mapPartitions(pinned_function(plan, self.spec.make_processor, columns, floats))
         return spark.createDataFrame(results, schema, verifySchema=False)
 
+    def _clock(self, base: CompletedCheckpoint | None) -> tuple[BatchClock, frozenset[int]]:
+        """The batch's clocks (the watermark comes from the base checkpoint), and the instances to wake."""
+        spec = self.spec
+        # none until an event time was seen: nothing is late, no event-time timer fires yet
+        watermark = base.time.watermark_ms if base is not None else None
+        clock = BatchClock(int(time.time() * 1000), watermark, spec.time_mode)
+        up_to = clock.fire_up_to()
+        if up_to is None or base is None:
+            return clock, frozenset()
+        due = frozenset(
+            index
+            for index, key_groups in enumerate(self.ranges)
+            if (expiry := next_timer_for_range(base.time.next_timers, key_groups)) is not None
+            and expiry <= up_to
+        )
+        return clock, due
+
+    def _time_progress(
+        self, base: CompletedCheckpoint | None, clock: BatchClock, stats: list[dict[str, Any]]
+    ) -> TimeProgress:
+        """The clocks the next batch continues from: Spark's watermark rule, each instance's next timer."""
+        reported = {item["instance"]: item.get("next_timer") for item in stats}
+        before = base.time.next_timers if base is not None else {}
+        next_timers = {}
+        for key_groups in self.ranges:
+            name = instance_name(key_groups)
+            expiry = reported[name] if name in reported else next_timer_for_range(before, key_groups)
+            if expiry is not None:
+                next_timers[name] = expiry
+        watermark = clock.watermark_ms
+        seen = [item["max_event_ms"] for item in stats if item.get("max_event_ms") is not None]
+        if seen:  # Spark's rule: the largest event time seen minus the delay, never moving back
+            advanced = max(seen) - self.spec.watermark_delay_ms
+            watermark = advanced if watermark is None else max(watermark, advanced)
+        return TimeProgress(watermark, next_timers)
+
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         from pyspark.sql import functions as F  # noqa: N812
         from pyspark.sql.types import StringType, StructField, StructType
@@ -323,6 +373,7 @@ class _BatchRunner:
         began = time.perf_counter()
         base = self._base(batch_id)
         previous = dict(base.snapshots) if base else {}
+        clock, wake = self._clock(base)
         plan = TaskPlan(
             config=self.cfg.raw(),
             job_id=self.spec.job_id,
@@ -337,6 +388,8 @@ class _BatchRunner:
             previous={name: snapshot.to_json() for name, snapshot in previous.items()},
             materialize=self._due_for_materialization(previous),
             lineage={name: tuple(digest for _, digest in history) for name, history in self.lineage.items()},
+            clock=clock,
+            wake=wake,
         )
         key_group, instance = routing_exprs(
             list(self.spec.key_columns), self.parallelism, self.max_parallelism
@@ -348,12 +401,19 @@ class _BatchRunner:
                 StructField(STATS_COLUMN, StringType(), True),
             ]
         )
-        routed = _routed(batch, self.spec.key_columns, key_group, instance)
-        result = self._pinned(routed, plan, schema)
+        routed = _routed(batch, self.spec.key_columns, key_group, instance, self.spec.event_time_column)
+        initial = self.spec.initial_state if base is None else None
+        result = None if initial is not None else self._pinned(routed, plan, schema)
         if result is None:
-            result = routed.groupBy(INSTANCE_COLUMN).applyInPandas(
-                instance_function(plan, self.spec.make_processor), schema
-            )
+            routed = _with_wake_rows(routed, wake)
+            grouped = routed.groupBy(INSTANCE_COLUMN)
+            if initial is not None:  # first batch: the initial state's rows go with each instance's rows
+                initial_routed = _routed(initial, self.spec.key_columns, key_group, instance, None)
+                result = grouped.cogroup(initial_routed.groupBy(INSTANCE_COLUMN)).applyInPandas(
+                    cogroup_function(plan, self.spec.make_processor), schema
+                )
+            else:
+                result = grouped.applyInPandas(instance_function(plan, self.spec.make_processor), schema)
         phases = _Phases(began)
         phases.mark("plan")
         result = result.localCheckpoint(eager=True)
@@ -376,7 +436,7 @@ class _BatchRunner:
             doc = json.loads(row[SNAPSHOT_COLUMN])
             snapshots[doc["name"]] = BackendSnapshot.from_json(json.dumps(doc["snapshot"]))
             stats.append(json.loads(row[STATS_COLUMN]))
-        completed = self.coordinator.complete(batch_id, snapshots)
+        completed = self.coordinator.complete(batch_id, snapshots, self._time_progress(base, clock, stats))
         self._remember(completed)
         phases.mark("complete")
         now = time.monotonic()
@@ -388,7 +448,7 @@ class _BatchRunner:
             for s in completed.snapshots.values()
         )
         progress = BatchProgress.from_instances(
-            batch_id, stats, full, (time.perf_counter() - began) * 1000, phases.ms
+            batch_id, stats, full, (time.perf_counter() - began) * 1000, phases.ms, clock.watermark_ms
         )
         log.info("dstl batch %s", progress.to_json())
         with self.completed:
@@ -415,13 +475,19 @@ def _instance_partition(instance: int) -> int:
     return instance
 
 
-def _routed(frame: DataFrame, key_columns: tuple[str, ...], key_group: str, instance: str) -> DataFrame:
-    """``frame`` with its key group and instance columns, in one projection.
+def _routed(
+    frame: DataFrame,
+    key_columns: tuple[str, ...],
+    key_group: str,
+    instance: str,
+    event_time_column: str | None,
+) -> DataFrame:
+    """``frame`` with its key group and instance columns (and event time in ms), in one projection.
 
     Key columns are widened first to the types the Python key hash mirrors (bigint, double).
     """
     from pyspark.sql import functions as F  # noqa: N812
-    from pyspark.sql.types import ByteType, FloatType, IntegerType, ShortType
+    from pyspark.sql.types import ByteType, FloatType, IntegerType, ShortType, TimestampNTZType, TimestampType
 
     fields = frame.schema.fields
     names = {field.name for field in fields}
@@ -438,7 +504,38 @@ def _routed(frame: DataFrame, key_columns: tuple[str, ...], key_group: str, inst
                 widened[field.name] = F.col(field.name).cast("double")
     if widened:
         frame = frame.withColumns(widened)
-    return frame.withColumns({KEY_GROUP_COLUMN: F.expr(key_group), INSTANCE_COLUMN: F.expr(instance)})
+    added = {KEY_GROUP_COLUMN: F.expr(key_group), INSTANCE_COLUMN: F.expr(instance)}
+    if event_time_column is not None:
+        types = {field.name: field.dataType for field in fields}
+        if event_time_column not in types:
+            msg = f"event_time_column {event_time_column!r} is not in the stream's columns {sorted(names)}"
+            raise ConfigError(msg)
+        if isinstance(types[event_time_column], TimestampType | TimestampNTZType):
+            # in Spark, not pandas: pandas would see local wall-clock times without their zone
+            event_ms = F.floor(F.unix_micros(F.col(event_time_column).cast("timestamp")) / 1000)
+        else:  # a number of epoch milliseconds
+            event_ms = F.col(event_time_column).cast("bigint")
+        added[EVENT_TIME_COLUMN] = event_ms.cast("bigint")
+    return frame.withColumns(added)
+
+
+def _with_wake_rows(routed: DataFrame, wake: frozenset[int]) -> DataFrame:
+    """``routed`` plus one data-less row per instance in ``wake``, so that its task runs (timers are due)."""
+    if not wake:
+        return routed
+    from pyspark.sql import functions as F  # noqa: N812
+
+    spark = routed.sparkSession
+    marks = spark.createDataFrame([(index,) for index in sorted(wake)], f"{INSTANCE_COLUMN} int")
+    columns = []
+    for field in routed.schema.fields:
+        if field.name == INSTANCE_COLUMN:
+            columns.append(F.col(INSTANCE_COLUMN))
+        elif field.name == KEY_GROUP_COLUMN:
+            columns.append(F.lit(WAKE_KEY_GROUP).cast(field.dataType).alias(field.name))
+        else:
+            columns.append(F.lit(None).cast(field.dataType).alias(field.name))
+    return routed.unionByName(marks.select(columns))
 
 
 def transform_with_state(  # noqa: PLR0913
@@ -454,6 +551,10 @@ def transform_with_state(  # noqa: PLR0913
     operator_id: str = "stateful",
     trigger: Mapping[str, Any] | None = None,
     query_name: str | None = None,
+    time_mode: str | TimeMode | None = None,
+    event_time_column: str | None = None,
+    watermark_delay: str | float = 0,
+    initial_state: DataFrame | None = None,
 ) -> StatefulQuery:
     """Start a streaming query whose per-key state lives in the changelog backend.
 
@@ -467,6 +568,16 @@ def transform_with_state(  # noqa: PLR0913
     :param config: ``dstl.*``/``state.*`` keys on top of the Spark conf's ``spark.dstl.*``/``spark.state.*``.
     :param trigger: keyword arguments of ``DataStreamWriter.trigger``
         (e.g. ``{"availableNow": True}``).
+    :param time_mode: the clock of the processor's timers: ``processing``, ``event``
+        or ``none`` (PySpark's spellings too); by default ``event`` with an
+        ``event_time_column``, else ``none``.
+    :param event_time_column: a timestamp column, or one of epoch milliseconds: the
+        watermark follows it, and rows at or below the watermark are dropped as late.
+    :param watermark_delay: how far the watermark trails the largest event time seen
+        (milliseconds, or a duration such as ``"10 seconds"``). As in Spark, a batch
+        uses the watermark of the batches before it; the watermark is checkpointed.
+    :param initial_state: a DataFrame with the key columns, handed key by key to
+        :meth:`StatefulProcessor.handle_initial_state` in the query's first batch.
     """
     from pyspark.sql.types import StructType
 
@@ -475,6 +586,11 @@ def transform_with_state(  # noqa: PLR0913
         dict(spark.sparkContext.getConf().getAll()) | _session_conf(spark), config, checkpoint_location
     )
     schema = output_schema if isinstance(output_schema, StructType) else StructType.fromDDL(output_schema)
+    mode = TimeMode.parse(time_mode if time_mode is not None else ("event" if event_time_column else "none"))
+    if mode is TimeMode.EVENT and event_time_column is None:
+        msg = "time_mode='event' needs an event_time_column (the watermark follows it)"
+        raise ConfigError(msg)
+    processor = _adapted(processor)
     runner = _BatchRunner(
         cfg,
         _QuerySpec(
@@ -484,6 +600,10 @@ def transform_with_state(  # noqa: PLR0913
             schema,
             processor,
             ParquetBatchSink(sink) if isinstance(sink, str) else sink,
+            mode,
+            event_time_column,
+            duration_ms(watermark_delay),
+            initial_state,
         ),
     )
     writer = frame.writeStream.foreachBatch(runner).option("checkpointLocation", checkpoint_location)
@@ -502,3 +622,10 @@ def _session_conf(spark: Any) -> dict[str, str]:  # noqa: ANN401
         return {k: v for k, v in dict(items).items() if k.startswith(("spark.dstl.", "spark.state."))}
     except Exception:  # noqa: BLE001 - older PySpark has no getAll on the session conf
         return {}
+
+
+def _adapted(processor: Any) -> Callable[[], StatefulProcessor]:  # noqa: ANN401
+    """``processor`` as a factory of dstl processors: a PySpark ``StatefulProcessor`` class is wrapped."""
+    from .pyspark_compat import is_pyspark_processor, pyspark_processor
+
+    return pyspark_processor(processor) if is_pyspark_processor(processor) else processor

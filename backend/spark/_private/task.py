@@ -23,17 +23,20 @@ from dstl.spi import Config, StateChangelogStorage, load_storage
 from ...changelog import BackendSnapshot, ChangelogKeyedStateBackend, rebase
 from ...keygroups import key_group_range_for_instance
 from ..placement import instance_name, snapshot_for_range
-from ..processor import StateContext, StatefulProcessor
+from ..processor import BatchClock, StateContext, StatefulProcessor, _Collected
 from .working_copy import WorkingCopy, snapshot_digest
 
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "EVENT_TIME_COLUMN",
     "INSTANCE_COLUMN",
     "KEY_GROUP_COLUMN",
     "SNAPSHOT_COLUMN",
     "STATS_COLUMN",
+    "WAKE_KEY_GROUP",
     "TaskPlan",
+    "cogroup_function",
     "instance_function",
     "pinned_function",
     "run_instance",
@@ -43,6 +46,10 @@ KEY_GROUP_COLUMN = "__dstl_key_group"
 INSTANCE_COLUMN = "__dstl_instance"
 SNAPSHOT_COLUMN = "__dstl_snapshot"
 STATS_COLUMN = "__dstl_stats"
+#: A row's event time in epoch ms (from the query's event-time column), added by the driver.
+EVENT_TIME_COLUMN = "__dstl_event_ms"
+#: The key group of a row that carries no data and only makes its instance run (a timer is due).
+WAKE_KEY_GROUP = -1
 
 # Storages are thread-safe and batch the persists of many writers: one per config and process.
 _STORAGES: dict[str, StateChangelogStorage] = {}
@@ -68,6 +75,9 @@ class TaskPlan:
     # instance name -> digests of its snapshots in recently completed checkpoints: a working
     # copy stamped with one of them holds committed state and may catch up from it.
     lineage: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    clock: BatchClock = field(default_factory=lambda: BatchClock(int(time.time() * 1000)))
+    # instances that run even without rows: one of their timers is due
+    wake: frozenset[int] = frozenset()
 
 
 def epoch_for(run_id: int, task_attempt_id: int) -> int:
@@ -139,11 +149,14 @@ def run_instance(
     plan: TaskPlan,
     make_processor: Callable[[], StatefulProcessor],
     rows: Any,  # noqa: ANN401 - pandas
+    initial: Any = None,  # noqa: ANN401 - pandas: the instance's rows of the initial state
 ) -> Any:  # noqa: ANN401 - pandas
     """Process ``rows`` (one instance's rows of the batch); returns output rows + the snapshot row."""
     import pandas as pd
 
-    output, meta = process_instance(plan, make_processor, rows)
+    source = rows if len(rows) else initial
+    instance = int(source[INSTANCE_COLUMN].iloc[0])
+    output, meta = process_instance(plan, make_processor, rows, instance, initial)
     frame = pd.DataFrame(output)
     frame[SNAPSHOT_COLUMN] = pd.Series([None] * len(frame), dtype=object)
     frame[STATS_COLUMN] = pd.Series([None] * len(frame), dtype=object)
@@ -155,10 +168,16 @@ def process_instance(
     plan: TaskPlan,
     make_processor: Callable[[], StatefulProcessor],
     rows: Any,  # noqa: ANN401 - pandas
+    instance: int,
+    initial: Any = None,  # noqa: ANN401 - pandas
 ) -> tuple[dict[str, list[Any]], dict[str, Any]]:
-    """Process ``rows`` (one instance's rows of the batch); returns the output columns and snapshot row."""
+    """Process instance ``instance``'s ``rows`` of the batch (maybe none: a timer is due).
+
+    The initial state's rows (first batch only) go to ``handle_initial_state``
+    first, then the batch's rows (late ones dropped) to the processor, then the
+    timers due fire. Returns the output columns and the snapshot row.
+    """
     began = time.perf_counter()
-    instance = int(rows[INSTANCE_COLUMN].iloc[0])
     key_groups = key_group_range_for_instance(instance, plan.parallelism, plan.max_parallelism)
     name = instance_name(key_groups)
     previous = snapshot_for_range(
@@ -212,10 +231,19 @@ def process_instance(
             }
             process_began = time.perf_counter()
             processor = make_processor()
-            context = StateContext(backend, plan.batch_id, task_attempt, plan.key_columns)
+            context = StateContext(backend, plan.batch_id, task_attempt, plan.key_columns, plan.clock)
             processor.init(context)
-            user_rows = rows.drop(columns=[KEY_GROUP_COLUMN, INSTANCE_COLUMN])
-            output = output_columns(processor.handle_input_batch(user_rows, context), plan.output_columns)
+            if initial is not None and len(initial):
+                _load_initial_state(processor, context, initial)
+            user_rows, event_stats = _on_time(rows, plan.clock)
+            output = (
+                output_columns(processor.handle_input_batch(user_rows, context), plan.output_columns)
+                if len(user_rows)
+                else output_columns(None, plan.output_columns)
+            )
+            fired, next_timer = _fire_timers(processor, context, backend, plan.output_columns)
+            for column in plan.output_columns:
+                output[column].extend(fired[column])
             keys = len(context.keys_touched)
             processor.close()
             phases["process"] = round((time.perf_counter() - process_began) * 1000, 3)
@@ -245,7 +273,7 @@ def process_instance(
         rebased.add_done_callback(lambda done: _offer(copy, checkpoint, done, plan.run_id))
     stats = {
         "instance": name,
-        "rows": len(rows),
+        "rows": event_stats.pop("rows"),
         "keys": keys,
         "warm": mode in ("warm", "rebased"),
         "restore": "warm" if mode == "rebased" else mode,
@@ -262,11 +290,65 @@ def process_instance(
         "task_ms": round((time.perf_counter() - began) * 1000, 3),
         "phases_ms": phases,
         "attempt": task_attempt,
+        "timers_fired": len(fired[plan.output_columns[0]]) if plan.output_columns else 0,
+        "next_timer": next_timer,
+        **event_stats,
     }
     meta = {column: None for column in plan.output_columns}
     meta[SNAPSHOT_COLUMN] = json.dumps({"name": name, "snapshot": json.loads(snapshot.to_json())})
     meta[STATS_COLUMN] = json.dumps(stats)
     return output, meta
+
+
+def _load_initial_state(processor: StatefulProcessor, context: StateContext, initial: Any) -> None:  # noqa: ANN401
+    """Hand each key's rows of the initial state to ``handle_initial_state``, key by key."""
+    from ..batch import KeyedBatch
+
+    batch = KeyedBatch.of(initial.drop(columns=[KEY_GROUP_COLUMN, INSTANCE_COLUMN]), context.key_columns)
+    for key, key_rows in batch.per_key():
+        context.set_current_key(key)
+        processor.handle_initial_state(key, key_rows, context)
+
+
+def _on_time(rows: Any, clock: BatchClock) -> tuple[Any, dict[str, Any]]:  # noqa: ANN401 - pandas
+    """The rows the processor gets: no wake rows, and in event time none at or below the watermark.
+
+    Returns them (without dstl's columns) and the batch's event-time figures: the
+    largest event time seen (late rows count, as in Spark) and how many rows were late.
+    """
+    data = rows[rows[KEY_GROUP_COLUMN] != WAKE_KEY_GROUP] if len(rows) else rows
+    stats: dict[str, Any] = {"rows": len(data)}
+    if EVENT_TIME_COLUMN in data.columns:
+        event = data[EVENT_TIME_COLUMN]
+        stats["max_event_ms"] = int(event.max()) if event.notna().any() else None
+        if clock.watermark_ms is not None:
+            # Spark's rule: a row whose event time is at or below the watermark is late, and dropped
+            on_time = event.isna() | (event > clock.watermark_ms)
+            stats["late_rows"] = int(len(data) - int(on_time.sum()))
+            data = data[on_time]
+        data = data.drop(columns=[EVENT_TIME_COLUMN])
+    return data.drop(columns=[KEY_GROUP_COLUMN, INSTANCE_COLUMN]), stats
+
+
+def _fire_timers(
+    processor: StatefulProcessor,
+    context: StateContext,
+    backend: ChangelogKeyedStateBackend,
+    columns: tuple[str, ...],
+) -> tuple[dict[str, list[Any]], int | None]:
+    """Fire the batch's due timers through ``handle_expired_timer``: its rows, and the next timer."""
+    clock = context.clock
+    up_to, domain = clock.fire_up_to(), clock.timer_domain()
+    if domain is None:
+        return output_columns(None, columns), None
+    if up_to is None:  # event time before any watermark
+        return output_columns(None, columns), backend.timers().next_expiry(domain)
+    timers = backend.timers()
+    collected = _Collected()
+    for key, expiry in timers.fire(up_to, domain):
+        context.keys_touched.add(key)
+        collected.add(processor.handle_expired_timer(key, expiry, context))
+    return output_columns(collected.columns(), columns), timers.next_expiry(domain)
 
 
 def _bring_up(
@@ -359,12 +441,13 @@ def pinned_function(
         import pandas as pd
 
         outputs = plan.output_columns
-        for _, rows in pairs:
-            if rows:  # an instance without rows carries its snapshot forward (driver side)
+        for instance, rows in pairs:
+            # an instance without rows or due timers carries its snapshot forward (driver side)
+            if rows or instance in plan.wake:
                 began = time.perf_counter()
                 frame = pd.DataFrame.from_records(rows, columns=list(columns))
                 decoded = time.perf_counter()
-                output, meta = process_instance(plan, make_processor, frame)
+                output, meta = process_instance(plan, make_processor, frame, instance)
                 encoding = time.perf_counter()
                 cleaned = [[cell(name, value) for value in output[name]] for name in outputs]
                 yield from ((*row, None, None) for row in zip(*cleaned, strict=True))
@@ -387,5 +470,16 @@ def instance_function(
 
     def process(rows):  # noqa: ANN001, ANN202 - no hints: Spark would try to infer an eval type
         return run_instance(plan, make_processor, rows)
+
+    return process
+
+
+def cogroup_function(
+    plan: TaskPlan, make_processor: Callable[[], StatefulProcessor]
+) -> Callable[[Any, Any], Any]:
+    """The ``cogroup(...).applyInPandas`` function of a first batch with an initial state."""
+
+    def process(rows, initial):  # noqa: ANN001, ANN202 - no hints: Spark would try to infer an eval type
+        return run_instance(plan, make_processor, rows, initial)
 
     return process

@@ -115,3 +115,14 @@ def test_rescaled_instances_restore_each_part_for_the_key_groups_its_instance_ow
                 new_checkpoints[name] = backend.checkpoint(step).result(timeout=30)
                 backend.close()
             checkpoints = new_checkpoints
+
+
+def test_the_next_timer_of_an_instance_follows_its_key_groups_through_a_rescale():
+    from dstl.backend.spark.placement import next_timer_for_range
+
+    before = {"kg0-64": 5_000, "kg64-128": 3_000}
+    assert next_timer_for_range(before, KeyGroupRange(0, 64)) == 5_000
+    # parallelism 2 -> 3: the middle instance overlaps both old ones
+    assert next_timer_for_range(before, KeyGroupRange(0, 43)) == 5_000
+    assert next_timer_for_range(before, KeyGroupRange(43, 86)) == 3_000
+    assert next_timer_for_range({"kg0-64": 5_000}, KeyGroupRange(64, 128)) is None
