@@ -16,24 +16,34 @@ Reducing) lives in the changelog backend, with the storage chosen by
     )
     query.add_listener(print)               # BatchProgress after every batch
 
+Timers (``context.register_timer``, fired through ``handle_expired_timer``) follow
+``time_mode``: processing time, or event time with ``event_time_column`` and
+``watermark_delay`` (Spark's watermark rule, checkpointed). An unmodified PySpark
+``StatefulProcessor`` runs as it is (:mod:`.pyspark_compat`).
+
 Needs ``pip install 'dstl[spark]'``.
 """
 
 from __future__ import annotations
 
 from .placement import instance_for_key_group, routing_exprs
-from .processor import StateContext, StatefulProcessor
+from .processor import BatchClock, StateContext, StatefulProcessor, TimeMode
 from .progress import BatchProgress
+from .pyspark_compat import PySparkProcessor, pyspark_processor
 from .query import StatefulQuery, transform_with_state
 from .sinks import ParquetBatchSink
 
 __all__ = [
+    "BatchClock",
     "BatchProgress",
     "ParquetBatchSink",
+    "PySparkProcessor",
     "StateContext",
     "StatefulProcessor",
     "StatefulQuery",
+    "TimeMode",
     "instance_for_key_group",
+    "pyspark_processor",
     "routing_exprs",
     "transform_with_state",
 ]

@@ -1,0 +1,247 @@
+"""Run an unmodified PySpark ``StatefulProcessor`` (``transformWithStateInPandas``) on dstl.
+
+A job moves by changing one call: the processor class stays as it is, and
+:func:`~.query.transform_with_state` takes it in place of
+``groupBy(...).transformWithStateInPandas(...)``:
+
+.. code-block:: python
+
+    # Spark's store:
+    df.groupBy("user").transformWithStateInPandas(
+        statefulProcessor=CountWithTimeout(), outputStructType=schema,
+        outputMode="Update", timeMode="ProcessingTime")
+    # dstl:
+    transform_with_state(df, key_columns=["user"], processor=CountWithTimeout,
+        output_schema=schema, time_mode="ProcessingTime", sink=..., checkpoint_location=...)
+
+The processor gets a handle whose ``getValueState``/``getListState``/``getMapState``,
+``registerTimer``/``deleteTimer``/``listTimers`` and ``deleteIfExists`` work on
+dstl's keyed state and timers; values are tuples as in PySpark (stored with
+pickle, so any Python value round-trips; map keys must be plain data: numbers,
+strings, bytes and tuples of them). ``ttlDurationMs`` becomes the state's TTL.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from .processor import StateContext, StatefulProcessor, plain
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from ..state import ListState, MapState, ValueState
+
+__all__ = ["PySparkProcessor", "is_pyspark_processor", "pyspark_processor"]
+
+_SERIALIZER = "pickle"  # PySpark's state values are tuples of any Spark type's Python value
+
+
+def _pyspark_api() -> Any:  # noqa: ANN401 - the module
+    from pyspark.sql.streaming import stateful_processor
+
+    return stateful_processor
+
+
+def is_pyspark_processor(processor: Any) -> bool:  # noqa: ANN401
+    """Whether ``processor`` is a PySpark ``StatefulProcessor`` subclass or instance."""
+    try:
+        base = _pyspark_api().StatefulProcessor
+    except ImportError:
+        return False
+    return isinstance(processor, base) or (isinstance(processor, type) and issubclass(processor, base))
+
+
+def pyspark_processor(processor: Any) -> Callable[[], StatefulProcessor]:  # noqa: ANN401
+    """A factory of dstl processors that each run a fresh copy of the PySpark ``processor``.
+
+    :param processor: a PySpark ``StatefulProcessor`` subclass (instantiated without
+        arguments) or an instance (copied for each task, as Spark ships its own copy).
+    """
+    make = processor if isinstance(processor, type) else functools.partial(copy.deepcopy, processor)
+    return functools.partial(PySparkProcessor, make)
+
+
+def _key(key: Any) -> tuple[Any, ...]:  # noqa: ANN401
+    """The grouping key as PySpark passes it: a tuple of the key columns' values."""
+    return key if isinstance(key, tuple) else (key,)
+
+
+def _row(value: Iterable[Any]) -> tuple[Any, ...]:
+    """A state value as PySpark stores it: a tuple of plain Python values."""
+    return tuple(plain(item) for item in value)
+
+
+def _frames(result: Iterator[pd.DataFrame] | None) -> pd.DataFrame | None:
+    """Everything a PySpark handler yields, as one frame (consumed now, while its key is current)."""
+    import pandas as pd
+
+    frames = [frame for frame in result or () if frame is not None and len(frame)]
+    if not frames:
+        return None
+    return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+
+
+class PySparkProcessor(StatefulProcessor):
+    """A dstl processor that drives a PySpark ``StatefulProcessor`` through its own API."""
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self._user = make()
+        self._context: StateContext | None = None
+
+    def init(self, context: StateContext) -> None:
+        """Give the PySpark processor its handle (it registers its states in ``init``)."""
+        self._context = context
+        self._user.init(_handle_class()(context))
+
+    def _timer_values(self) -> Any:  # noqa: ANN401 - PySpark's TimerValues
+        context = self._context
+        assert context is not None  # noqa: S101 - init runs first
+        watermark = context.watermark_ms()
+        return _pyspark_api().TimerValues(
+            context.processing_time_ms(), -1 if watermark is None else watermark
+        )
+
+    def handle_input_rows(self, key: Any, rows: pd.DataFrame) -> pd.DataFrame | None:  # noqa: ANN401
+        """``handleInputRows(key, iter([rows]), timerValues)``."""
+        return _frames(self._user.handleInputRows(_key(key), iter([rows]), self._timer_values()))
+
+    def handle_expired_timer(self, key: Any, expiry_ms: int, context: StateContext) -> pd.DataFrame | None:  # noqa: ANN401
+        """``handleExpiredTimer(key, timerValues, ExpiredTimerInfo(expiry_ms))``."""
+        info = _pyspark_api().ExpiredTimerInfo(expiry_ms)
+        return _frames(self._user.handleExpiredTimer(_key(key), self._timer_values(), info))
+
+    def handle_initial_state(self, key: Any, rows: pd.DataFrame, context: StateContext) -> None:  # noqa: ANN401
+        """``handleInitialState(key, rows, timerValues)``."""
+        self._user.handleInitialState(_key(key), rows, self._timer_values())
+
+    def close(self) -> None:
+        """``close()``."""
+        self._user.close()
+
+
+def _ttl(ttl_duration_ms: int | None) -> float | None:
+    return None if ttl_duration_ms is None else ttl_duration_ms / 1000
+
+
+@functools.cache
+def _handle_class() -> type:
+    """PySpark's ``StatefulProcessorHandle`` over a :class:`StateContext` (built on first use)."""
+    api = _pyspark_api()
+
+    class Handle(api.StatefulProcessorHandle):
+        def __init__(self, context: StateContext) -> None:
+            super().__init__(None)  # no API client: every call below is served by dstl
+            self._context = context
+
+        def getValueState(self, stateName: str, schema: Any, ttlDurationMs: int | None = None) -> Any:  # noqa: N802, N803, ANN401
+            ttl = _ttl(ttlDurationMs)
+            return _states()[0](self._context.get_value_state(stateName, ttl=ttl, serializer=_SERIALIZER))
+
+        def getListState(self, stateName: str, schema: Any, ttlDurationMs: int | None = None) -> Any:  # noqa: N802, N803, ANN401
+            ttl = _ttl(ttlDurationMs)
+            return _states()[1](self._context.get_list_state(stateName, ttl=ttl, serializer=_SERIALIZER))
+
+        def getMapState(  # noqa: N802
+            self,
+            stateName: str,  # noqa: N803
+            userKeySchema: Any,  # noqa: N803, ANN401
+            valueSchema: Any,  # noqa: N803, ANN401
+            ttlDurationMs: int | None = None,  # noqa: N803
+        ) -> Any:  # noqa: ANN401
+            ttl = _ttl(ttlDurationMs)
+            return _states()[2](self._context.get_map_state(stateName, ttl=ttl, serializer=_SERIALIZER))
+
+        def registerTimer(self, expiryTimestampMs: int) -> None:  # noqa: N802, N803
+            self._context.register_timer(int(expiryTimestampMs))
+
+        def deleteTimer(self, expiryTimestampMs: int) -> None:  # noqa: N802, N803
+            self._context.delete_timer(int(expiryTimestampMs))
+
+        def listTimers(self) -> Iterator[int]:  # noqa: N802
+            return iter(self._context.list_timers())
+
+        def deleteIfExists(self, stateName: str) -> None:  # noqa: N802, N803
+            self._context.delete_state(stateName)
+
+    return Handle
+
+
+@functools.cache
+def _states() -> tuple[type, type, type]:
+    """PySpark's ``ValueState``, ``ListState`` and ``MapState`` over dstl's (built on first use)."""
+    api = _pyspark_api()
+
+    class Value(api.ValueState):
+        def __init__(self, state: ValueState) -> None:  # no super(): it binds an API client
+            self._state = state
+
+        def exists(self) -> bool:
+            return self._state.exists()
+
+        def get(self) -> tuple | None:
+            return self._state.value()
+
+        def update(self, newValue: tuple) -> None:  # noqa: N803
+            self._state.update(_row(newValue))
+
+        def clear(self) -> None:
+            self._state.clear()
+
+    class List(api.ListState):
+        def __init__(self, state: ListState) -> None:
+            self._state = state
+
+        def exists(self) -> bool:
+            return bool(self._state.get())
+
+        def get(self) -> Iterator[tuple]:
+            return iter(self._state.get())
+
+        def put(self, newState: list[tuple]) -> None:  # noqa: N803
+            self._state.update([_row(value) for value in newState])
+
+        def appendValue(self, newState: tuple) -> None:  # noqa: N802, N803
+            self._state.add(_row(newState))
+
+        def appendList(self, newState: list[tuple]) -> None:  # noqa: N802, N803
+            self._state.add_all([_row(value) for value in newState])
+
+        def clear(self) -> None:
+            self._state.clear()
+
+    class Map(api.MapState):
+        def __init__(self, state: MapState) -> None:
+            self._state = state
+
+        def exists(self) -> bool:
+            return not self._state.is_empty()
+
+        def getValue(self, key: tuple) -> tuple | None:  # noqa: N802
+            return self._state.get(_row(key))
+
+        def containsKey(self, key: tuple) -> bool:  # noqa: N802
+            return self._state.contains(_row(key))
+
+        def updateValue(self, key: tuple, value: tuple) -> None:  # noqa: N802
+            self._state.put(_row(key), _row(value))
+
+        def iterator(self) -> Iterator[tuple[tuple, tuple]]:
+            return self._state.items()
+
+        def keys(self) -> Iterator[tuple]:
+            return self._state.keys()
+
+        def values(self) -> Iterator[tuple]:
+            return self._state.values()
+
+        def removeKey(self, key: tuple) -> None:  # noqa: N802
+            self._state.remove(_row(key))
+
+        def clear(self) -> None:
+            self._state.clear()
+
+    return Value, List, Map
