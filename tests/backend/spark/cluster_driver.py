@@ -39,12 +39,14 @@ def _config(base: Path, **extra: Any) -> dict[str, Any]:  # noqa: ANN401
 
 
 def _exact(spark: Any, workdir: Path) -> dict[str, Any]:  # noqa: ANN401
-    from dstl.backend.spark.demo.pipeline import expected_state, final_state
+    from dstl.backend.spark.demo.pipeline import compare_with_recomputation
 
-    expected = expected_state(spark, workdir / "input")
-    actual = final_state(workdir / "output")
-    wrong = sorted(u for u in expected if actual.get(u) != expected[u])
-    return {"users": len(expected), "wrong": wrong[:5], "unexpected": sorted(set(actual) - set(expected))[:5]}
+    result = compare_with_recomputation(spark, workdir)
+    return {
+        "users": result["users"],
+        "wrong": [item["user"] for item in result["wrong"]],
+        "unexpected": result["unexpected"],
+    }
 
 
 def _run_available(spark: Any, workdir: Path, config: dict[str, Any], files: int) -> list[dict]:  # noqa: ANN401
