@@ -167,6 +167,9 @@ class Materializer:
         self.chain = tuple(chain) if own else ()
         self.bridge = tuple(bridge) if own else ()
         self._needs_full = not own
+        # the chain's full snapshot says when it last left expired state out (TTL cadence)
+        full_clock = self.chain[0].clock if self.chain else None
+        self._last_full_clock = full_clock if full_clock is not None else -math.inf
         self._dirty_in_resumed_log = changed_since if own else None
 
     def made(self, ref: MaterializationRef) -> bool:
@@ -206,8 +209,8 @@ class Materializer:
             per_group = full_keys / max(len(range(backend.key_groups.start, backend.key_groups.end)), 1)
             ttl_states, now = backend.ttl_states(), backend.clock()
             # With TTL, a full snapshot at least every shortest TTL: only a full one finds (and
-            # leaves out) what expired without being written since. The clock of a resumed
-            # chain's full snapshot is unknown here, so the first one after a resume is full.
+            # leaves out) what expired without being written since. A resumed chain's full
+            # snapshot carries its clock (a chain from before that: the first one is full).
             shortest_ttl = min((ttl for _, ttl in ttl_states.values()), default=math.inf)
             ttl_due = bool(ttl_states) and now - self._last_full_clock >= shortest_ttl
             full = (
@@ -357,7 +360,8 @@ class Materializer:
                 stream.close()
             raise
         stream.close()
-        return MaterializationRef(relative, backend.key_groups, sqn, size, writer.entries)
+        clock = now if kind == "full" else None
+        return MaterializationRef(relative, backend.key_groups, sqn, size, writer.entries, clock)
 
     def load(
         self, ref: MaterializationRef, key_groups: KeyGroupRange | None = None

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -65,16 +66,21 @@ class MaterializationRef:
     sqn: int
     size: int
     entries: int = 0  # entries (or tombstones) it holds: decides when the next one must be full
+    #: a full snapshot's TTL clock (epoch s): when it last left expired state out (None: incremental)
+    clock: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form."""
-        return {
+        doc: dict[str, Any] = {
             "path": self.path,
             "key_groups": [self.key_groups.start, self.key_groups.end],
             "sqn": self.sqn,
             "size": self.size,
             "entries": self.entries,
         }
+        if self.clock is not None:
+            doc["clock"] = self.clock
+        return doc
 
     @classmethod
     def from_dict(cls, doc: Any) -> MaterializationRef:  # noqa: ANN401 - untrusted JSON
@@ -92,7 +98,13 @@ class MaterializationRef:
             ):
                 msg = "key groups, sqn, size and entries must be non-negative integers"
                 raise TypeError(msg)
-            return cls(path, KeyGroupRange(start, end), sqn, size, entries)
+            clock = doc.get("clock")
+            if clock is not None and (
+                isinstance(clock, bool) or not isinstance(clock, int | float) or not math.isfinite(clock)
+            ):
+                msg = f"clock must be a finite number of seconds, got {clock!r:.40}"
+                raise TypeError(msg)
+            return cls(path, KeyGroupRange(start, end), sqn, size, entries, clock)
         except (KeyError, TypeError, ValueError) as exc:
             msg = f"invalid materialization reference: {exc}"
             raise InvalidHandleError(msg) from exc

@@ -504,3 +504,16 @@ def test_a_snapshot_may_hold_more_sections_than_key_groups():
     data = buffer.getvalue()
     _, found = read_sections(lambda start, end: data[start:end], KeyGroupRange(0, 2), where="big", size=size)
     assert sum(len(entries) for _, entries in found) == sections
+
+
+def test_a_full_snapshots_ttl_clock_travels_with_its_reference():
+    from dstl.backend.materialization import MaterializationRef
+    from dstl.spi import InvalidHandleError, KeyGroupRange
+
+    full = MaterializationRef("job/snapshots/a.snap", KeyGroupRange(0, 8), 10, 100, 5, clock=1_700_000_000.5)
+    assert MaterializationRef.from_dict(full.to_dict()) == full
+    incremental = MaterializationRef("job/snapshots/b.snap", KeyGroupRange(0, 8), 12, 10, 1)
+    assert "clock" not in incremental.to_dict()  # documents stay as earlier releases wrote them
+    for forged in ("soon", True, float("nan"), float("inf")):
+        with pytest.raises(InvalidHandleError, match="clock"):
+            MaterializationRef.from_dict({**full.to_dict(), "clock": forged})

@@ -219,3 +219,44 @@ def test_a_key_written_after_the_snapshot_found_it_expired_is_kept(env):
     assert value.value() == 2
     assert backend.metrics()["numberOfExpiredEntriesRemoved"] == 0
     backend.close()
+
+
+def test_a_resumed_chain_keeps_its_full_snapshots_ttl_cadence(env):
+    """Each Spark task resumes: its first materialization need not be full when the chain's is recent."""
+    from dstl.backend.delegate import HeapDelegate
+
+    _, storage, snapshots = env
+    delegate = HeapDelegate()
+    clock, backend = _clocked(storage, snapshots, delegate=delegate, full_materialization_every=5)
+    value = backend.value_state("value", ttl=10)
+    for n in range(20):
+        backend.set_current_key(f"k{n}")
+        value.update(n)
+    backend.materialize().result(timeout=30)  # full (the first)
+    snapshot = backend.checkpoint(1).result(timeout=30)
+    assert snapshot.materialized[0].clock == clock.now
+    registrations = backend.registrations()
+    backend.close()
+
+    def resumed_materialization(seconds_later, epoch):
+        resumed = ChangelogKeyedStateBackend(
+            storage,
+            "op",
+            ALL,
+            snapshot_dir=snapshots,
+            clock=clock,
+            delegate=delegate,
+            epoch=epoch,
+            full_materialization_every=5,
+        )
+        resumed.resume(snapshot, registrations)
+        resumed.value_state("value", ttl=10)
+        clock.now += seconds_later
+        resumed.set_current_key("k1")
+        resumed.value_state("value", ttl=10).update(-1)
+        ref = resumed.materialize().result(timeout=30)
+        resumed.close()
+        return ref
+
+    assert resumed_materialization(5, epoch=1).clock is None  # incremental: within the TTL
+    assert resumed_materialization(10, epoch=2).clock is not None  # full: a TTL went by
