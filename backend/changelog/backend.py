@@ -867,6 +867,18 @@ class ChangelogKeyedStateBackend:
         finally:
             self._key = saved
 
+    def expect_expired(self, found: Iterable[tuple[str, int, bytes]]) -> None:
+        """Queue keys a full snapshot found expired (e.g. by an earlier task of this instance).
+
+        They are removed from the working state at the next checkpoints, within the
+        cleanup budget, each checked again first: they replace what was queued.
+        """
+        self._expired_queue = collections.deque(found)
+
+    def pending_expired(self) -> list[tuple[str, int, bytes]]:
+        """Queued expired keys the cleanup budget has not reached yet."""
+        return list(self._expired_queue)
+
     def _expired(self, entries: int) -> None:
         """A state found ``entries`` expired values or elements and removed them (TTL cleanup)."""
         self._metrics.expired_removed += entries

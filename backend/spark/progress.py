@@ -27,6 +27,7 @@ class BatchProgress:
     :ivar woken_instances: instances that ran without rows, because a timer was due.
     :ivar late_rows: rows dropped as late (event time at or below the watermark).
     :ivar watermark_ms: the event-time watermark the batch used (``None``: no event time).
+    :ivar expired_removed: values, elements and map entries TTL removed from the working state.
     """
 
     batch_id: int
@@ -54,6 +55,7 @@ class BatchProgress:
     woken_instances: int = 0
     late_rows: int = 0
     watermark_ms: int | None = None
+    expired_removed: int = 0
 
     @classmethod
     def from_instances(  # noqa: PLR0913
@@ -91,6 +93,7 @@ class BatchProgress:
             woken_instances=sum(1 for s in stats if not s["rows"]),
             late_rows=sum(s.get("late_rows", 0) for s in stats),
             watermark_ms=watermark_ms,
+            expired_removed=sum(s.get("expired_removed", 0) for s in stats),
         )
 
     def to_json(self) -> str:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dstl.spi import Config, StateChangelogStorage, load_storage
 
@@ -25,6 +25,9 @@ from ...keygroups import key_group_range_for_instance
 from ..placement import instance_name, snapshot_for_range
 from ..processor import BatchClock, StateContext, StatefulProcessor, _Collected
 from .working_copy import WorkingCopy, snapshot_digest
+
+if TYPE_CHECKING:
+    from ...changelog.materializer import Materializer
 
 log = logging.getLogger(__name__)
 
@@ -262,6 +265,7 @@ def process_instance(
                 snapshot = backend.checkpoint(plan.batch_id).result()
             metrics = backend.metrics()
             registrations = backend.registrations()
+            copy.keep_expired(backend.pending_expired())
             phases["checkpoint"] = round((time.perf_counter() - materialize_began) * 1000, 3)
         finally:
             backend.close(wait_for_materialization=False)
@@ -269,8 +273,8 @@ def process_instance(
         copy.mark(snapshot, registrations)
         phases["stamp"] = round((time.perf_counter() - mark_began) * 1000, 3)
     if rebased is not None:
-        checkpoint = snapshot
-        rebased.add_done_callback(lambda done: _offer(copy, checkpoint, done, plan.run_id))
+        checkpoint, materializer = snapshot, backend.materializer
+        rebased.add_done_callback(lambda done: _offer(copy, checkpoint, done, plan.run_id, materializer))
     stats = {
         "instance": name,
         "rows": event_stats.pop("rows"),
@@ -283,6 +287,7 @@ def process_instance(
         "checkpoint_ms": metrics["lastCheckpointDuration"],
         "materialization_ms": materialization_ms,  # what starting it cost this task
         "rebased": mode == "rebased",
+        "expired_removed": metrics["numberOfExpiredEntriesRemoved"],
         "persisted_bytes": metrics["lastIncSizeOfNonMaterializedState"]
         + metrics["lastIncSizeOfMaterializedState"],
         "full_bytes": metrics["lastFullSizeOfNonMaterializedState"]
@@ -374,13 +379,22 @@ def _bring_up(
     the copy is cleared and restored in full (``fresh`` when there is no state yet).
     """
     offer = copy.take_offer()
+    # Expired keys a full snapshot found: the offer's (newest) or what the last task left.
+    expired = copy.take_expired()
     rebased = None
-    if offer is not None and warm and previous is not None and offer[0] == run_id:
-        rebased = rebase(previous, offer[1], offer[2])
-    if offer is not None and rebased is None:
-        # Never to be referenced (only this offer could have): remove what it wrote.
-        referenced = {*offer[1].references, *(previous.references if previous is not None else ())}
-        backend.materializer.discard([ref for ref in offer[2].references if ref not in referenced])
+    if offer is not None and warm and previous is not None and offer.run_id == run_id:
+        rebased = rebase(previous, offer.checkpoint, offer.rebased)
+    if offer is not None:
+        expired = offer.expired or expired
+        if rebased is None:
+            # Never to be referenced (only this offer could have): remove what it wrote.
+            referenced = {
+                *offer.checkpoint.references,
+                *(previous.references if previous is not None else ()),
+            }
+            backend.materializer.discard([ref for ref in offer.rebased.references if ref not in referenced])
+    if expired:
+        backend.expect_expired(expired)  # hints only: each key is checked again before removal
     if warm:
         if previous is None:
             return "warm", 0
@@ -409,11 +423,15 @@ def _materializing(copy: WorkingCopy) -> bool:
 
 
 def _offer(
-    copy: WorkingCopy, checkpoint: BackendSnapshot, rebased: Future[BackendSnapshot], run_id: int
+    copy: WorkingCopy,
+    checkpoint: BackendSnapshot,
+    rebased: Future[BackendSnapshot],
+    run_id: int,
+    materializer: Materializer,
 ) -> None:
-    """Hand a completed background materialization to the instance's next task (failures: logged)."""
+    """Hand a completed background materialization (and what it found expired) to the next task."""
     try:
-        copy.offer(checkpoint, rebased.result(), run_id)
+        copy.offer(checkpoint, rebased.result(), run_id, materializer.take_expired())
     except Exception as exc:  # noqa: BLE001 - on a background thread: the next materialization retries
         log.warning("background materialization of %s failed: %s", copy.path.name, exc)
 

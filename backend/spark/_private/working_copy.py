@@ -20,10 +20,10 @@ import fcntl
 import hashlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from dstl.spi import DstlError
 from dstl.spi.durability import fsync_directory
@@ -55,6 +55,7 @@ class WorkingCopy:
         self.path.mkdir(parents=True, exist_ok=True)
         self._stamp = self.path / "dstl-stamp.json"
         self._offer = self.path / "dstl-materialized.json"
+        self._expired = self.path / "dstl-expired.json"
         key = str(self.path.resolve())
         if key not in _DELEGATES:
             _DELEGATES[key] = LmdbDelegate(self.path / "state", map_size=map_size)
@@ -104,23 +105,30 @@ class WorkingCopy:
             "snapshot": held,
         }
 
-    def offer(self, checkpoint: BackendSnapshot, rebased: BackendSnapshot, run_id: int) -> None:
+    def offer(
+        self,
+        checkpoint: BackendSnapshot,
+        rebased: BackendSnapshot,
+        run_id: int,
+        expired: Sequence[ExpiredKey] = (),
+    ) -> None:
         """A materialization that ``checkpoint`` did not wait for completed as ``rebased``.
 
         A later task of the same run moves its checkpoint onto it (see :meth:`take_offer`).
+        ``expired`` are the keys a full snapshot found expired (at most
+        :data:`MAX_CARRIED_EXPIRED`): the next task removes them from the working state.
         The file is written atomically; a lost one only means the snapshot goes unused.
         """
         doc = {
             "run": run_id,
             "checkpoint": json.loads(checkpoint.to_json()),
             "rebased": json.loads(rebased.to_json()),
+            "expired": _expired_doc(expired),
         }
-        temporary = self._offer.with_suffix(f".tmp{os.getpid()}")
-        temporary.write_text(json.dumps(doc))
-        temporary.replace(self._offer)
+        _write_atomically(self._offer, doc)
 
-    def take_offer(self) -> tuple[int, BackendSnapshot, BackendSnapshot] | None:
-        """``(run id, checkpoint, rebased)`` of the newest background materialization, removed once read.
+    def take_offer(self) -> Offer | None:
+        """The newest background materialization, removed once read.
 
         Only a task of the same run may move onto it: a restarted job removes
         unreferenced snapshots at recovery.
@@ -134,12 +142,31 @@ class WorkingCopy:
             )
             if type(doc["run"]) is not int:
                 return None
-            return doc["run"], checkpoint, rebased
+            return Offer(doc["run"], checkpoint, rebased, _expired_keys(doc.get("expired", [])))
         except FileNotFoundError:
             return None
         except (OSError, ValueError, RecursionError, TypeError, KeyError, DstlError):
             self._offer.unlink(missing_ok=True)  # damaged: the snapshot goes unused, nothing else
             return None
+
+    def keep_expired(self, expired: Sequence[ExpiredKey]) -> None:
+        """Expired keys a task had no budget left to remove: the instance's next task continues."""
+        if expired:
+            _write_atomically(self._expired, {"expired": _expired_doc(expired)})
+        else:
+            self._expired.unlink(missing_ok=True)
+
+    def take_expired(self) -> list[ExpiredKey]:
+        """What :meth:`keep_expired` kept (removed once read; damaged: nothing)."""
+        try:
+            doc = json.loads(self._expired.read_text())
+            self._expired.unlink(missing_ok=True)
+            return _expired_keys(doc["expired"])
+        except FileNotFoundError:
+            return []
+        except (OSError, ValueError, RecursionError, TypeError, KeyError):
+            self._expired.unlink(missing_ok=True)  # only hints: the next full snapshot finds them again
+            return []
 
     def invalidate(self) -> None:
         """The copy is about to change: until :meth:`mark`, it is at no checkpoint (durably)."""
@@ -166,3 +193,46 @@ class WorkingCopy:
             os.close(fd)
         temporary.replace(self._stamp)
         fsync_directory(self.path)
+
+
+#: ``(state name, key group, key bytes)`` a full snapshot found expired.
+ExpiredKey = tuple[str, int, bytes]
+#: Expired keys carried from one task to the next (the rest: found by the next full snapshot).
+MAX_CARRIED_EXPIRED = 100_000
+
+
+class Offer(NamedTuple):
+    """A background materialization handed to the instance's next task."""
+
+    run_id: int
+    checkpoint: BackendSnapshot
+    rebased: BackendSnapshot
+    expired: list[ExpiredKey]
+
+
+def _expired_doc(expired: Sequence[ExpiredKey]) -> list[list[Any]]:
+    return [[name, key_group, key.hex()] for name, key_group, key in expired[:MAX_CARRIED_EXPIRED]]
+
+
+def _expired_keys(doc: Any) -> list[ExpiredKey]:  # noqa: ANN401 - a file's JSON: validated
+    """Parse carried expired keys; anything malformed is dropped (they are only hints, re-checked)."""
+    found = []
+    for item in doc[:MAX_CARRIED_EXPIRED] if isinstance(doc, list) else ():
+        if (
+            isinstance(item, list)
+            and len(item) == 3  # noqa: PLR2004
+            and isinstance(item[0], str)
+            and type(item[1]) is int
+            and isinstance(item[2], str)
+        ):
+            try:
+                found.append((item[0], item[1], bytes.fromhex(item[2])))
+            except ValueError:
+                continue
+    return found
+
+
+def _write_atomically(path: Path, doc: Any) -> None:  # noqa: ANN401
+    temporary = path.with_suffix(f".tmp{os.getpid()}")
+    temporary.write_text(json.dumps(doc))
+    temporary.replace(path)

@@ -40,7 +40,7 @@ def test_a_task_moves_onto_an_offer_of_its_run_and_removes_any_other(tmp_path, m
             return how, checkpoint
 
         def written_by_the_offer():
-            run_id, checkpoint, rebased = copy.take_offer()
+            run_id, checkpoint, rebased, _ = copy.take_offer()
             copy.offer(checkpoint, rebased, run_id)  # put back
             return [snapshots / ref.path for ref in rebased.references if ref not in checkpoint.references]
 

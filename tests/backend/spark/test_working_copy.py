@@ -97,7 +97,27 @@ def test_a_copy_stamped_by_another_record_layout_is_restored_not_read(copy):
 def test_an_offer_is_taken_once(copy):
     checkpoint, rebased = BackendSnapshot(7, ()), BackendSnapshot(7, (), ())
     copy.offer(checkpoint, rebased, run_id=3)
-    assert copy.take_offer() == (3, checkpoint, rebased)
+    assert copy.take_offer() == (3, checkpoint, rebased, [])
     assert copy.take_offer() is None
     (copy.path / "dstl-materialized.json").write_text('{"run": 3, "checkpoint": {"checkpoint_id": -1}}')
     assert copy.take_offer() is None and not (copy.path / "dstl-materialized.json").exists()
+
+
+def test_expired_keys_ride_with_the_offer_and_leftovers_carry_to_the_next_task(copy):
+    found = [("sessions", 3, b"\x00key"), ("sessions", 70, b"")]
+    copy.offer(BackendSnapshot(7, ()), BackendSnapshot(7, (), ()), run_id=3, expired=found)
+    assert copy.take_offer().expired == found
+    copy.keep_expired(found[:1])
+    assert copy.take_expired() == found[:1]
+    assert copy.take_expired() == []  # taken once
+    copy.keep_expired(found)
+    copy.keep_expired([])  # nothing left: nothing carried
+    assert copy.take_expired() == []
+
+
+def test_damaged_expired_hints_are_dropped_not_trusted(copy):
+    sidecar = copy.path / "dstl-expired.json"
+    sidecar.write_text(json.dumps({"expired": [["s", 1, "zz"], ["s", "1", "00"], "x", ["s", 2, "0a"]]}))
+    assert copy.take_expired() == [("s", 2, b"\n")]  # only the well-formed one
+    sidecar.write_text("{not json")
+    assert copy.take_expired() == [] and not sidecar.exists()
