@@ -26,7 +26,7 @@ def _order(key) -> bytes:
 
 
 class TimerModel(RuleBasedStateMachine):
-    """Timer operations on 1–3 instances vs a model; checkpoints, crashes and rescales.
+    """Timer and state operations on 1–3 instances vs a model; watermarks, checkpoints, crashes, rescales.
 
     Each fire is processed like a batch: the handler's effect (a count per key) is
     state. A crash goes back to the latest checkpoint: timers fired since then are
@@ -44,6 +44,8 @@ class TimerModel(RuleBasedStateMachine):
         self.epoch = 0
         self.timers: dict[TimeDomain, set[tuple[object, int]]] = {d: set() for d in TimeDomain}
         self.fired_counts: dict[object, int] = {}
+        self.watermark = 0
+        self.values: dict[object, int] = {}
         self.checkpointed: tuple | None = None  # (snapshots by range, model copy)
         self.next_checkpoint = 1
         self.backends: list[ChangelogKeyedStateBackend] = []
@@ -104,6 +106,26 @@ class TimerModel(RuleBasedStateMachine):
 
     @rule(up_to=TIMES, domain=DOMAINS, rearm=st.booleans())
     def fire(self, up_to, domain, rearm):
+        self._fire(up_to, domain, rearm)
+
+    @rule(by=st.integers(0, 15), rearm=st.booleans())
+    def advance_watermark(self, by, rearm):
+        """Event time as a query runs it: a watermark that only moves forward (and is checkpointed)."""
+        self.watermark += by
+        self._fire(self.watermark, TimeDomain.EVENT, rearm)
+
+    @rule(key=KEYS, value=st.integers(-(2**63), 2**64 - 1))
+    def write(self, key, value):
+        self._owner(key).value_state("v").update(value)
+        self.values[key] = value
+
+    @rule()
+    def delete_state(self):
+        for backend in self.backends:
+            backend.drop_state("v")
+        self.values = {}
+
+    def _fire(self, up_to, domain, rearm):
         due = {(k, e) for k, e in self.timers[domain] if e <= up_to}
         fired = []
         for backend in self.backends:
@@ -132,7 +154,12 @@ class TimerModel(RuleBasedStateMachine):
             backend.notify_checkpoint_complete(snapshot)
             snapshots.append((backend.key_groups, snapshot))
         self.next_checkpoint += 1
-        model = ({d: set(t) for d, t in self.timers.items()}, dict(self.fired_counts))
+        model = (
+            {d: set(t) for d, t in self.timers.items()},
+            dict(self.fired_counts),
+            self.watermark,
+            dict(self.values),
+        )
         self.checkpointed = (snapshots, model)
 
     @rule()
@@ -146,12 +173,12 @@ class TimerModel(RuleBasedStateMachine):
             backend.close(wait_for_materialization=False)
         if self.checkpointed is None:
             self.timers = {d: set() for d in TimeDomain}
-            self.fired_counts = {}
+            self.fired_counts, self.watermark, self.values = {}, 0, {}
             self._open(parallelism, None)
             return
-        snapshots, (timers, counts) = self.checkpointed
+        snapshots, (timers, counts, watermark, values) = self.checkpointed
         self.timers = {d: set(t) for d, t in timers.items()}
-        self.fired_counts = dict(counts)
+        self.fired_counts, self.watermark, self.values = dict(counts), watermark, dict(values)
         self._open(parallelism, snapshots)
 
     @invariant()
@@ -161,6 +188,11 @@ class TimerModel(RuleBasedStateMachine):
         ):
             backend = self._owner(key)
             assert backend.value_state("fired").value() == self.fired_counts.get(key)
+
+    @invariant()
+    def state_matches(self):
+        for key in ["alice", "bob", "carol", 7, 42, ("eu", 3), "dave", 13]:
+            assert self._owner(key).value_state("v").value() == self.values.get(key)
 
     def teardown(self):
         for backend in self.backends:
