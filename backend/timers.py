@@ -5,23 +5,28 @@ key it belongs to, map key = its expiry in epoch milliseconds. So timers are
 logged in the changelog under their key's key group, materialized, restored and
 rescaled with that key group, exactly like the state they drive.
 
+A second internal state orders them by time: under the same key group, a value
+whose stored key is the expiry (8 bytes, big-endian) and 8 bytes of the key's
+hash, holding the keys' bytes. On a store kept in key order (LMDB) the timers
+due are found by seeking to each key group's first entry, so a fresh backend
+over a large state (a Spark task) fires and reports its next timer at a cost
+of the timers due, not of every timer. On the heap the order comes from an
+in-memory heap built once from the state after a load (restore, resume) and
+kept up to date by registrations.
+
 Firing order is time, then key (the key's stored bytes). A timer is removed from
 state as it fires, in the same checkpoint interval as whatever its handler
 writes: a batch replayed after a failure finds it registered again and fires it
 again, and a completed checkpoint never holds a fired timer, so across replays
 each timer's effects are committed once.
-
-The order of firing comes from an in-memory heap per domain, built from the
-state when first needed after the state was loaded (restore, resume) and kept up
-to date by registrations; deletions are resolved when a deleted timer reaches
-the top (it is no longer in state). Its memory grows with the number of timers,
-not with the rest of the state.
 """
 
 from __future__ import annotations
 
 import enum
+import hashlib
 import heapq
+import struct
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +36,7 @@ from .state import StateDescriptor, StateKind, map_key_from_bytes
 
 if TYPE_CHECKING:
     from .changelog.backend import ChangelogKeyedStateBackend
-    from .state import MapState
+    from .state import MapState, ValueState
 
 __all__ = ["RESERVED_PREFIX", "TimeDomain", "TimerService"]
 
@@ -46,6 +51,19 @@ class TimeDomain(enum.Enum):
     EVENT = "event"
 
 
+_INDEX_KEY = struct.Struct(">QQ")  # expiry (offset to sort signed values), key hash
+_OFFSET = 1 << 63
+
+
+def _index_key(expiry_ms: int, key: bytes) -> bytes:
+    digest = int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big")
+    return _INDEX_KEY.pack(expiry_ms + _OFFSET, digest)
+
+
+def _index_expiry(index_key: bytes) -> int:
+    return _INDEX_KEY.unpack(index_key)[0] - _OFFSET
+
+
 class TimerService:
     """Register, delete, list and fire the current key's timers (one per backend)."""
 
@@ -57,8 +75,16 @@ class TimerService:
             )
             for domain in TimeDomain
         }
-        # Per domain: (expiry ms, key bytes, key group); None until built from the state.
+        self._index: dict[TimeDomain, ValueState] = {
+            domain: backend._register(
+                StateDescriptor(f"{RESERVED_PREFIX}timers.{domain.value}.by-time", StateKind.VALUE)
+            )
+            for domain in TimeDomain
+        }
+        # Heap order (unordered stores): (expiry ms, key bytes, key group); None until built.
         self._queues: dict[TimeDomain, list[tuple[int, bytes, int]] | None] = dict.fromkeys(TimeDomain)
+        # While fire() runs on an ordered store: its merge heap and bound, which registrations join.
+        self._firing: dict[TimeDomain, tuple[list[tuple[int, bytes, int, bool]], int]] = {}
 
     def register(self, expiry_ms: int, domain: TimeDomain = TimeDomain.PROCESSING) -> None:
         """Register a timer of the current key at ``expiry_ms`` (registering it again changes nothing)."""
@@ -67,14 +93,25 @@ class TimerService:
         if state.contains(expiry_ms):
             return
         state.put(expiry_ms, True)
+        key_group, key = self._backend._current()
+        index_key = _index_key(expiry_ms, key)
+        self._update_index(domain, key_group, index_key, add=key)
         queue = self._queues[domain]
         if queue is not None:
-            key_group, key = self._backend._current()
             heapq.heappush(queue, (expiry_ms, key, key_group))
+        firing = self._firing.get(domain)
+        if firing is not None and expiry_ms <= firing[1]:  # due in the running fire() call
+            heapq.heappush(firing[0], (expiry_ms, index_key, key_group, False))
 
     def delete(self, expiry_ms: int, domain: TimeDomain = TimeDomain.PROCESSING) -> None:
         """Delete the current key's timer at ``expiry_ms`` (no-op when there is none)."""
-        self._states[domain].remove(_checked(expiry_ms))
+        expiry_ms = _checked(expiry_ms)
+        state = self._states[domain]
+        if not state.contains(expiry_ms):
+            return
+        state.remove(expiry_ms)
+        key_group, key = self._backend._current()
+        self._update_index(domain, key_group, _index_key(expiry_ms, key), remove=key)
 
     def list(self, domain: TimeDomain = TimeDomain.PROCESSING) -> list[int]:
         """The current key's timers, earliest first."""
@@ -87,6 +124,9 @@ class TimerService:
         removed from state; a handler run at that point writes to the key's state.
         Timers the handler registers that are due by ``up_to_ms`` fire in this call too.
         """
+        if self._backend.delegate.ordered:
+            yield from self._fire_ordered(up_to_ms, domain)
+            return
         queue = self._queue(domain)
         state = self._states[domain]
         backend = self._backend
@@ -96,11 +136,39 @@ class TimerService:
             backend.set_current_key(key)
             if not state.contains(expiry):
                 continue  # deleted, or a second entry of a timer registered again
-            state.remove(expiry)
+            self.delete(expiry, domain)
             yield key, expiry
+
+    def _fire_ordered(self, up_to_ms: int, domain: TimeDomain) -> Iterator[tuple[Any, int]]:
+        """:meth:`fire` on a store in key order: a merge of each key group's earliest index entry."""
+        state, backend = self._states[domain], self._backend
+        merge = [head for key_group in backend.key_groups if (head := self._head(domain, key_group, None))]
+        heapq.heapify(merge)
+        self._firing[domain] = (merge, up_to_ms)
+        try:
+            while merge and merge[0][0] <= up_to_ms:
+                # every entry of the earliest expiry (any key group), then its keys in key order
+                expiry, due = merge[0][0], set()
+                while merge and merge[0][0] == expiry:
+                    _, index_key, key_group, is_head = heapq.heappop(merge)
+                    if is_head and (after := self._head(domain, key_group, index_key)) is not None:
+                        heapq.heappush(merge, after)
+                    due.update(self._keys_at(domain, key_group, index_key))
+                for raw_key in sorted(due):
+                    key = map_key_from_bytes(raw_key)
+                    backend.set_current_key(key)
+                    if not state.contains(expiry):
+                        continue  # fired already (a registration joined the merge) or deleted
+                    self.delete(expiry, domain)
+                    yield key, expiry
+        finally:
+            del self._firing[domain]
 
     def next_expiry(self, domain: TimeDomain = TimeDomain.PROCESSING) -> int | None:
         """The earliest registered timer's expiry in ``domain`` (``None`` when there is none)."""
+        if self._backend.delegate.ordered:
+            heads = [self._head(domain, key_group, None) for key_group in self._backend.key_groups]
+            return min((head[0] for head in heads if head is not None), default=None)
         queue = self._queue(domain)
         state = self._states[domain]
         while queue:
@@ -115,6 +183,37 @@ class TimerService:
         """The state was loaded anew (restore, resume): rebuild the firing order from it when next needed."""
         self._queues = dict.fromkeys(TimeDomain)
 
+    # -- the time-ordered index ------------------------------------------------------------------
+    def _update_index(
+        self, domain: TimeDomain, key_group: int, index_key: bytes, *, add: bytes = b"", remove: bytes = b""
+    ) -> None:
+        """Add or remove one key at an index entry (keys whose hashes collide share it)."""
+        index = self._index[domain]
+        with self._backend.bound_to(key_group, index_key):
+            keys = [k for k in (index.value() or []) if k != remove]
+            if add and add not in keys:
+                keys.append(add)
+            if keys:
+                index.update(keys)
+            else:
+                index.clear()
+
+    def _head(
+        self, domain: TimeDomain, key_group: int, after: bytes | None
+    ) -> tuple[int, bytes, int, bool] | None:
+        """The key group's first index entry after ``after``: ``(expiry, index key, key group, True)``."""
+        found = self._backend.delegate.entries_after(self._index[domain].name, key_group, after, 1)
+        if not found:
+            return None
+        index_key = found[0][0]
+        return _index_expiry(index_key), index_key, key_group, True
+
+    def _keys_at(self, domain: TimeDomain, key_group: int, index_key: bytes) -> list[bytes]:
+        """The keys with a timer at an index entry (read now: firing may have changed it)."""
+        with self._backend.bound_to(key_group, index_key):
+            return list(self._index[domain].value() or [])
+
+    # -- the heap (stores not in key order) -------------------------------------------------------
     def _queue(self, domain: TimeDomain) -> list[tuple[int, bytes, int]]:
         queue = self._queues[domain]
         if queue is None:
@@ -137,4 +236,7 @@ def _checked(expiry_ms: Any) -> int:  # noqa: ANN401 - caller input
     if isinstance(expiry_ms, bool) or not isinstance(expiry_ms, int):
         msg = f"a timer's expiry is an int of epoch milliseconds, got {expiry_ms!r}"
         raise TypeError(msg)
+    if not -_OFFSET <= expiry_ms < _OFFSET:
+        msg = f"a timer's expiry is a 64-bit number of epoch milliseconds, got {expiry_ms}"
+        raise ValueError(msg)
     return expiry_ms

@@ -11,6 +11,7 @@ the peak above the level before the operation: what the operation itself holds.
     python -m bench.scale_bench --sizes 1000000,4000000 --delegates lmdb
     python -m bench.scale_bench --probe lmdb 200000 OUT.json   # one measurement (what a test runs)
     python -m bench.scale_bench --collections 1000,20000,100000    # per-op cost against collection size
+    python -m bench.scale_bench --timers 10000,100000,1000000 --delegates lmdb   # timer cost against count
 
 ``--collections`` times list add and map put, get and remove through the state API
 (changelog append included) on one key whose list or map already holds that many
@@ -291,6 +292,81 @@ def collections_table(sizes: list[int], delegates: list[str], console: Console) 
     return records, columns, rows
 
 
+TIMERS_DUE = 100  # timers due per timed fire
+
+
+def timer_costs(delegate_kind: str, timers: int, workdir: str) -> dict[str, float]:
+    """What a fresh backend over ``timers`` registered timers pays (a Spark task's situation).
+
+    Registering (µs per timer, through the state API, logged), then in a new backend
+    over the same working state: the next expiry (what the task reports to the
+    driver) and firing the :data:`TIMERS_DUE` earliest timers (ms).
+    """
+    from dstl.backend import TimeDomain
+    from dstl.backend.changelog import ChangelogKeyedStateBackend
+    from dstl.backend.delegate import HeapDelegate, LmdbDelegate
+    from dstl.spi import KeyGroupRange, load_storage
+
+    config = {"dstl.storage": "memory", "dstl.memory.namespace": f"timers-{uuid.uuid4().hex}"}
+    delegate = (
+        LmdbDelegate(Path(workdir, f"lmdb-{uuid.uuid4().hex[:6]}"))
+        if delegate_kind == "lmdb"
+        else HeapDelegate()
+    )
+    groups, domain = KeyGroupRange(0, 128), TimeDomain.PROCESSING
+    with load_storage(config, job_id="timers") as storage:
+        backend = ChangelogKeyedStateBackend(storage, "op", groups, delegate=delegate)
+        started = time.perf_counter()
+        for n in range(timers):
+            backend.set_current_key(f"user-{n}")
+            backend.timers().register(1_000_000 + n, domain)
+        register_us = (time.perf_counter() - started) / timers * 1e6
+        snapshot = backend.checkpoint(1).result(timeout=600)
+        registrations = backend.registrations()
+        backend.close()
+        fresh = ChangelogKeyedStateBackend(storage, "op", groups, delegate=delegate, epoch=1)
+        fresh.resume(snapshot, registrations)
+        started = time.perf_counter()
+        fresh.timers().next_expiry(domain)
+        next_ms = (time.perf_counter() - started) * 1000
+        started = time.perf_counter()
+        fired = sum(1 for _ in fresh.timers().fire(1_000_000 + TIMERS_DUE - 1, domain))
+        fire_ms = (time.perf_counter() - started) * 1000
+        fresh.close()
+    if fired != TIMERS_DUE:
+        msg = f"{fired} timers fired, {TIMERS_DUE} were due"
+        raise SystemExit(msg)
+    if delegate_kind == "lmdb":
+        delegate.close()
+    return {"register µs": register_us, "next expiry ms": next_ms, "fire due ms": fire_ms}
+
+
+def timers_table(sizes: list[int], delegates: list[str], console: Console) -> tuple[list, list, list]:
+    """Timer costs by delegate and number of timers, with the ratio to the fewest."""
+    records = []
+    with tempfile.TemporaryDirectory(prefix="dstl-timers-") as workdir, Progress(console=console) as progress:
+        task = progress.add_task("timers", total=len(sizes) * len(delegates))
+        for kind in delegates:
+            for size in sizes:
+                progress.update(task, description=f"{kind}, {size:,} timers")
+                records.append({"delegate": kind, "timers": size, **timer_costs(kind, size, workdir)})
+                progress.advance(task)
+    figures = ["register µs", "next expiry ms", "fire due ms"]
+    columns = ["delegate", "timers", *figures, *[f"{f.split()[0]} {f.split()[1]} ×" for f in figures[1:]]]
+    rows = []
+    for r in records:
+        base = next(b for b in records if b["delegate"] == r["delegate"] and b["timers"] == min(sizes))
+        rows.append(
+            [
+                r["delegate"],
+                f"{r['timers']:,}",
+                *[f"{r[f]:.1f}" for f in figures],
+                *[f"{r[f] / base[f]:.2f}" for f in figures[1:]],
+            ]
+        )
+    return records, columns, rows
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run every size and delegate; print and write the table."""
     parser = argparse.ArgumentParser(
@@ -302,6 +378,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--codecs", default="zstd", help="snapshot codecs to compare, e.g. none,zstd,lz4")
     parser.add_argument("--probe", nargs=3, metavar=("DELEGATE", "KEYS", "OUT"))
     parser.add_argument("--collections", metavar="SIZES", help="per-op cost at these collection sizes")
+    parser.add_argument("--timers", metavar="SIZES", help="a fresh backend's timer costs at these counts")
     parser.add_argument(
         "--map-entries",
         type=int,
@@ -315,6 +392,15 @@ def main(argv: list[str] | None = None) -> int:
         probe(kind, int(keys), args.value_bytes, Path(out), args.codecs.split(",")[0], args.map_entries)
         return 0
     console = Console()
+    if args.timers:
+        sizes = [int(s) for s in args.timers.split(",")]
+        records, columns, rows = timers_table(sizes, args.delegates.split(","), console)
+        title = (
+            f"Timers: register, then a fresh backend's next expiry and firing of {TIMERS_DUE} due "
+            f"(× is the ratio to {min(sizes):,} timers)"
+        )
+        _report(console, Path(args.results) / "scale-timers", title, columns, rows, records)
+        return 0
     if args.collections:
         sizes = [int(s) for s in args.collections.split(",")]
         records, columns, rows = collections_table(sizes, args.delegates.split(","), console)

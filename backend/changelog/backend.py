@@ -403,6 +403,20 @@ class ChangelogKeyedStateBackend:
                 self.set_current_key(key)  # raises, naming the key and its key group
         return KeySet(keys, groups, tuple(map_key_bytes(key) for key in keys))
 
+    @contextmanager
+    def bound_to(self, key_group: int, key: bytes) -> Iterator[None]:
+        """Bind state access to a key by its stored bytes for a block (then the previous key again).
+
+        For dstl's own bookkeeping that finds keys in the store (TTL cleanup,
+        dropping a state, timers), not for user code: the key group is trusted.
+        """
+        saved = self._key
+        self._key = (key_group, key)
+        try:
+            yield
+        finally:
+            self._key = saved
+
     def _current(self) -> tuple[int, bytes]:
         if self._key is None:
             msg = "no current key: call set_current_key(key) before using keyed state"
@@ -525,15 +539,12 @@ class ChangelogKeyedStateBackend:
                     ttl=1.0 if ttl_marked else None,
                 )
             )
-        saved, cleared = self._key, 0
-        try:
-            for key_group in self.key_groups:
-                for raw_key in [raw for raw, _ in self.delegate.entries(name, key_group)]:
-                    self._key = (key_group, raw_key)
+        cleared = 0
+        for key_group in self.key_groups:
+            for raw_key in [raw for raw, _ in self.delegate.entries(name, key_group)]:
+                with self.bound_to(key_group, raw_key):
                     state.clear()
-                    cleared += 1
-        finally:
-            self._key = saved
+                cleared += 1
         return cleared
 
     def timers(self) -> TimerService:
@@ -855,17 +866,13 @@ class ChangelogKeyedStateBackend:
         queue = self._expired_queue
         if not queue:
             return
-        saved = self._key
-        try:
-            for _ in range(min(len(queue), self._ttl_cleanup_per_checkpoint)):
-                name, key_group, key = queue.popleft()
-                state = self._states.get(name)
-                if state is None or state.descriptor.ttl is None or key_group not in self.key_groups:
-                    continue  # not registered in this run: the next full snapshot leaves it out again
-                self._key = (key_group, key)
+        for _ in range(min(len(queue), self._ttl_cleanup_per_checkpoint)):
+            name, key_group, key = queue.popleft()
+            state = self._states.get(name)
+            if state is None or state.descriptor.ttl is None or key_group not in self.key_groups:
+                continue  # not registered in this run: the next full snapshot leaves it out again
+            with self.bound_to(key_group, key):
                 state.remove_expired()
-        finally:
-            self._key = saved
 
     def expect_expired(self, found: Iterable[tuple[str, int, bytes]]) -> None:
         """Queue keys a full snapshot found expired (e.g. by an earlier task of this instance).

@@ -226,6 +226,24 @@ class StateDelegate(ABC):
     def entries(self, state: str, key_group: int) -> Iterator[tuple[bytes, Any]]:
         """Every ``(key, entry)`` of a state in a key group."""
 
+    #: Whether :meth:`entries_after` is a cheap seek (stores kept in key order).
+    ordered: bool = False
+
+    def entries_after(
+        self, state: str, key_group: int, after: bytes | None, limit: int
+    ) -> list[tuple[bytes, Any]]:
+        """Up to ``limit`` entries whose keys sort after ``after`` (``None``: from the first).
+
+        Key order is the key's length, then its bytes (for keys of one length: their
+        bytes). This default sorts every entry of the group; ordered stores seek.
+        """
+        keys = sorted(
+            (len(key), key, entry)
+            for key, entry in self.entries(state, key_group)
+            if after is None or (len(key), key) > (len(after), after)
+        )
+        return [(key, entry) for _, key, entry in keys[:limit]]
+
     def drop_key_group(self, key_group: int) -> None:
         """Remove every entry of ``key_group`` (an incremental snapshot that replaces it whole)."""
         for state in self.states():

@@ -250,6 +250,26 @@ class LmdbDelegate(StateDelegate):
             found = list(_decoded(iter(cursor), prefix)) if cursor.set_range(prefix) else []
         return iter(found)
 
+    ordered = True
+
+    def entries_after(
+        self, state: str, key_group: int, after: bytes | None, limit: int
+    ) -> list[tuple[bytes, Any]]:
+        """Up to ``limit`` entries after key ``after``: one seek (records are in key order)."""
+        prefix = _prefix(state, key_group)
+        found: list[tuple[bytes, Any]] = []
+        with self._read() as txn:
+            cursor = txn.cursor()
+            if not cursor.set_range(prefix if after is None else _base(prefix, after)):
+                return found
+            for key, entry in _decoded(iter(cursor), prefix):
+                if key == after:
+                    continue
+                found.append((key, entry))
+                if len(found) == limit:
+                    break
+        return found
+
     def drop_key_group(self, key_group: int) -> None:
         """Delete the group's records of every state, in one write transaction."""
         prefixes = [_prefix(state, key_group) for state in self.states()]

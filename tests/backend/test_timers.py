@@ -223,3 +223,39 @@ def test_timer_state_names_are_reserved(tmp_path):
         with pytest.raises(TypeError, match="epoch milliseconds"):
             backend.timers().register(1.5)
         backend.close()
+
+
+def test_a_fresh_backend_on_lmdb_fires_by_seeking_not_by_reading_every_timer(tmp_path, monkeypatch):
+    """A Spark task is a fresh backend over its working copy: finding due timers must not scan them all."""
+    from dstl.backend.delegate import LmdbDelegate
+
+    config = {"dstl.storage": "local", "dstl.local.dir": str(tmp_path / "log")}
+    with load_storage(config, job_id="job") as storage:
+        delegate = LmdbDelegate(tmp_path / "lmdb")
+        backend = ChangelogKeyedStateBackend(storage, "op", ALL, delegate=delegate)
+        keys = [f"user-{n}" for n in range(3_000)]
+        for n, key in enumerate(keys):
+            backend.set_current_key(key)
+            backend.timers().register(1_000 + n // 500, TimeDomain.EVENT)  # 500 keys share each expiry
+            backend.timers().register(1 << 40, TimeDomain.EVENT)
+        snapshot = backend.checkpoint(1).result(timeout=30)
+        registrations = backend.registrations()
+        backend.close()
+
+        fresh = ChangelogKeyedStateBackend(storage, "op", ALL, delegate=delegate, epoch=1)
+        fresh.resume(snapshot, registrations)
+
+        def no_scan(state, key_group):
+            raise AssertionError(f"read every entry of {state} in key group {key_group}")
+
+        monkeypatch.setattr(delegate, "entries", no_scan)
+        timers = fresh.timers()
+        assert timers.next_expiry(TimeDomain.EVENT) == 1_000
+        fired = list(timers.fire(1_001, TimeDomain.EVENT))
+        # time, then key (stored bytes) order, across key groups
+        expected = sorted(((1_000 + n // 500, _order(key)), key) for n, key in enumerate(keys) if n < 1_000)
+        assert [(expiry, key) for key, expiry in fired] == [(t, key) for (t, _), key in expected]
+        assert timers.next_expiry(TimeDomain.EVENT) == 1_002
+        fresh.set_current_key("user-0")
+        assert timers.list(TimeDomain.EVENT) == [1 << 40]
+        fresh.close()
