@@ -251,10 +251,10 @@ def collection_op_costs(delegate_kind: str, size: int, workdir: str) -> dict[str
             return (time.perf_counter() - started) / COLLECTION_OPS * 1e6
 
         costs = {
-            "list add": timed(lambda i: items.add("y" * 50)),
-            "map put": timed(lambda i: pages.put(size + i, "y" * 50)),
-            "map get": timed(lambda i: pages.get(probes[i])),
-            "map remove": timed(lambda i: pages.remove(probes[i])),
+            "list add µs": timed(lambda i: items.add("y" * 50)),
+            "map put µs": timed(lambda i: pages.put(size + i, "y" * 50)),
+            "map get µs": timed(lambda i: pages.get(probes[i])),
+            "map remove µs": timed(lambda i: pages.remove(probes[i])),
         }
         backend.close()
     if delegate_kind == "lmdb":
@@ -267,26 +267,46 @@ def collections_table(sizes: list[int], delegates: list[str], console: Console) 
     if min(sizes) < COLLECTION_OPS:
         msg = f"collection sizes must be at least {COLLECTION_OPS}: each timed remove removes another entry"
         raise SystemExit(msg)
+    ops = ["list add µs", "map put µs", "map get µs", "map remove µs"]
+    return size_table(console, "entries", sizes, delegates, collection_op_costs, ratios=ops)
+
+
+def size_table(  # noqa: PLR0913
+    console: Console,
+    unit: str,
+    sizes: list[int],
+    delegates: list[str],
+    measure: Callable[[str, int, str], dict[str, float]],
+    *,
+    ratios: list[str],
+) -> tuple[list, list, list]:
+    """``measure(delegate, size, workdir)`` for each delegate and size: records, columns and rows.
+
+    Each figure is shown, and for ``ratios`` also its ratio to the smallest size
+    (what must stay flat).
+    """
     records = []
-    with tempfile.TemporaryDirectory(prefix="dstl-ops-") as workdir, Progress(console=console) as progress:
-        task = progress.add_task("collection ops", total=len(sizes) * len(delegates))
+    with (
+        tempfile.TemporaryDirectory(prefix=f"dstl-{unit}-") as workdir,
+        Progress(console=console) as progress,
+    ):
+        task = progress.add_task(unit, total=len(sizes) * len(delegates))
         for kind in delegates:
             for size in sizes:
-                progress.update(task, description=f"{kind}, {size:,} entries")
-                costs = collection_op_costs(kind, size, workdir)
-                records.append({"delegate": kind, "entries": size, **costs})
+                progress.update(task, description=f"{kind}, {size:,} {unit}")
+                records.append({"delegate": kind, unit: size, **measure(kind, size, workdir)})
                 progress.advance(task)
-    ops = ["list add", "map put", "map get", "map remove"]
-    columns = ["delegate", "entries", *[f"{op} µs" for op in ops], *[f"{op} ×" for op in ops]]
+    figures = [name for name in records[0] if name not in ("delegate", unit)]
+    columns = ["delegate", unit, *figures, *[f"{name.rsplit(' ', 1)[0]} ×" for name in ratios]]
     rows = []
     for r in records:
-        base = next(b for b in records if b["delegate"] == r["delegate"] and b["entries"] == min(sizes))
+        base = next(b for b in records if b["delegate"] == r["delegate"] and b[unit] == min(sizes))
         rows.append(
             [
                 r["delegate"],
-                f"{r['entries']:,}",
-                *[f"{r[op]:.1f}" for op in ops],
-                *[f"{r[op] / base[op]:.2f}" for op in ops],
+                f"{r[unit]:,}",
+                *[f"{r[name]:.1f}" for name in figures],
+                *[f"{r[name] / base[name]:.2f}" for name in ratios],
             ]
         )
     return records, columns, rows
@@ -343,28 +363,9 @@ def timer_costs(delegate_kind: str, timers: int, workdir: str) -> dict[str, floa
 
 def timers_table(sizes: list[int], delegates: list[str], console: Console) -> tuple[list, list, list]:
     """Timer costs by delegate and number of timers, with the ratio to the fewest."""
-    records = []
-    with tempfile.TemporaryDirectory(prefix="dstl-timers-") as workdir, Progress(console=console) as progress:
-        task = progress.add_task("timers", total=len(sizes) * len(delegates))
-        for kind in delegates:
-            for size in sizes:
-                progress.update(task, description=f"{kind}, {size:,} timers")
-                records.append({"delegate": kind, "timers": size, **timer_costs(kind, size, workdir)})
-                progress.advance(task)
-    figures = ["register µs", "next expiry ms", "fire due ms"]
-    columns = ["delegate", "timers", *figures, *[f"{f.split()[0]} {f.split()[1]} ×" for f in figures[1:]]]
-    rows = []
-    for r in records:
-        base = next(b for b in records if b["delegate"] == r["delegate"] and b["timers"] == min(sizes))
-        rows.append(
-            [
-                r["delegate"],
-                f"{r['timers']:,}",
-                *[f"{r[f]:.1f}" for f in figures],
-                *[f"{r[f] / base[f]:.2f}" for f in figures[1:]],
-            ]
-        )
-    return records, columns, rows
+    return size_table(
+        console, "timers", sizes, delegates, timer_costs, ratios=["next expiry ms", "fire due ms"]
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

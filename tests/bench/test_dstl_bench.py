@@ -153,3 +153,13 @@ def test_spark_figures_verdicts_and_materialization_cost_from_synthetic_runs():
     )
     assert materialization_cost(hdfs) is None
     assert len(summary_rows(results)) == 3
+
+
+def test_scale_bench_timer_and_collection_tables_run(tmp_path):
+    from bench.scale_bench import main as scale_main
+
+    assert scale_main(["--timers", "200,400", "--delegates", "lmdb,heap", "--results", str(tmp_path)]) == 0
+    report = (tmp_path / "scale-timers.md").read_text()
+    assert "| lmdb | 400 |" in report and "next expiry ×" in report
+    assert scale_main(["--collections", "1000,2000", "--delegates", "heap", "--results", str(tmp_path)]) == 0
+    assert "| heap | 2,000 |" in (tmp_path / "scale-collections.md").read_text()
