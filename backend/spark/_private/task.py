@@ -238,7 +238,7 @@ def process_instance(
             processor.init(context)
             if initial is not None and len(initial):
                 _load_initial_state(processor, context, initial)
-            user_rows, event_stats = _on_time(rows, plan.clock)
+            user_rows, event_stats = _on_time(rows, plan.clock, woken=instance in plan.wake)
             output = (
                 output_columns(processor.handle_input_batch(user_rows, context), plan.output_columns)
                 if len(user_rows)
@@ -315,13 +315,13 @@ def _load_initial_state(processor: StatefulProcessor, context: StateContext, ini
         processor.handle_initial_state(key, key_rows, context)
 
 
-def _on_time(rows: Any, clock: BatchClock) -> tuple[Any, dict[str, Any]]:  # noqa: ANN401 - pandas
+def _on_time(rows: Any, clock: BatchClock, *, woken: bool) -> tuple[Any, dict[str, Any]]:  # noqa: ANN401
     """The rows the processor gets: no wake rows, and in event time none at or below the watermark.
 
-    Returns them (without dstl's columns) and the batch's event-time figures: the
-    largest event time seen (late rows count, as in Spark) and how many rows were late.
+    Returns them (without dstl's columns) and the batch's figures: the data rows,
+    the largest event time seen (late rows count, as in Spark) and how many were late.
     """
-    data = rows[rows[KEY_GROUP_COLUMN] != WAKE_KEY_GROUP] if len(rows) else rows
+    data = rows[rows[KEY_GROUP_COLUMN] != WAKE_KEY_GROUP] if woken and len(rows) else rows
     stats: dict[str, Any] = {"rows": len(data)}
     if EVENT_TIME_COLUMN in data.columns:
         event = data[EVENT_TIME_COLUMN]
