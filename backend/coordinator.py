@@ -45,7 +45,7 @@ from .documents import check_fields, load_document
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CheckpointCoordinator", "CompletedCheckpoint", "TimeProgress"]
+__all__ = ["CheckpointCoordinator", "CompletedCheckpoint", "TimeProgress", "read_checkpoints"]
 
 _PREFIX = "chk-"
 _SUFFIX = ".json"
@@ -160,6 +160,34 @@ class CompletedCheckpoint:
             for ref in snapshot.references:
                 keys.add(("snapshot", ref.path))
         return keys
+
+
+def read_checkpoints(fs: Any, directory: str) -> tuple[list[CompletedCheckpoint], list[tuple[int, str, str]]]:  # noqa: ANN401
+    """The checkpoint documents in ``directory`` (read only), oldest first, and the damaged ones.
+
+    A damaged one is ``(id from its file name, path, reason)``: unreadable, invalid,
+    or naming another checkpoint than its file name does.
+    """
+    documents: list[CompletedCheckpoint] = []
+    damaged: list[tuple[int, str, str]] = []
+    for path in fs.ls(directory, detail=False):
+        name = path.rsplit("/", 1)[-1]
+        if not (name.startswith(_PREFIX) and name.endswith(_SUFFIX)):
+            continue
+        digits = name[len(_PREFIX) : -len(_SUFFIX)]
+        named_id = int(digits) if digits.isascii() and digits.isdigit() else -1
+        try:
+            completed = CompletedCheckpoint.from_json(fs.cat_file(path), source=f"checkpoint {path}")
+        except (InvalidHandleError, OSError) as exc:
+            damaged.append((named_id, path, str(exc)))
+            continue
+        if completed.checkpoint_id != named_id:
+            reason = f"it says it is checkpoint {completed.checkpoint_id}, its name says {digits}"
+            damaged.append((named_id, path, reason))
+            continue
+        documents.append(completed)
+    documents.sort(key=lambda c: c.checkpoint_id)
+    return documents, damaged
 
 
 class CheckpointCoordinator:
@@ -347,19 +375,10 @@ class CheckpointCoordinator:
         :raises CorruptedError: naming the file when the newest checkpoint document
             is damaged and ``on_damaged`` is ``fail``.
         """
-        documents: list[CompletedCheckpoint] = []
-        damaged: list[tuple[int, str, str]] = []  # (id from the file name, path, reason)
         for path in self._fs.ls(self._dir, detail=False):
-            name = path.rsplit("/", 1)[-1]
-            if name.startswith(".tmp-"):
+            if path.rsplit("/", 1)[-1].startswith(".tmp-"):
                 self._fs.rm_file(path)
-            elif name.startswith(_PREFIX) and name.endswith(_SUFFIX):
-                found = self._read_document(path, name)
-                if isinstance(found, CompletedCheckpoint):
-                    documents.append(found)
-                else:
-                    damaged.append(found)
-        documents.sort(key=lambda c: c.checkpoint_id)
+        documents, damaged = read_checkpoints(self._fs, self._dir)
         self.rolled_back_from = None
         if damaged:
             self._judge_damage(damaged, documents[-1].checkpoint_id if documents else None)
@@ -374,22 +393,6 @@ class CheckpointCoordinator:
             self._remove_orphan_snapshots()
             self.collect_orphans()
         return self.latest()
-
-    def _read_document(self, path: str, name: str) -> CompletedCheckpoint | tuple[int, str, str]:
-        """The checkpoint in ``path``, or ``(id from its name, path, reason)`` when it is damaged."""
-        digits = name[len(_PREFIX) : -len(_SUFFIX)]
-        named_id = int(digits) if digits.isascii() and digits.isdigit() else -1
-        try:
-            completed = CompletedCheckpoint.from_json(self._fs.cat_file(path), source=f"checkpoint {path}")
-        except (InvalidHandleError, OSError) as exc:
-            return named_id, path, str(exc)
-        if completed.checkpoint_id != named_id:
-            return (
-                named_id,
-                path,
-                f"it says it is checkpoint {completed.checkpoint_id}, its name says {digits}",
-            )
-        return completed
 
     def _judge_damage(self, damaged: list[tuple[int, str, str]], newest_intact: int | None) -> None:
         """Fail on a damaged newest document, or roll back when ``on_damaged`` allows it."""

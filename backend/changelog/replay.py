@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,7 +37,16 @@ from dstl.spi import (
 from ..delegate import StateDelegate
 from .records import _OPS, Op, decode_change, decode_registration
 
-__all__ = ["SquashedLog", "applied", "apply_change", "replay", "squash", "visit"]
+__all__ = [
+    "DecodedChange",
+    "SquashedLog",
+    "applied",
+    "apply_change",
+    "decoded_changes",
+    "replay",
+    "squash",
+    "visit",
+]
 
 _OP_VALUE_PUT = Op.VALUE_PUT  # enum attribute lookups are slow on a per-change path
 _VALUE_PUT = int(_OP_VALUE_PUT)
@@ -303,6 +312,44 @@ class _ForkedSquash:
         return SquashedLog.decode(data)
 
 
+@dataclass(frozen=True)
+class DecodedChange:
+    """One change record of a log, decoded: what it did to which key of which state."""
+
+    sqn: int
+    key_group: int
+    op: Op
+    state: str
+    key: bytes
+    args: list[Any]
+
+
+def decoded_changes(
+    reader: StateChangelogReader,
+    handle: ChangelogHandle,
+    key_groups: KeyGroupRange | None = None,
+    registered: Callable[[str, str, str], None] | None = None,
+) -> Iterator[DecodedChange]:
+    """Every change of ``handle`` (of ``key_groups``), in log order, with its state's name.
+
+    Registration records are taken in on the way (``registered(name, kind,
+    serializer)`` hears each); a change of an unregistered state id is an
+    :class:`InvalidHandleError`, undecodable bytes a :class:`CorruptedError`.
+    """
+    names = _Registrations(handle, registered or _ignore)
+    for sqn, changes in reader.read_change_sets(handle, key_groups):
+        for key_group, data in changes:
+            if key_group == META_KEY_GROUP:
+                names.record(data)
+                continue
+            op, state_id, key, args = decode_change(data, where=names.where)
+            yield DecodedChange(sqn, key_group, op, names.name(state_id), key, args)
+
+
+def _ignore(*_: str) -> None:
+    return None
+
+
 def visit(
     reader: StateChangelogReader,
     handle: ChangelogHandle,
@@ -311,11 +358,5 @@ def visit(
     registered: Callable[[str, str, str], None],
 ) -> None:
     """Call ``seen(state, key group, key)`` for every change of ``key_groups`` in ``handle``."""
-    names = _Registrations(handle, registered)
-    for _sqn, changes in reader.read_change_sets(handle, key_groups):
-        for key_group, data in changes:
-            if key_group == META_KEY_GROUP:
-                names.record(data)
-                continue
-            _op, state_id, key, _args = decode_change(data, where=names.where)
-            seen(names.name(state_id), key_group, key)
+    for change in decoded_changes(reader, handle, key_groups, registered):
+        seen(change.state, change.key_group, change.key)

@@ -1,0 +1,164 @@
+"""``dstl inspect``: what a checkpoint holds, and the change records of its logs or of a handle.
+
+.. code-block:: text
+
+    dstl inspect CHECKPOINT_DIR [--job J] [--batch N] [--instance NAME] [--log] [--json]
+    dstl inspect --handle FILE [--json]
+
+``CHECKPOINT_DIR`` is ``state.checkpoints.dir`` or a Spark query's checkpoint
+location. Storages named by handles are opened with ``--config KEY=VALUE``
+(under a Spark location, the ``local`` log's directory is found by itself).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from dstl.spi import ChangelogHandle, Config, InvalidHandleError
+
+from .inspection import CheckpointLocation, describe_change, describe_checkpoint, handle_changes
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+__all__ = ["add_inspect_parser"]
+
+
+def add_inspect_parser(sub: Any) -> None:  # noqa: ANN401 - argparse's subparsers action
+    """Register ``dstl inspect``."""
+    parser = sub.add_parser("inspect", help="show what a checkpoint holds, or the change records of a log")
+    parser.add_argument("path", nargs="?", help="state.checkpoints.dir, or a Spark checkpoint location")
+    parser.add_argument("--job", help="the job (default: the only one)")
+    parser.add_argument("--batch", type=int, help="checkpoint id (default: the newest)")
+    parser.add_argument("--instance", help="one operator instance, e.g. kg0-64")
+    parser.add_argument("--log", action="store_true", help="also decode the change records of the logs")
+    parser.add_argument("--handle", metavar="FILE", help="decode the change records of a handle (JSON file)")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
+    parser.set_defaults(run=run_inspect)
+
+
+def run_inspect(args: argparse.Namespace, console: Console) -> int:
+    """Entry point of ``dstl inspect``."""
+    progress_console = Console(stderr=True)
+    if args.handle:
+        with open(args.handle, "rb") as file:
+            handle = ChangelogHandle.from_json(file.read())
+        config = Config.of(args.config_values)
+        _print_changes(console, args.json, _changes([handle], config, progress_console))
+        return 0
+    if not args.path:
+        msg = "give a checkpoint directory, or --handle FILE"
+        raise InvalidHandleError(msg)
+    location = CheckpointLocation(args.path, args.job)
+    documents, damaged = location.checkpoints()
+    if not documents:
+        msg = f"job {location.job!r} has no readable checkpoint" + (
+            f" ({len(damaged)} damaged)" if damaged else ""
+        )
+        raise InvalidHandleError(msg)
+    chosen = documents[-1]
+    if args.batch is not None:
+        chosen = next((c for c in documents if c.checkpoint_id == args.batch), None)
+        if chosen is None:
+            ids = [c.checkpoint_id for c in documents]
+            msg = f"checkpoint {args.batch} is not retained (retained: {ids})"
+            raise InvalidHandleError(msg)
+    described = describe_checkpoint(location, chosen, args.instance)
+    described["retained"] = [c.checkpoint_id for c in documents]
+    described["damaged"] = [{"checkpoint_id": i, "path": p, "reason": r} for i, p, r in damaged]
+    if args.log:
+        handles = [handle for name in described["instances"] for handle in chosen.snapshots[name].all_handles]
+        config = location.config(args.config_values)
+        if args.json:
+            print(json.dumps(described), flush=True)
+        else:
+            _print_checkpoint(console, described)
+        _print_changes(console, args.json, _changes(handles, config, progress_console))
+        return 0
+    if args.json:
+        print(json.dumps(described, indent=2))
+    else:
+        _print_checkpoint(console, described)
+    return 0
+
+
+def _changes(handles: list[ChangelogHandle], config: Config, console: Console) -> Iterable[dict[str, Any]]:
+    """Every change record of ``handles``, with a progress bar (on stderr) by bytes read."""
+    total = sum(handle.size for handle in handles)
+    with Progress(console=console, transient=True, disable=total < 1 << 20) as progress:
+        task = progress.add_task("decoding change records", total=total or 1)
+        for handle in handles:
+            for change, serializer in handle_changes(handle, config):
+                yield describe_change(change, serializer)
+            progress.advance(task, handle.size)
+
+
+def _print_changes(console: Console, as_json: bool, changes: Iterable[dict[str, Any]]) -> None:
+    if as_json:
+        for change in changes:
+            sys.stdout.write(json.dumps(change) + "\n")
+        return
+    table = Table(title="change records")
+    for column in ("sqn", "key group", "op", "state", "key", "values"):
+        table.add_column(column, overflow="fold")
+    count = 0
+    for change in changes:
+        count += 1
+        table.add_row(
+            str(change["sqn"]),
+            str(change["key_group"]),
+            change["op"],
+            change["state"],
+            json.dumps(change["key"]),
+            json.dumps(change["args"])[:200],
+        )
+    console.print(table)
+    console.print(f"{count} change records")
+
+
+def _print_checkpoint(console: Console, described: dict[str, Any]) -> None:
+    head = f"job {described['job']!r}, checkpoint {described['checkpoint_id']}"
+    if described["watermark_ms"] is not None:
+        head += f", watermark {described['watermark_ms']} ms"
+    console.print(f"[bold]{head}[/] (retained: {described['retained']})")
+    for item in described["damaged"]:
+        console.print(f"[red]damaged[/] checkpoint {item['checkpoint_id']}: {item['path']}: {item['reason']}")
+    table = Table()
+    for column in (
+        "instance",
+        "snapshots",
+        "snapshot bytes",
+        "log handles",
+        "log bytes",
+        "SQN ranges",
+        "states",
+    ):
+        table.add_column(column, overflow="fold")
+    for name, snapshot in described["instances"].items():
+        for label, part in [
+            (name, snapshot),
+            *((f"  part {p['key_groups']}", p) for p in snapshot.get("parts", ())),
+        ]:
+            table.add_row(
+                label,
+                str(len(part["materialized"])),
+                f"{part['snapshot_bytes']:,}",
+                str(len(part["handles"])),
+                f"{part['log_bytes']:,}",
+                ", ".join(f"{h['sqn_range'][0]}-{h['sqn_range'][1]}" for h in part["handles"]),
+                ", ".join(f"{s} ({v['kind']})" for s, v in part["states"].items()),
+            )
+    console.print(table)
+    timers = described["next_timers"]
+    if timers:
+        console.print(
+            "next timers: " + ", ".join(f"{name} at {expiry}" for name, expiry in sorted(timers.items()))
+        )

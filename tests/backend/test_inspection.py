@@ -1,0 +1,150 @@
+"""``dstl inspect``: what a checkpoint holds and the change records of its logs, read only."""
+
+import json
+
+import pytest
+
+from dstl.backend.changelog import ChangelogKeyedStateBackend
+from dstl.backend.coordinator import CheckpointCoordinator, TimeProgress
+from dstl.backend.inspection import CheckpointLocation, describe_checkpoint, handle_changes
+from dstl.spi import InvalidHandleError, KeyGroupRange, load_storage
+from dstl.spi.cli import main
+
+ALL = KeyGroupRange(0, 128)
+
+
+@pytest.fixture
+def job(tmp_path):
+    """Three checkpoints of a job on local storage: a materialization after the first, then log only."""
+    config = {"dstl.storage": "local", "dstl.local.dir": str(tmp_path / "log")}
+    checkpoints = (tmp_path / "chk").as_uri()
+    with load_storage(config, job_id="job") as storage:
+        coordinator = CheckpointCoordinator(checkpoints, "job", num_retained=2, config=config)
+        backend = ChangelogKeyedStateBackend(storage, "op", ALL, snapshot_dir=checkpoints)
+        counts, tags = backend.value_state("counts"), backend.map_state("tags")
+        secrets = backend.value_state("secrets", serializer="pickle")
+        for checkpoint_id in (1, 2, 3):
+            for user in ("alice", "bob"):
+                backend.set_current_key(user)
+                counts.update((counts.value() or 0) + checkpoint_id)
+                tags.put(f"t{checkpoint_id}", checkpoint_id)
+                secrets.update({"never": "unpickled"})
+            if checkpoint_id == 1:
+                backend.materialize().result(timeout=30)
+            snapshot = backend.checkpoint(checkpoint_id).result(timeout=30)
+            coordinator.complete(
+                checkpoint_id, {"kg0-128": snapshot}, TimeProgress(1_000 * checkpoint_id, {})
+            )
+            backend.notify_checkpoint_complete(snapshot)
+        backend.close()
+    return config, tmp_path / "chk"
+
+
+def test_a_checkpoint_shows_its_snapshots_log_handles_and_states(job):
+    _, directory = job
+    location = CheckpointLocation(str(directory))
+    documents, damaged = location.checkpoints()
+    assert [c.checkpoint_id for c in documents] == [2, 3] and not damaged
+    described = describe_checkpoint(location, documents[-1])
+    assert described["checkpoint_id"] == 3 and described["watermark_ms"] == 3_000
+    instance = described["instances"]["kg0-128"]
+    assert len(instance["materialized"]) == 1 and instance["snapshot_bytes"] > 0
+    assert instance["materialized"][0]["entries"] > 0
+    assert instance["states"]["counts"] == {"kind": "value", "serializer": "msgpack"}
+    assert instance["states"]["tags"]["kind"] == "map"
+    assert instance["handles"] and all(h["storage"] == "local" for h in instance["handles"])
+    with pytest.raises(InvalidHandleError, match="no instance 'kg0-64'"):
+        describe_checkpoint(location, documents[-1], "kg0-64")
+
+
+def test_the_logs_change_records_decode_with_their_states_and_pickle_is_never_loaded(job):
+    config, directory = job
+    location = CheckpointLocation(str(directory))
+    latest = location.checkpoints()[0][-1]
+    changes = [
+        (change.op.name, change.state, serializer)
+        for handle in latest.snapshots["kg0-128"].handles
+        for change, serializer in handle_changes(handle, config)
+    ]
+    assert ("VALUE_PUT", "counts", "msgpack") in changes and ("MAP_PUT", "tags", "msgpack") in changes
+    assert ("VALUE_PUT", "secrets", "pickle") in changes
+
+
+def test_the_command_prints_json_and_change_records(job, tmp_path, capsys):
+    config, directory = job
+    assert main(["inspect", str(directory), "--json"]) == 0
+    described = json.loads(capsys.readouterr().out)
+    assert described["retained"] == [2, 3] and described["checkpoint_id"] == 3
+
+    assert (
+        main(
+            [
+                "inspect",
+                str(directory),
+                "--batch",
+                "2",
+                "--log",
+                "--json",
+                "--config",
+                f"dstl.local.dir={config['dstl.local.dir']}",
+            ]
+        )
+        == 0
+    )
+    lines = capsys.readouterr().out.splitlines()
+    assert json.loads(lines[0])["checkpoint_id"] == 2
+    records = [json.loads(line) for line in lines[1:]]
+    puts = [r for r in records if r["state"] == "counts" and r["op"] == "value_put"]
+    assert {r["key"] for r in puts} == {"alice", "bob"}
+    assert all(isinstance(r["args"][0], int) for r in puts)
+    assert all(r["args"] == [{"bytes": r["args"][0]["bytes"]}] for r in records if r["state"] == "secrets")
+
+    handle = described["instances"]["kg0-128"]["handles"][0]
+    snapshot = CheckpointLocation(str(directory)).checkpoints()[0][-1].snapshots["kg0-128"]
+    handle_file = tmp_path / "handle.json"
+    handle_file.write_text(snapshot.handles[0].to_json())
+    assert handle["sqn_range"] == [snapshot.handles[0].sqn_range.start, snapshot.handles[0].sqn_range.end]
+    assert (
+        main(
+            [
+                "inspect",
+                "--handle",
+                str(handle_file),
+                "--config",
+                f"dstl.local.dir={config['dstl.local.dir']}",
+            ]
+        )
+        == 0
+    )
+    assert "change records" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--batch", "1"], "checkpoint 1 is not retained"),
+        (["--instance", "kg0-64"], "no instance 'kg0-64'"),
+        (["--job", "other"], "no job 'other'"),
+    ],
+)
+def test_what_the_checkpoint_does_not_hold_is_a_clear_error(job, capsys, argv, message):
+    _, directory = job
+    assert main(["inspect", str(directory), *argv]) != 0
+    assert message in " ".join(capsys.readouterr().out.split())  # rich wraps long lines
+
+
+def test_a_directory_without_checkpoints_says_so(tmp_path, capsys):
+    assert main(["inspect", str(tmp_path)]) != 0
+    assert "holds no job's checkpoints" in " ".join(capsys.readouterr().out.split())
+
+
+def test_a_spark_checkpoint_location_finds_its_state_and_local_log(job, tmp_path):
+    import shutil
+
+    _, directory = job
+    spark_location = tmp_path / "query"
+    shutil.copytree(directory, spark_location / "dstl-state")
+    location = CheckpointLocation(str(spark_location))
+    assert [c.checkpoint_id for c in location.checkpoints()[0]] == [2, 3]
+    assert location.config({})["dstl.local.dir"] == f"{spark_location}/dstl-changelog"
+    assert location.config({"dstl.local.dir": "/elsewhere"})["dstl.local.dir"] == "/elsewhere"
