@@ -7,20 +7,32 @@ unpickled (a state stored with pickle shows its size only).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import msgpack
 
 from dstl.spi import ChangelogHandle, Config, InvalidHandleError, KeyGroupRange, storage_for_handle
 
-from .changelog import BackendSnapshot
+from .changelog import BackendSnapshot, ChangelogKeyedStateBackend
 from .changelog.replay import DecodedChange, decoded_changes
 from .coordinator import CompletedCheckpoint, read_checkpoints
 from .materialization import MaterializationRef, read_sections
 from .state import map_key_from_bytes
+from .timers import RESERVED_PREFIX
 
-__all__ = ["CheckpointLocation", "describe_change", "describe_checkpoint", "handle_changes"]
+__all__ = [
+    "CheckpointLocation",
+    "describe_change",
+    "describe_checkpoint",
+    "handle_changes",
+    "json_safe",
+    "restored_read_only",
+    "state_entries",
+]
 
 #: Where a Spark query keeps dstl's state checkpoints and the ``local`` log, under its checkpoint location.
 SPARK_STATE_DIR, SPARK_LOCAL_LOG_DIR = "dstl-state", "dstl-changelog"
@@ -186,30 +198,126 @@ def describe_change(change: DecodedChange, serializer: str) -> dict[str, Any]:
 
 def _key(raw: bytes) -> Any:  # noqa: ANN401
     try:
-        return _plain(map_key_from_bytes(raw))
+        return json_safe(map_key_from_bytes(raw))
     except Exception:  # noqa: BLE001 - a key another serializer wrote: show its bytes
         return raw.hex()
 
 
 def _value(arg: Any) -> Any:  # noqa: ANN401
     if not isinstance(arg, bytes):
-        return _plain(arg)
+        return json_safe(arg)
     try:
-        return _plain(msgpack.unpackb(arg, raw=False, strict_map_key=False))
+        return json_safe(msgpack.unpackb(arg, raw=False, strict_map_key=False))
     except Exception:  # noqa: BLE001 - shown as bytes
         return {"bytes": len(arg)}
 
 
 def _opaque(arg: Any) -> Any:  # noqa: ANN401
-    return {"bytes": len(arg)} if isinstance(arg, bytes) else _plain(arg)
+    return {"bytes": len(arg)} if isinstance(arg, bytes) else json_safe(arg)
 
 
-def _plain(value: Any) -> Any:  # noqa: ANN401
+def json_safe(value: Any) -> Any:  # noqa: ANN401 - any decoded value
     """JSON-safe: bytes as hex, tuples as lists, map keys as strings."""
     if isinstance(value, bytes):
         return value.hex()
     if isinstance(value, list | tuple):
-        return [_plain(item) for item in value]
+        return [json_safe(item) for item in value]
     if isinstance(value, dict):
-        return {str(_plain(k)): _plain(v) for k, v in value.items()}
+        return {str(json_safe(k)): json_safe(v) for k, v in value.items()}
     return value
+
+
+@contextmanager
+def restored_read_only(
+    snapshot: BackendSnapshot,
+    key_groups: KeyGroupRange,
+    config: Config | Mapping[str, Any],
+    *,
+    max_parallelism: int,
+    snapshot_dir: str,
+    job_id: str,
+) -> Iterator[ChangelogKeyedStateBackend]:
+    """A backend holding ``snapshot``'s state, restored without touching the job's logs.
+
+    Its own writer goes to a private in-memory log (nothing is fenced or written
+    where the job keeps its state); the handles are read through their own
+    storages, opened with ``config``. The state lives in a temporary LMDB file.
+    ``job_id`` is the job whose snapshots it reads (references outside it are refused).
+    """
+    import tempfile
+    import uuid
+
+    from dstl.spi import load_storage
+
+    from .delegate import LmdbDelegate
+
+    private = {"dstl.storage": "memory", "dstl.memory.namespace": f"read-only-{uuid.uuid4().hex}"}
+    with (
+        tempfile.TemporaryDirectory(prefix="dstl-read-") as workdir,
+        load_storage(private, job_id=job_id) as storage,
+    ):
+        delegate = LmdbDelegate(Path(workdir) / "state")
+        backend = ChangelogKeyedStateBackend(
+            storage,
+            "read-only",
+            key_groups,
+            max_parallelism=max_parallelism,
+            delegate=delegate,
+            snapshot_dir=snapshot_dir,
+        )
+        try:
+            backend.restore(snapshot, config)
+            yield backend
+        finally:
+            backend.close()
+            delegate.close()
+
+
+def state_entries(
+    backend: ChangelogKeyedStateBackend, *, internal: bool = False
+) -> Iterator[tuple[Any, str, str, Any]]:
+    """``(key, state name, kind, value)`` of every key and state the backend holds, as the job sees them.
+
+    The key is JSON-safe (a tuple as a list; stored bytes that are no user key, as
+    dstl's own timer index has, as hex).
+
+    A list is a list, a map a dict. A TTL's length is not part of the checkpoint,
+    so values past it that cleanup has not removed yet are included. dstl's own
+    states (timers) only with ``internal``.
+    """
+    from .state import StateDescriptor, StateKind
+    from .ttl import TTL_SUFFIX
+
+    for name, (kind, stored) in sorted(backend.registrations().items()):
+        if name.startswith(RESERVED_PREFIX) and not internal:
+            continue
+        serializer, ttl_marked, _ = stored.partition(TTL_SUFFIX)
+        state_kind = StateKind(kind)
+        descriptor = StateDescriptor(
+            name,
+            state_kind,
+            serializer,
+            reduce=_keep_last if state_kind is StateKind.REDUCING else None,
+            ttl=math.inf if ttl_marked else None,
+        )
+        # The TTL's length is not recorded: a value past it that cleanup has not removed yet shows.
+        state = (
+            backend._register(descriptor)
+            if name.startswith(RESERVED_PREFIX)
+            else backend.register(descriptor)
+        )  # noqa: SLF001
+        for key_group in backend.key_groups:
+            for raw_key, _ in backend.delegate.entries(name, key_group):
+                with backend.bound_to(key_group, raw_key):
+                    if state_kind is StateKind.MAP:
+                        value: Any = dict(state.items())
+                    elif state_kind is StateKind.LIST:
+                        value = state.get()
+                    else:
+                        value = state.value() if state_kind is StateKind.VALUE else state.get()
+                if value not in (None, [], {}):
+                    yield _key(raw_key), name, kind, value
+
+
+def _keep_last(_older: Any, newer: Any) -> Any:  # noqa: ANN401 - a reducing state read back, never added to
+    return newer

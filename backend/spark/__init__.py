@@ -32,6 +32,7 @@ from .progress import BatchProgress
 from .pyspark_compat import PySparkProcessor, pyspark_processor
 from .query import StatefulQuery, transform_with_state
 from .sinks import ParquetBatchSink
+from .state_reader import read_changes, read_state
 
 __all__ = [
     "BatchClock",
@@ -44,6 +45,8 @@ __all__ = [
     "TimeMode",
     "instance_for_key_group",
     "pyspark_processor",
+    "read_changes",
+    "read_state",
     "routing_exprs",
     "transform_with_state",
 ]

@@ -1,0 +1,201 @@
+"""Read a query's state and its change feed as DataFrames, outside the query (Spark's ``statestore``).
+
+.. code-block:: python
+
+    read_state(spark, "/data/chk").where("state = 'total'").show()
+    read_changes(spark, "/data/chk", from_batch=10, to_batch=12).show()
+
+Both are read only: nothing of the query's state or logs is written, and a
+running query can be read. Keys and values come as JSON text (a key of several
+columns is a JSON array).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from dstl.spi import ChangelogHandle, Config, InvalidHandleError
+
+from ..changelog import BackendSnapshot
+from ..inspection import (
+    CheckpointLocation,
+    describe_change,
+    handle_changes,
+    json_safe,
+    restored_read_only,
+    state_entries,
+)
+from .placement import instance_name, parse_instance_name
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from ..coordinator import CompletedCheckpoint
+
+__all__ = ["CHANGES_SCHEMA", "STATE_SCHEMA", "read_changes", "read_state"]
+
+STATE_SCHEMA = "batch_id long, instance string, key string, state string, kind string, value string"
+CHANGES_SCHEMA = (
+    "batch_id long, instance string, sqn long, key_group int, op string, state string, key string, "
+    "value string"
+)
+
+
+def _setup(
+    spark: SparkSession, checkpoint_location: str, config: Mapping[str, Any] | None, job_id: str | None
+) -> tuple[CheckpointLocation, list[CompletedCheckpoint], Config]:
+    from .query import _job_config, _session_conf
+
+    location = CheckpointLocation(checkpoint_location, job_id)
+    documents, _ = location.checkpoints()
+    if not documents:
+        msg = f"{checkpoint_location} has no readable state checkpoint of job {location.job!r}"
+        raise InvalidHandleError(msg)
+    conf = dict(spark.sparkContext.getConf().getAll()) | _session_conf(spark)
+    return location, documents, location.config(_job_config(conf, config, checkpoint_location).raw())
+
+
+def read_state(
+    spark: SparkSession,
+    checkpoint_location: str,
+    batch_id: int | None = None,
+    *,
+    config: Mapping[str, Any] | None = None,
+    job_id: str | None = None,
+    internal: bool = False,
+) -> DataFrame:
+    """Every key's state at checkpoint ``batch_id`` (default: the newest): one row per key and state.
+
+    Each operator instance is restored in a task of its own (into a temporary LMDB
+    file on the executor), so reading costs a restore of the state, not the
+    driver's memory. ``internal`` adds dstl's own states (timers).
+
+    :raises InvalidHandleError: when the checkpoint is not retained.
+    """
+    location, documents, cfg = _setup(spark, checkpoint_location, config, job_id)
+    chosen = documents[-1] if batch_id is None else _retained(documents, batch_id)
+    work = [(name, snapshot.to_json()) for name, snapshot in sorted(chosen.snapshots.items())]
+    read = _state_reader(
+        cfg.raw(),
+        chosen.checkpoint_id,
+        int(cfg["state.backend.max-parallelism"]),
+        cfg["state.checkpoints.dir"],
+        location.job,
+        internal=internal,
+    )
+    rows = spark.sparkContext.parallelize(work, max(len(work), 1)).mapPartitions(read)
+    return spark.createDataFrame(rows, STATE_SCHEMA)
+
+
+def read_changes(
+    spark: SparkSession,
+    checkpoint_location: str,
+    from_batch: int,
+    to_batch: int | None = None,
+    *,
+    config: Mapping[str, Any] | None = None,
+    job_id: str | None = None,
+) -> DataFrame:
+    """The change feed: every change record of batches ``from_batch`` to ``to_batch`` (inclusive).
+
+    Only batches whose logs the retained checkpoints still reference can be read
+    (the log before the last materialization is truncated). Values of states
+    stored with pickle show their size only (never unpickled).
+
+    :raises InvalidHandleError: when a batch in the range has no retained log.
+    """
+    location, documents, cfg = _setup(spark, checkpoint_location, config, job_id)
+    last = documents[-1].checkpoint_id if to_batch is None else to_batch
+    handles: dict[str, ChangelogHandle] = {}
+    for completed in documents:
+        for snapshot in completed.snapshots.values():
+            for handle in _all_handles(snapshot):
+                if handle.checkpoint_id is not None and from_batch <= handle.checkpoint_id <= last:
+                    handles.setdefault(handle.to_json(), handle)
+    with_log = sorted(
+        {h.checkpoint_id for c in documents for s in c.snapshots.values() for h in _all_handles(s)} - {None}
+    )
+    if not with_log or from_batch < with_log[0]:
+        msg = (
+            f"batch {from_batch} has no retained log: the log before the last materialization is "
+            f"truncated (batches with a log: {with_log[0]}..{with_log[-1]})"
+            if with_log
+            else f"no retained checkpoint of {checkpoint_location} references a log"
+        )
+        raise InvalidHandleError(msg)
+    work = sorted(handles)
+    rows = spark.sparkContext.parallelize(work, max(min(len(work), 64), 1)).mapPartitions(
+        _change_reader(cfg.raw())
+    )
+    return spark.createDataFrame(rows, CHANGES_SCHEMA)
+
+
+def _retained(documents: list[CompletedCheckpoint], batch_id: int) -> CompletedCheckpoint:
+    for completed in documents:
+        if completed.checkpoint_id == batch_id:
+            return completed
+    msg = f"checkpoint {batch_id} is not retained (retained: {[c.checkpoint_id for c in documents]})"
+    raise InvalidHandleError(msg)
+
+
+def _all_handles(snapshot: BackendSnapshot) -> Iterator[ChangelogHandle]:
+    yield from snapshot.handles
+    for _, part in snapshot.parts:
+        yield from _all_handles(part)
+
+
+def _json(value: Any) -> str:  # noqa: ANN401
+    return json.dumps(json_safe(value), default=str)
+
+
+def _state_reader(  # noqa: PLR0913
+    config: dict[str, Any],
+    batch_id: int,
+    max_parallelism: int,
+    snapshot_dir: str,
+    job_id: str,
+    *,
+    internal: bool,
+) -> Callable[[Iterable[tuple[str, str]]], Iterator[tuple[Any, ...]]]:
+    """The ``mapPartitions`` function restoring instances and yielding their state rows."""
+
+    def read(work: Iterable[tuple[str, str]]) -> Iterator[tuple[Any, ...]]:
+        for name, text in work:
+            snapshot = BackendSnapshot.from_json(text)
+            with restored_read_only(
+                snapshot,
+                parse_instance_name(name),
+                config,
+                max_parallelism=max_parallelism,
+                snapshot_dir=snapshot_dir,
+                job_id=job_id,
+            ) as backend:
+                for key, state, kind, value in state_entries(backend, internal=internal):
+                    yield batch_id, name, _json(key), state, kind, _json(value)
+
+    return read
+
+
+def _change_reader(config: dict[str, Any]) -> Callable[[Iterable[str]], Iterator[tuple[Any, ...]]]:
+    """The ``mapPartitions`` function decoding handles into change rows."""
+
+    def read(work: Iterable[str]) -> Iterator[tuple[Any, ...]]:
+        for text in work:
+            handle = ChangelogHandle.from_json(text)
+            instance = instance_name(handle.key_groups)
+            for change, serializer in handle_changes(handle, config):
+                doc = describe_change(change, serializer)
+                yield (
+                    handle.checkpoint_id,
+                    instance,
+                    doc["sqn"],
+                    doc["key_group"],
+                    doc["op"],
+                    doc["state"],
+                    json.dumps(doc["key"]),
+                    json.dumps(doc["args"]),
+                )
+
+    return read

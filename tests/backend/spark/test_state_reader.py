@@ -1,0 +1,66 @@
+"""Reading a query's state and change feed as DataFrames (real PySpark), read only."""
+
+import json
+
+import pytest
+
+from dstl.backend.spark import read_changes, read_state
+from dstl.backend.spark.demo.pipeline import EVENT_COLUMNS, expected_state, start_pipeline, write_input_file
+from dstl.spi import InvalidHandleError
+
+ROWS = 400
+
+
+@pytest.fixture(scope="module")
+def finished_query(spark, tmp_path_factory):
+    """The demo pipeline over 5 files (a batch each) on local storage, stopped."""
+    workdir = tmp_path_factory.mktemp("reader") / "job"
+    for index in range(5):
+        write_input_file(workdir / "input", index, ROWS)
+    config = {
+        "dstl.storage": "local",
+        "dstl.spark.working-dir": str(workdir / "working"),
+        "state.changelog.materialization.interval": "0s",
+    }
+    query = start_pipeline(spark, workdir, config, trigger={"availableNow": True})
+    query.await_termination(timeout=300)
+    assert query.exception() is None, query.exception()
+    return workdir, query.progress
+
+
+def test_read_state_gives_every_users_state_as_the_query_holds_it(spark, finished_query):
+    workdir, progress = finished_query
+    before = sorted(p.name for p in (workdir / "checkpoint" / "dstl-state").rglob("*") if p.is_file())
+    frame = read_state(spark, str(workdir / "checkpoint"))
+    rows = frame.collect()
+    expected = expected_state(spark, workdir / "input", None)
+    totals = {json.loads(r["key"]): json.loads(r["value"]) for r in rows if r["state"] == "total"}
+    assert totals == {user: figures["total"] for user, figures in expected.items()}
+    counts = {json.loads(r["key"]): json.loads(r["value"]) for r in rows if r["state"] == "events"}
+    assert counts == {user: figures["events"] for user, figures in expected.items()}
+    pages = next(
+        json.loads(r["value"]) for r in rows if r["state"] == "pages" and json.loads(r["key"]) == "u0"
+    )
+    assert json.dumps(dict(sorted(pages.items()))) == expected["u0"]["pages"]
+    assert {r["batch_id"] for r in rows} == {progress[-1].batch_id}
+    assert not any(r["state"].startswith("__dstl.") for r in rows)  # timers only when asked
+    assert any(
+        r["state"].startswith("__dstl.")
+        for r in read_state(spark, str(workdir / "checkpoint"), internal=True).collect()
+    )
+    after = sorted(p.name for p in (workdir / "checkpoint" / "dstl-state").rglob("*") if p.is_file())
+    assert after == before  # read only
+
+
+def test_read_changes_gives_the_change_feed_of_the_batches_still_logged(spark, finished_query):
+    workdir, progress = finished_query
+    last = progress[-1].batch_id
+    changes = read_changes(spark, str(workdir / "checkpoint"), from_batch=last, to_batch=last).collect()
+    assert {r["batch_id"] for r in changes} == {last}
+    updated = {json.loads(r["key"]) for r in changes if r["state"] == "total" and r["op"] == "value_put"}
+    users = spark.range(last * ROWS, (last + 1) * ROWS).selectExpr(f"{EVENT_COLUMNS['user']} as user")
+    assert updated == {row["user"] for row in users.distinct().collect()}
+    with pytest.raises(InvalidHandleError, match="no retained log"):
+        read_changes(spark, str(workdir / "checkpoint"), from_batch=0)
+    with pytest.raises(InvalidHandleError, match="not retained"):
+        read_state(spark, str(workdir / "checkpoint"), batch_id=0)
