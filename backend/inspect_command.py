@@ -28,7 +28,9 @@ from .inspection import CheckpointLocation, describe_change, describe_checkpoint
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-__all__ = ["add_inspect_parser"]
+    from .coordinator import CompletedCheckpoint
+
+__all__ = ["add_inspect_parser", "add_savepoint_parser"]
 
 
 def add_inspect_parser(sub: Any) -> None:  # noqa: ANN401 - argparse's subparsers action
@@ -45,6 +47,54 @@ def add_inspect_parser(sub: Any) -> None:  # noqa: ANN401 - argparse's subparser
     parser.set_defaults(run=run_inspect)
 
 
+def add_savepoint_parser(sub: Any) -> None:  # noqa: ANN401 - argparse's subparsers action
+    """Register ``dstl savepoint``."""
+    parser = sub.add_parser(
+        "savepoint",
+        help="write a checkpoint's state as self-contained full snapshots (any storage restores it)",
+    )
+    parser.add_argument("path", help="state.checkpoints.dir, or a Spark checkpoint location")
+    parser.add_argument("target", help="an empty directory or fsspec URL for the savepoint")
+    parser.add_argument("--job", help="the job (default: the only one)")
+    parser.add_argument("--batch", type=int, help="checkpoint id (default: the newest)")
+    parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
+    parser.set_defaults(run=run_savepoint)
+
+
+def run_savepoint(args: argparse.Namespace, console: Console) -> int:
+    """Entry point of ``dstl savepoint``."""
+    from .savepoints import write_savepoint
+
+    location = CheckpointLocation(args.path, args.job)
+    chosen = _chosen(location, args.batch)
+    config = location.config(args.config_values)
+    with console.status(f"writing a savepoint of checkpoint {chosen.checkpoint_id}"):
+        savepoint = write_savepoint(location, chosen, args.target, config)
+    total = sum(ref.size for s in savepoint.snapshots.values() for ref in s.materialized)
+    console.print(
+        f"savepoint of job {savepoint.job!r}, checkpoint {savepoint.checkpoint_id}: "
+        f"{len(savepoint.snapshots)} instances, {total:,} bytes at {args.target} "
+        "(start a job from it with state.savepoint.path)"
+    )
+    return 0
+
+
+def _chosen(location: CheckpointLocation, batch: int | None) -> CompletedCheckpoint:
+    """The newest retained checkpoint, or ``batch``'s."""
+    documents, damaged = location.checkpoints()
+    if not documents:
+        suffix = f" ({len(damaged)} damaged)" if damaged else ""
+        msg = f"job {location.job!r} has no readable checkpoint{suffix}"
+        raise InvalidHandleError(msg)
+    if batch is None:
+        return documents[-1]
+    for completed in documents:
+        if completed.checkpoint_id == batch:
+            return completed
+    msg = f"checkpoint {batch} is not retained (retained: {[c.checkpoint_id for c in documents]})"
+    raise InvalidHandleError(msg)
+
+
 def run_inspect(args: argparse.Namespace, console: Console) -> int:
     """Entry point of ``dstl inspect``."""
     progress_console = Console(stderr=True)
@@ -58,19 +108,8 @@ def run_inspect(args: argparse.Namespace, console: Console) -> int:
         msg = "give a checkpoint directory, or --handle FILE"
         raise InvalidHandleError(msg)
     location = CheckpointLocation(args.path, args.job)
+    chosen = _chosen(location, args.batch)
     documents, damaged = location.checkpoints()
-    if not documents:
-        msg = f"job {location.job!r} has no readable checkpoint" + (
-            f" ({len(damaged)} damaged)" if damaged else ""
-        )
-        raise InvalidHandleError(msg)
-    chosen = documents[-1]
-    if args.batch is not None:
-        chosen = next((c for c in documents if c.checkpoint_id == args.batch), None)
-        if chosen is None:
-            ids = [c.checkpoint_id for c in documents]
-            msg = f"checkpoint {args.batch} is not retained (retained: {ids})"
-            raise InvalidHandleError(msg)
     described = describe_checkpoint(location, chosen, args.instance)
     described["retained"] = [c.checkpoint_id for c in documents]
     described["damaged"] = [{"checkpoint_id": i, "path": p, "reason": r} for i, p, r in damaged]

@@ -20,6 +20,7 @@ from dstl.spi import ChangelogHandle, Config, InvalidHandleError, KeyGroupRange,
 from .changelog import BackendSnapshot, ChangelogKeyedStateBackend
 from .changelog.replay import DecodedChange, decoded_changes
 from .coordinator import CompletedCheckpoint, read_checkpoints
+from .keygroups import parse_instance_name
 from .materialization import MaterializationRef, read_sections
 from .state import map_key_from_bytes
 from .timers import RESERVED_PREFIX
@@ -29,6 +30,7 @@ __all__ = [
     "describe_change",
     "describe_checkpoint",
     "handle_changes",
+    "instance_key_groups",
     "json_safe",
     "restored_read_only",
     "state_entries",
@@ -72,6 +74,11 @@ class CheckpointLocation:
             msg = f"{path} has no job {job!r} (it has {jobs})"
             raise InvalidHandleError(msg)
         self.job = job
+
+    @property
+    def url(self) -> str:
+        """The state checkpoint directory as a URL (``state.checkpoints.dir`` of the job)."""
+        return str(self.fs.unstrip_protocol(self.root))
 
     def checkpoints(self) -> tuple[list[CompletedCheckpoint], list[tuple[int, str, str]]]:
         """The job's checkpoints, oldest first, and the damaged documents."""
@@ -321,3 +328,24 @@ def state_entries(
 
 def _keep_last(_older: Any, newer: Any) -> Any:  # noqa: ANN401 - a reducing state read back, never added to
     return newer
+
+
+def instance_key_groups(name: str, snapshot: BackendSnapshot) -> KeyGroupRange:
+    """The key groups of the operator instance ``name`` of a checkpoint.
+
+    From its name when it is one of :func:`~.keygroups.instance_name` (the Spark
+    driver's), else from its own logs and snapshots (rescale parts may cover
+    more than the instance, so they count only when there is nothing else).
+
+    :raises InvalidHandleError: for a snapshot that holds nothing.
+    """
+    try:
+        return parse_instance_name(name)
+    except ValueError:
+        pass
+    ranges = [h.key_groups for h in snapshot.handles] + [r.key_groups for r in snapshot.materialized]
+    ranges = ranges or [owned for owned, _ in snapshot.parts]
+    if not ranges:
+        msg = f"instance {name!r:.60} of checkpoint {snapshot.checkpoint_id} holds no log and no snapshot"
+        raise InvalidHandleError(msg)
+    return KeyGroupRange(min(r.start for r in ranges), max(r.end for r in ranges))

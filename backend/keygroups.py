@@ -26,6 +26,8 @@ import xxhash
 from dstl.spi import KeyGroupRange
 
 __all__ = [
+    "instance_name",
+    "parse_instance_name",
     "DEFAULT_MAX_PARALLELISM",
     "MAX_KEY_GROUPS",
     "SPARK_SEED",
@@ -115,3 +117,18 @@ def spark_key_group_expr(columns: list[str], max_parallelism: int = DEFAULT_MAX_
         raise ValueError(msg)
     quoted = ", ".join(f"`{c.replace('`', '``')}`" for c in columns)
     return f"pmod(xxhash64({quoted}), {max_parallelism})"
+
+
+def instance_name(key_groups: KeyGroupRange) -> str:
+    """Name of an instance's snapshot in a checkpoint (its key groups, so rescaling can match them)."""
+    return f"kg{key_groups.start}-{key_groups.end}"
+
+
+def parse_instance_name(name: str) -> KeyGroupRange:
+    """Inverse of :func:`instance_name` (names come from checkpoint files: validated)."""
+    try:
+        start, end = name.removeprefix("kg").split("-")
+        return KeyGroupRange(int(start), int(end))
+    except ValueError as exc:
+        msg = f"checkpoint entry {name!r} is not an instance name like 'kg0-64'"
+        raise ValueError(msg) from exc

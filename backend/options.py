@@ -17,6 +17,13 @@ BACKEND_OPTIONS = (
         "fsspec URL where materialized snapshots (and checkpoint metadata) are written.",
     ),
     ConfigOption(
+        "state.savepoint.path",
+        OptionType.STRING,
+        None,
+        "A savepoint directory (dstl savepoint) a job without checkpoints of its own starts from, "
+        "with any storage; ignored once the job has a checkpoint.",
+    ),
+    ConfigOption(
         "state.checkpoints.num-retained",
         OptionType.INT,
         1,

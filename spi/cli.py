@@ -139,11 +139,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.set_defaults(run=_cmd_demo)
     try:
-        from dstl.backend.inspect_command import add_inspect_parser
+        from dstl.backend.inspect_command import add_inspect_parser, add_savepoint_parser
     except ImportError:  # the backend package is not installed
         pass
     else:
         add_inspect_parser(sub)
+        add_savepoint_parser(sub)
     try:
         from dstl.conformance.cli import add_conformance_parser
     except ImportError:  # conformance package not installed

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dstl.spi import KeyGroupRange
 
 from ..changelog import BackendSnapshot
-from ..keygroups import key_group_range_for_instance, spark_key_group_expr
+from ..keygroups import instance_name, key_group_range_for_instance, parse_instance_name, spark_key_group_expr
 
 __all__ = [
     "instance_for_key_group",
@@ -34,21 +34,6 @@ def routing_exprs(key_columns: list[str], parallelism: int, max_parallelism: int
     """Spark SQL expressions of a row's key group and of its operator instance."""
     key_group = spark_key_group_expr(key_columns, max_parallelism)
     return key_group, f"cast(div({key_group} * {parallelism}, {max_parallelism}) as int)"
-
-
-def instance_name(key_groups: KeyGroupRange) -> str:
-    """Name of an instance's snapshot in a checkpoint (its key groups, so rescaling can match them)."""
-    return f"kg{key_groups.start}-{key_groups.end}"
-
-
-def parse_instance_name(name: str) -> KeyGroupRange:
-    """Inverse of :func:`instance_name` (names come from checkpoint files: validated)."""
-    try:
-        start, end = name.removeprefix("kg").split("-")
-        return KeyGroupRange(int(start), int(end))
-    except ValueError as exc:
-        msg = f"checkpoint entry {name!r} is not an instance name like 'kg0-64'"
-        raise ValueError(msg) from exc
 
 
 def instance_ranges(parallelism: int, max_parallelism: int) -> list[KeyGroupRange]:

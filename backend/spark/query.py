@@ -259,6 +259,8 @@ class _BatchRunner:
             latest = self.coordinator.latest()
         found = latest.checkpoint_id if latest is not None else None
         expected = batch_id - 1 if batch_id > 0 else None
+        if found is None and expected is None and self.cfg.get("state.savepoint.path"):
+            return self._from_savepoint(str(self.cfg["state.savepoint.path"]))
         if found == expected:
             return latest
         rolled_back = self.coordinator.rolled_back_from
@@ -282,6 +284,20 @@ class _BatchRunner:
             "checkpoint location"
         )
         raise CorruptedError(msg, location=self.coordinator.directory)
+
+    def _from_savepoint(self, path: str) -> CompletedCheckpoint:
+        """The job's first state: the savepoint's snapshots, copied under its own checkpoint directory.
+
+        Copied again if the first batch is replayed (a replay drops what the failed
+        attempt completed, copies included).
+        """
+        from ..savepoints import adopt_savepoint
+
+        base = adopt_savepoint(
+            path, self.cfg["state.checkpoints.dir"], self.spec.job_id, self.max_parallelism
+        )
+        log.info("job %r starts from the savepoint at %s", self.spec.job_id, path)
+        return base
 
     def _due_for_materialization(self, previous: Mapping[str, BackendSnapshot]) -> frozenset[int]:
         """At most one instance per batch (spreads the cost over batches).

@@ -23,11 +23,12 @@ from ..inspection import (
     CheckpointLocation,
     describe_change,
     handle_changes,
+    instance_key_groups,
     json_safe,
     restored_read_only,
     state_entries,
 )
-from .placement import instance_name, parse_instance_name
+from .placement import instance_name
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -166,7 +167,7 @@ def _state_reader(  # noqa: PLR0913
             snapshot = BackendSnapshot.from_json(text)
             with restored_read_only(
                 snapshot,
-                parse_instance_name(name),
+                instance_key_groups(name, snapshot),
                 config,
                 max_parallelism=max_parallelism,
                 snapshot_dir=snapshot_dir,

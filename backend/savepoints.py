@@ -1,0 +1,186 @@
+"""Savepoints: a checkpoint's state as self-contained full snapshots, with no log and no storage.
+
+``dstl savepoint CHECKPOINT_DIR TARGET`` restores each operator instance of a
+checkpoint read-only and writes one full snapshot of it under ``TARGET``, next to
+``savepoint.json`` (the instances, their key groups, the watermark and next
+timers). A job started with ``state.savepoint.path=TARGET`` and no checkpoint of
+its own copies the snapshots into its ``state.checkpoints.dir`` and continues from
+them, whatever its storage: nothing refers to the old job's logs.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from dstl.spi import Config, InvalidHandleError
+
+from .changelog import BackendSnapshot, ChangelogKeyedStateBackend
+from .coordinator import CompletedCheckpoint, TimeProgress
+from .documents import load_document
+from .inspection import CheckpointLocation, instance_key_groups, restored_read_only
+from .materialization import MaterializationRef
+
+__all__ = ["SAVEPOINT_FILE", "Savepoint", "adopt_savepoint", "read_savepoint", "write_savepoint"]
+
+SAVEPOINT_FILE = "savepoint.json"
+SAVEPOINT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Savepoint:
+    """What ``savepoint.json`` says: the source job and checkpoint, and a full snapshot per instance."""
+
+    job: str
+    checkpoint_id: int
+    max_parallelism: int
+    snapshots: Mapping[str, BackendSnapshot]
+    time: TimeProgress = field(default_factory=TimeProgress)
+
+    def to_json(self) -> str:
+        """The document."""
+        return json.dumps(
+            {
+                "version": SAVEPOINT_VERSION,
+                "job": self.job,
+                "checkpoint_id": self.checkpoint_id,
+                "max_parallelism": self.max_parallelism,
+                "snapshots": {name: json.loads(s.to_json()) for name, s in sorted(self.snapshots.items())},
+                "time": self.time.to_dict(),
+            },
+            indent=1,
+        )
+
+    @classmethod
+    def from_json(cls, text: str | bytes, source: str) -> Savepoint:
+        """Parse and validate (a savepoint may come from anywhere: untrusted).
+
+        :raises InvalidHandleError: naming ``source`` and what is wrong.
+        """
+        fields = {"version": int, "job": str, "checkpoint_id": int, "max_parallelism": int, "snapshots": dict}
+        doc = load_document(text, source, fields)
+        if doc["version"] != SAVEPOINT_VERSION:
+            msg = f"{source} has version {doc['version']}; this dstl reads version {SAVEPOINT_VERSION}"
+            raise InvalidHandleError(msg)
+        snapshots = {}
+        for name, snapshot in doc["snapshots"].items():
+            parsed = BackendSnapshot.from_dict(snapshot)
+            if parsed.handles or parsed.parts or len(parsed.materialized) != 1:
+                msg = f"{source}: instance {name!r:.60} is not one self-contained full snapshot"
+                raise InvalidHandleError(msg)
+            snapshots[name] = parsed
+        time_doc = doc.get("time")
+        progress = TimeProgress() if time_doc is None else TimeProgress.from_dict(time_doc, source)
+        return cls(doc["job"], doc["checkpoint_id"], doc["max_parallelism"], snapshots, progress)
+
+
+def write_savepoint(
+    location: CheckpointLocation,
+    completed: CompletedCheckpoint,
+    target: str,
+    config: Config | Mapping[str, Any],
+) -> Savepoint:
+    """Write checkpoint ``completed``'s state under ``target`` as one full snapshot per instance.
+
+    Each instance is restored read-only (a temporary LMDB file: memory stays flat)
+    and materialized in full; ``savepoint.json`` is written last, so a target
+    without it holds no savepoint.
+
+    :raises InvalidHandleError: when ``target`` holds a savepoint already.
+    """
+    import fsspec
+
+    cfg = Config.of(config)
+    fs, root = fsspec.core.url_to_fs(target)
+    root = root.rstrip("/")
+    if fs.exists(f"{root}/{SAVEPOINT_FILE}"):
+        msg = f"{target} holds a savepoint already: choose an empty target"
+        raise InvalidHandleError(msg)
+    fs.makedirs(root, exist_ok=True)
+    max_parallelism = int(cfg["state.backend.max-parallelism"])
+    snapshots = {}
+    for name, snapshot in sorted(completed.snapshots.items()):
+        key_groups = instance_key_groups(name, snapshot)
+        with restored_read_only(
+            snapshot,
+            key_groups,
+            cfg,
+            max_parallelism=max_parallelism,
+            snapshot_dir=location.url,
+            job_id=location.job,
+        ) as restored:
+            # a second backend over the restored state writes its snapshot under the target
+            writer = ChangelogKeyedStateBackend(
+                restored.storage,
+                "savepoint",
+                key_groups,
+                max_parallelism=max_parallelism,
+                delegate=restored.delegate,
+                snapshot_dir=target,
+            )
+            try:
+                writer.resume(BackendSnapshot(completed.checkpoint_id, ()), restored.registrations())
+                ref = writer.materialize().result()  # full: there is no chain of its own
+            finally:
+                writer.close()
+        snapshots[name] = BackendSnapshot(completed.checkpoint_id, (), (ref,))
+    savepoint = Savepoint(location.job, completed.checkpoint_id, max_parallelism, snapshots, completed.time)
+    fs.pipe_file(f"{root}/{SAVEPOINT_FILE}", savepoint.to_json().encode())
+    return savepoint
+
+
+def read_savepoint(path: str) -> Savepoint:
+    """The savepoint under ``path``.
+
+    :raises InvalidHandleError: when there is none, or it is damaged.
+    """
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(path)
+    document = f"{root.rstrip('/')}/{SAVEPOINT_FILE}"
+    try:
+        text = fs.cat_file(document)
+    except FileNotFoundError as exc:
+        msg = f"{path} holds no savepoint (no {SAVEPOINT_FILE}; state.savepoint.path names its directory)"
+        raise InvalidHandleError(msg) from exc
+    return Savepoint.from_json(text, f"savepoint {document}")
+
+
+def adopt_savepoint(path: str, checkpoints_dir: str, job: str, max_parallelism: int) -> CompletedCheckpoint:
+    """Copy the savepoint's snapshots into ``job``'s snapshot directory: its first state.
+
+    Returns a checkpoint (not completed by any coordinator) naming the copies and
+    carrying the savepoint's watermark and timers; the job's first batch continues
+    from it, whatever storage it uses.
+
+    :raises InvalidHandleError: on a damaged savepoint, or one of another max parallelism.
+    """
+    import fsspec
+
+    savepoint = read_savepoint(path)
+    if savepoint.max_parallelism != max_parallelism:
+        msg = (
+            f"the savepoint at {path} has state.backend.max-parallelism={savepoint.max_parallelism}, "
+            f"the job {max_parallelism}: key groups would not match (set it to {savepoint.max_parallelism})"
+        )
+        raise InvalidHandleError(msg)
+    source_fs, source_root = fsspec.core.url_to_fs(path)
+    target_fs, target_root = fsspec.core.url_to_fs(checkpoints_dir)
+    folder = f"{job}/snapshots/savepoint-{savepoint.checkpoint_id}-{uuid.uuid4().hex[:8]}"
+    snapshots = {}
+    for name, snapshot in savepoint.snapshots.items():
+        (ref,) = snapshot.materialized
+        copied = f"{folder}/{name}.snap"
+        target_fs.makedirs(f"{target_root.rstrip('/')}/{folder}", exist_ok=True)
+        with (
+            source_fs.open(f"{source_root.rstrip('/')}/{ref.path}", "rb") as source,
+            target_fs.open(f"{target_root.rstrip('/')}/{copied}", "wb") as target,
+        ):
+            while chunk := source.read(8 << 20):
+                target.write(chunk)
+        moved = MaterializationRef(copied, ref.key_groups, ref.sqn, ref.size, ref.entries, ref.clock)
+        snapshots[name] = BackendSnapshot(0, (), (moved,))
+    return CompletedCheckpoint(0, snapshots, savepoint.time)
