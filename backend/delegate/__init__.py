@@ -1,9 +1,26 @@
-"""Delegates keep the working state the changelog layer wraps."""
+"""Delegates keep the working state the changelog layer wraps.
+
+:class:`LmdbDelegate` is imported on first use: the heap is the default, and a
+process that never uses LMDB does not load it.
+"""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from .base import MappingView, StateDelegate, StateView
 from .heap import HeapDelegate
-from .lmdb_store import LmdbDelegate
+
+if TYPE_CHECKING:
+    from .lmdb_store import LmdbDelegate
 
 __all__ = ["HeapDelegate", "LmdbDelegate", "MappingView", "StateDelegate", "StateView"]
+
+
+def __getattr__(name: str) -> Any:  # noqa: ANN401 - a module attribute
+    if name == "LmdbDelegate":
+        from .lmdb_store import LmdbDelegate
+
+        return LmdbDelegate
+    msg = f"module {__name__!r} has no attribute {name!r}"
+    raise AttributeError(msg)

@@ -271,3 +271,15 @@ def test_a_backend_on_an_lmdb_dir_left_by_an_earlier_run_starts_empty(tmp_path):
         second.set_current_key("stale")
         assert second.value_state("v").value() is None, "a key of an earlier run leaked into a new backend"
         second.delegate.close()
+
+
+def test_importing_the_backend_does_not_load_lmdb():
+    """The heap is the default delegate: LMDB loads on first use only."""
+    import subprocess
+    import sys
+
+    probe = "import sys, dstl.backend, dstl.backend.delegate; print('lmdb' in sys.modules)"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.strip() == "False"
