@@ -353,10 +353,17 @@ class ChangelogKeyedStateBackend:
         *,
         epoch: int = 0,
         delegate: StateDelegate | None = None,
+        periodic_materialization: bool = True,
     ) -> ChangelogKeyedStateBackend:
-        """A backend configured by ``state.*`` keys (periodic materialization when a dir is set)."""
+        """A backend configured by ``state.*`` keys: every caller builds one here, from the options.
+
+        :param periodic_materialization: materialize by ``...interval`` and
+            ``...max-log-ratio`` when a snapshot dir is set; ``False`` when the caller
+            decides when (the Spark driver plans materializations across instances).
+        """
         cfg = Config.of(config)
         snapshot_dir = cfg["state.checkpoints.dir"]
+        periodic = periodic_materialization and bool(snapshot_dir)
         if delegate is None and cfg["state.backend.delegate"] == "lmdb":
             delegate = _lmdb_delegate(cfg, storage, operator_id, key_groups)
         return cls(
@@ -370,9 +377,9 @@ class ChangelogKeyedStateBackend:
             max_failures_allowed=int(cfg["state.changelog.max-failures-allowed"]),
             full_materialization_every=int(cfg["state.changelog.materialization.full-every"]),
             materialization_interval=float(cfg["state.changelog.materialization.interval"])
-            if snapshot_dir
+            if periodic
             else None,
-            max_log_ratio=float(cfg["state.changelog.materialization.max-log-ratio"]),
+            max_log_ratio=float(cfg["state.changelog.materialization.max-log-ratio"]) if periodic else 0.0,
             squash_updates=bool(cfg["state.changelog.squash-updates"]),
             fork_replay_from=int(cfg["state.changelog.restore.fork-replay-from"]),
             bridge_full_snapshots=bool(cfg["state.changelog.materialization.bridge"]),

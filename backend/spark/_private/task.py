@@ -199,21 +199,14 @@ def process_instance(
         warm = stamp is not None and stamp["digest"] == snapshot_digest(previous)
         committed = stamp is not None and stamp["digest"] in plan.lineage.get(name, ())
         copy.invalidate()
-        backend = ChangelogKeyedStateBackend(
+        backend = ChangelogKeyedStateBackend.from_config(
             storage,
             f"{plan.operator_id}.{name}",
             key_groups,
-            max_parallelism=plan.max_parallelism,
+            cfg,
             epoch=epoch_for(plan.run_id, attempt_id),
             delegate=copy.delegate,
-            snapshot_dir=cfg["state.checkpoints.dir"],
-            max_failures_allowed=int(cfg["state.changelog.max-failures-allowed"]),
-            full_materialization_every=int(cfg["state.changelog.materialization.full-every"]),
-            squash_updates=bool(cfg["state.changelog.squash-updates"]),
-            fork_replay_from=int(cfg["state.changelog.restore.fork-replay-from"]),
-            bridge_full_snapshots=bool(cfg["state.changelog.materialization.bridge"]),
-            snapshot_compression=str(cfg["state.changelog.materialization.compression"]),
-            max_tracked_keys=int(cfg["state.changelog.materialization.max-tracked-keys"]),
+            periodic_materialization=False,  # the driver plans materializations (plan.materialize)
         )
         try:
             restore_began = time.perf_counter()
