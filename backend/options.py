@@ -15,6 +15,7 @@ BACKEND_OPTIONS = (
         OptionType.STRING,
         None,
         "fsspec URL where materialized snapshots (and checkpoint metadata) are written.",
+        aliases=("execution.checkpointing.dir",),
     ),
     ConfigOption(
         "state.savepoint.path",
@@ -22,6 +23,10 @@ BACKEND_OPTIONS = (
         None,
         "A savepoint directory (dstl savepoint) a job without checkpoints of its own starts from, "
         "with any storage; ignored once the job has a checkpoint.",
+        aliases=(
+            "execution.savepoint.path",
+            "execution.state-recovery.path",
+        ),
     ),
     ConfigOption(
         "state.checkpoints.num-retained",
@@ -29,6 +34,7 @@ BACKEND_OPTIONS = (
         1,
         "Completed checkpoints kept; what none of them references is discarded.",
         minimum=1,
+        aliases=("execution.checkpointing.num-retained",),
     ),
     ConfigOption(
         "state.checkpoints.on-damaged",
@@ -59,6 +65,7 @@ BACKEND_OPTIONS = (
         OptionType.DURATION,
         parse_duration("10min"),
         "How often the working state is materialized so the log before it can be truncated.",
+        aliases=("state.changelog.periodic-materialize.interval",),
     ),
     ConfigOption(
         "state.changelog.materialization.max-log-ratio",

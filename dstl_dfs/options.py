@@ -1,12 +1,17 @@
-"""Configuration options of the ``filesystem`` storage (Flink's ``dstl.dfs.*`` names)."""
+"""Configuration options of the ``filesystem`` storage (Flink's ``dstl.dfs.*`` names).
+
+Each is also accepted under Flink's ``state.changelog.dstl.dfs.*`` spelling.
+"""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from dstl.spi import ConfigOption, OptionType, parse_duration, parse_size
 
 __all__ = ["DFS_OPTIONS"]
 
-DFS_OPTIONS = (
+_DECLARED = (
     ConfigOption(
         "dstl.dfs.base-path",
         OptionType.STRING,
@@ -130,3 +135,5 @@ DFS_OPTIONS = (
         "S3 secret key (never logged); default: the standard AWS credential chain.",
     ),
 )
+
+DFS_OPTIONS = tuple(replace(option, aliases=(f"state.changelog.{option.name}",)) for option in _DECLARED)

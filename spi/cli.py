@@ -16,6 +16,7 @@ from rich.table import Table
 
 from .config import parse_key_values
 from .errors import DstlError
+from .options import ConfigOption
 from .plugins import get_registry
 
 __all__ = ["main"]
@@ -59,9 +60,13 @@ def _option_rows() -> list[tuple[str, ...]]:
     registry = get_registry()
     owner = {opt.name: spec.identifier for spec in registry for opt in spec.options}
     return [
-        (opt.name, opt.type_name, opt.default_text(), owner.get(opt.name, "-"), opt.doc)
+        (opt.name, opt.type_name, opt.default_text(), owner.get(opt.name, "-"), opt.doc + _aliases(opt))
         for opt in sorted(registry.options(), key=lambda o: o.name)
     ]
+
+
+def _aliases(option: ConfigOption) -> str:
+    return f" Also accepted as {', '.join(option.aliases)}." if option.aliases else ""
 
 
 def config_markdown() -> str:

@@ -57,15 +57,27 @@ class Config(Mapping[str, Any]):
             from .plugins import get_registry  # plugins import config: import late
 
             options = get_registry().options()
+        options = list(options)
         self._options = {opt.name: opt for opt in options if not opt.is_prefix}
         self._prefixes = {opt.name[:-1]: opt for opt in options if opt.is_prefix}
-        self._raw = dict(values or {})
+        self._aliases = {alias: opt.name for opt in options for alias in opt.aliases}
+        self._raw: dict[str, Any] = {}
         self._values: dict[str, Any] = {}
-        for key, value in self._raw.items():
+        given: dict[str, str] = {}  # option name -> the key it was given under
+        for key, value in (values or {}).items():
             if not isinstance(key, str):
                 msg = f"config keys must be strings, got {key!r}"
                 raise ConfigError(msg)
-            self._values[key] = self.option(key).parse(key, value)
+            name = self._aliases.get(key, key)
+            if name in given and given[name] != key and self._raw[name] != value:
+                msg = (
+                    f"{given[name]!r} and {key!r} both set {name!r}, to different values "
+                    f"({self._raw[name]!r} and {value!r}): keep one"
+                )
+                raise ConfigError(msg)
+            given[name] = key
+            self._raw[name] = value
+            self._values[name] = self.option(name).parse(key, value)
 
     # -- construction -------------------------------------------------------------------
     @classmethod
@@ -109,8 +121,8 @@ class Config(Mapping[str, Any]):
 
     # -- lookup -----------------------------------------------------------------------------
     def option(self, key: str) -> ConfigOption:
-        """The declared option for ``key``, or :class:`ConfigError` with a suggestion."""
-        opt = self._options.get(key)
+        """The declared option for ``key`` (or an alias of it), or :class:`ConfigError` with a suggestion."""
+        opt = self._options.get(self._aliases.get(key, key))
         if opt is not None:
             return opt
         for prefix, prefix_opt in self._prefixes.items():
@@ -136,6 +148,7 @@ class Config(Mapping[str, Any]):
 
         :raises ConfigError: when ``key`` is not a declared option.
         """
+        key = self._aliases.get(key, key)
         if key in self._values:
             return self._values[key]
         opt = self.option(key)
@@ -154,8 +167,8 @@ class Config(Mapping[str, Any]):
         return len(self._values)
 
     def __contains__(self, key: object) -> bool:
-        """Whether ``key`` was set explicitly."""
-        return key in self._values
+        """Whether ``key`` (or the option it is an alias of) was set explicitly."""
+        return (self._aliases.get(key, key) if isinstance(key, str) else key) in self._values
 
     def with_prefix(self, prefix: str) -> dict[str, str]:
         """Keys set under a pass-through ``prefix``, with the prefix removed."""

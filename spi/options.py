@@ -180,6 +180,7 @@ class ConfigOption:
     :ivar minimum: lowest accepted value for INT, FLOAT, DURATION and SIZE options.
     :ivar maximum: highest accepted value; unset, the type's own bound applies
         (:data:`TYPE_MAXIMUM`: what the code can hold, e.g. a timer's longest wait).
+    :ivar aliases: keys that mean this option (a config holds it under its name).
     """
 
     name: str
@@ -189,6 +190,8 @@ class ConfigOption:
     choices: Sequence[str] = ()
     minimum: float | None = None
     maximum: float | None = None
+    #: Other names the option is accepted under (Flink's current or deprecated keys).
+    aliases: Sequence[str] = ()
 
     @property
     def is_prefix(self) -> bool:

@@ -14,6 +14,7 @@ CORE_OPTIONS = [
         OptionType.STRING,
         DEFAULT_STORAGE,
         "Identifier of the changelog storage: local, filesystem, kafka, memory or a plugin's.",
+        aliases=("state.changelog.storage",),
     ),
     ConfigOption(
         "dstl.changelog.compression",

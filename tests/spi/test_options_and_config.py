@@ -178,3 +178,33 @@ def test_values_out_of_range_are_config_errors_naming_key_and_range(key, value, 
     with pytest.raises(ConfigError, match=says) as info:
         Config.of({key: value})[key]
     assert key in str(info.value)
+
+
+def test_flinks_keys_are_aliases_of_the_options_they_name():
+    config = Config(
+        {
+            "state.changelog.storage": "filesystem",
+            "state.changelog.dstl.dfs.base-path": "file:///tmp/x",
+            "state.changelog.periodic-materialize.interval": "5min",
+            "execution.checkpointing.dir": "file:///tmp/chk",
+            "execution.checkpointing.num-retained": 3,
+        }
+    )
+    assert config["dstl.storage"] == "filesystem" and "state.changelog.storage" in config
+    assert config["dstl.dfs.base-path"] == "file:///tmp/x"
+    assert config["state.changelog.materialization.interval"] == 300.0
+    assert config["state.checkpoints.dir"] == "file:///tmp/chk"
+    assert config.raw()["state.checkpoints.num-retained"] == 3  # held under the option's own name
+    assert Config({"dstl.storage": "local", "state.changelog.storage": "local"})["dstl.storage"] == "local"
+    with pytest.raises(ConfigError, match="both set 'dstl.storage'"):
+        Config({"dstl.storage": "local", "state.changelog.storage": "kafka"})
+    with pytest.raises(ConfigError, match="state.changelog.periodic-materialize.interval"):
+        Config({"state.changelog.periodic-materialize.interval": "soon"})  # the error names the key given
+
+
+def test_dstl_config_lists_the_aliases():
+    from dstl.spi.cli import config_markdown
+
+    table = config_markdown()
+    row = next(line for line in table.splitlines() if line.startswith("| dstl.storage |"))
+    assert "state.changelog.storage" in row
