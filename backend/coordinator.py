@@ -42,6 +42,7 @@ from dstl.spi import (
 
 from .changelog import BackendSnapshot
 from .documents import check_fields, load_document
+from .filesystems import storage_options
 
 log = logging.getLogger(__name__)
 
@@ -218,7 +219,7 @@ class CheckpointCoordinator:
         self.on_damaged = on_damaged
         #: Set by :meth:`recover` when it skipped a damaged newer checkpoint: its id.
         self.rolled_back_from: int | None = None
-        self._fs, root = fsspec.core.url_to_fs(checkpoints_dir)
+        self._fs, root = fsspec.core.url_to_fs(checkpoints_dir, **storage_options(config))
         self._root = root.rstrip("/")
         self._dir = f"{self._root}/{job_id}/checkpoints"
         self._job = job_id

@@ -65,7 +65,7 @@ def run_savepoint(args: argparse.Namespace, console: Console) -> int:
     """Entry point of ``dstl savepoint``."""
     from .savepoints import write_savepoint
 
-    location = CheckpointLocation(args.path, args.job)
+    location = CheckpointLocation(args.path, args.job, args.config_values)
     chosen = _chosen(location, args.batch)
     config = location.config(args.config_values)
     with console.status(f"writing a savepoint of checkpoint {chosen.checkpoint_id}"):
@@ -107,7 +107,7 @@ def run_inspect(args: argparse.Namespace, console: Console) -> int:
     if not args.path:
         msg = "give a checkpoint directory, or --handle FILE"
         raise InvalidHandleError(msg)
-    location = CheckpointLocation(args.path, args.job)
+    location = CheckpointLocation(args.path, args.job, args.config_values)
     chosen = _chosen(location, args.batch)
     documents, damaged = location.checkpoints()
     described = describe_checkpoint(location, chosen, args.instance)

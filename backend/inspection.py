@@ -20,6 +20,7 @@ from dstl.spi import ChangelogHandle, Config, InvalidHandleError, KeyGroupRange,
 from .changelog import BackendSnapshot, ChangelogKeyedStateBackend
 from .changelog.replay import DecodedChange, decoded_changes
 from .coordinator import CompletedCheckpoint, read_checkpoints
+from .filesystems import checkpoint_fs
 from .keygroups import parse_instance_name
 from .materialization import MaterializationRef, read_sections
 from .state import map_key_from_bytes
@@ -45,14 +46,12 @@ class CheckpointLocation:
 
     :param path: a local path or fsspec URL.
     :param job: the job to look at; by default the only one there.
+    :param config: its ``state.checkpoints.storage-options.*`` reach fsspec.
     :raises InvalidHandleError: when there is no job, or several and none was chosen.
     """
 
-    def __init__(self, path: str, job: str | None = None) -> None:
-        import fsspec
-
-        self.fs, root = fsspec.core.url_to_fs(path)
-        root = root.rstrip("/")
+    def __init__(self, path: str, job: str | None = None, config: Mapping[str, Any] | None = None) -> None:
+        self.fs, root = checkpoint_fs(path, config)
         self.spark_location: str | None = None
         if self.fs.isdir(f"{root}/{SPARK_STATE_DIR}"):  # a Spark checkpoint location
             self.spark_location = root

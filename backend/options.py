@@ -18,6 +18,13 @@ BACKEND_OPTIONS = (
         aliases=("execution.checkpointing.dir",),
     ),
     ConfigOption(
+        "state.checkpoints.storage-options.*",
+        OptionType.STRING,
+        None,
+        "fsspec storage options of state.checkpoints.dir (credentials, endpoint_url...); JSON values "
+        "(true, 8, {...}) are passed as such.",
+    ),
+    ConfigOption(
         "state.savepoint.path",
         OptionType.STRING,
         None,

@@ -21,6 +21,7 @@ from dstl.spi import Config, InvalidHandleError
 from .changelog import BackendSnapshot, ChangelogKeyedStateBackend
 from .coordinator import CompletedCheckpoint, TimeProgress
 from .documents import load_document
+from .filesystems import checkpoint_fs
 from .inspection import CheckpointLocation, instance_key_groups, restored_read_only
 from .materialization import MaterializationRef
 
@@ -91,11 +92,8 @@ def write_savepoint(
 
     :raises InvalidHandleError: when ``target`` holds a savepoint already.
     """
-    import fsspec
-
     cfg = Config.of(config)
-    fs, root = fsspec.core.url_to_fs(target)
-    root = root.rstrip("/")
+    fs, root = checkpoint_fs(target, cfg)
     if fs.exists(f"{root}/{SAVEPOINT_FILE}"):
         msg = f"{target} holds a savepoint already: choose an empty target"
         raise InvalidHandleError(msg)
@@ -132,15 +130,13 @@ def write_savepoint(
     return savepoint
 
 
-def read_savepoint(path: str) -> Savepoint:
-    """The savepoint under ``path``.
+def read_savepoint(path: str, config: Config | Mapping[str, Any] | None = None) -> Savepoint:
+    """The savepoint under ``path`` (``config``'s checkpoint storage options reach fsspec).
 
     :raises InvalidHandleError: when there is none, or it is damaged.
     """
-    import fsspec
-
-    fs, root = fsspec.core.url_to_fs(path)
-    document = f"{root.rstrip('/')}/{SAVEPOINT_FILE}"
+    fs, root = checkpoint_fs(path, config)
+    document = f"{root}/{SAVEPOINT_FILE}"
     try:
         text = fs.cat_file(document)
     except FileNotFoundError as exc:
@@ -149,26 +145,32 @@ def read_savepoint(path: str) -> Savepoint:
     return Savepoint.from_json(text, f"savepoint {document}")
 
 
-def adopt_savepoint(path: str, checkpoints_dir: str, job: str, max_parallelism: int) -> CompletedCheckpoint:
+def adopt_savepoint(
+    path: str,
+    checkpoints_dir: str,
+    job: str,
+    max_parallelism: int,
+    config: Config | Mapping[str, Any] | None = None,
+) -> CompletedCheckpoint:
     """Copy the savepoint's snapshots into ``job``'s snapshot directory: its first state.
 
     Returns a checkpoint (not completed by any coordinator) naming the copies and
     carrying the savepoint's watermark and timers; the job's first batch continues
     from it, whatever storage it uses.
 
+    Both paths use ``config``'s checkpoint storage options.
+
     :raises InvalidHandleError: on a damaged savepoint, or one of another max parallelism.
     """
-    import fsspec
-
-    savepoint = read_savepoint(path)
+    savepoint = read_savepoint(path, config)
     if savepoint.max_parallelism != max_parallelism:
         msg = (
             f"the savepoint at {path} has state.backend.max-parallelism={savepoint.max_parallelism}, "
             f"the job {max_parallelism}: key groups would not match (set it to {savepoint.max_parallelism})"
         )
         raise InvalidHandleError(msg)
-    source_fs, source_root = fsspec.core.url_to_fs(path)
-    target_fs, target_root = fsspec.core.url_to_fs(checkpoints_dir)
+    source_fs, source_root = checkpoint_fs(path, config)
+    target_fs, target_root = checkpoint_fs(checkpoints_dir, config)
     folder = f"{job}/snapshots/savepoint-{savepoint.checkpoint_id}-{uuid.uuid4().hex[:8]}"
     snapshots = {}
     for name, snapshot in savepoint.snapshots.items():

@@ -13,6 +13,13 @@ __all__ = ["DFS_OPTIONS"]
 
 _DECLARED = (
     ConfigOption(
+        "dstl.dfs.storage-options.*",
+        OptionType.STRING,
+        None,
+        "fsspec storage options of dstl.dfs.base-path (credentials, endpoint...); JSON values (true, "
+        "8, {...}) are passed as such. On s3:// they apply to the s3fs path.",
+    ),
+    ConfigOption(
         "dstl.dfs.base-path",
         OptionType.STRING,
         None,

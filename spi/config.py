@@ -10,6 +10,7 @@ valid key.
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -60,7 +61,10 @@ class Config(Mapping[str, Any]):
         options = list(options)
         self._options = {opt.name: opt for opt in options if not opt.is_prefix}
         self._prefixes = {opt.name[:-1]: opt for opt in options if opt.is_prefix}
-        self._aliases = {alias: opt.name for opt in options for alias in opt.aliases}
+        self._aliases = {alias: opt.name for opt in options if not opt.is_prefix for alias in opt.aliases}
+        self._alias_prefixes = {
+            alias[:-1]: opt.name[:-1] for opt in options if opt.is_prefix for alias in opt.aliases
+        }
         self._raw: dict[str, Any] = {}
         self._values: dict[str, Any] = {}
         given: dict[str, str] = {}  # option name -> the key it was given under
@@ -68,7 +72,7 @@ class Config(Mapping[str, Any]):
             if not isinstance(key, str):
                 msg = f"config keys must be strings, got {key!r}"
                 raise ConfigError(msg)
-            name = self._aliases.get(key, key)
+            name = self._canonical(key)
             if name in given and given[name] != key and self._raw[name] != value:
                 msg = (
                     f"{given[name]!r} and {key!r} both set {name!r}, to different values "
@@ -122,13 +126,24 @@ class Config(Mapping[str, Any]):
     # -- lookup -----------------------------------------------------------------------------
     def option(self, key: str) -> ConfigOption:
         """The declared option for ``key`` (or an alias of it), or :class:`ConfigError` with a suggestion."""
-        opt = self._options.get(self._aliases.get(key, key))
+        key = self._canonical(key)
+        opt = self._options.get(key)
         if opt is not None:
             return opt
         for prefix, prefix_opt in self._prefixes.items():
             if key.startswith(prefix) and len(key) > len(prefix):
                 return prefix_opt
         raise ConfigError(self._unknown_key_message(key))
+
+    def _canonical(self, key: str) -> str:
+        """The option name ``key`` stands for (itself unless it is an alias)."""
+        name = self._aliases.get(key)
+        if name is not None:
+            return name
+        for alias, prefix in self._alias_prefixes.items():
+            if key.startswith(alias) and len(key) > len(alias):
+                return prefix + key[len(alias) :]
+        return key
 
     def _unknown_key_message(self, key: str) -> str:
         candidates = list(self._options) + [p + "*" for p in self._prefixes]
@@ -148,7 +163,7 @@ class Config(Mapping[str, Any]):
 
         :raises ConfigError: when ``key`` is not a declared option.
         """
-        key = self._aliases.get(key, key)
+        key = self._canonical(key)
         if key in self._values:
             return self._values[key]
         opt = self.option(key)
@@ -168,11 +183,24 @@ class Config(Mapping[str, Any]):
 
     def __contains__(self, key: object) -> bool:
         """Whether ``key`` (or the option it is an alias of) was set explicitly."""
-        return (self._aliases.get(key, key) if isinstance(key, str) else key) in self._values
+        return (self._canonical(key) if isinstance(key, str) else key) in self._values
 
     def with_prefix(self, prefix: str) -> dict[str, str]:
         """Keys set under a pass-through ``prefix``, with the prefix removed."""
         return {k[len(prefix) :]: v for k, v in self._values.items() if k.startswith(prefix)}
+
+    def options_under(self, prefix: str) -> dict[str, Any]:
+        """:meth:`with_prefix` for a library's keyword options (e.g. fsspec storage options).
+
+        Values that read as JSON (``true``, ``8``, ``{...}``) are parsed, the rest kept as given.
+        """
+        found: dict[str, Any] = {}
+        for key, value in self.with_prefix(prefix).items():
+            try:
+                found[key] = json.loads(value) if isinstance(value, str) else value
+            except ValueError:
+                found[key] = value
+        return found
 
     def raw(self) -> dict[str, Any]:
         """The raw values as given (for passing the config to another process)."""

@@ -35,6 +35,7 @@ from dstl.spi import (
 
 from ..delegate import HeapDelegate, StateDelegate
 from ..documents import check_fields, parse_json
+from ..filesystems import storage_options
 from ..keygroups import DEFAULT_MAX_PARALLELISM, key_group_for
 from ..materialization import MaterializationRef
 from ..serialization import serializer_for
@@ -301,6 +302,7 @@ class ChangelogKeyedStateBackend:
         snapshot_compression: str = "zstd",
         max_tracked_keys: int = 200_000,
         ttl_cleanup_per_checkpoint: int = 10_000,
+        snapshot_storage_options: Mapping[str, Any] | None = None,
     ) -> None:
         if not KeyGroupRange(0, max_parallelism).contains_range(key_groups):
             msg = f"key groups {key_groups} exceed max_parallelism {max_parallelism}"
@@ -330,6 +332,7 @@ class ChangelogKeyedStateBackend:
             bridge=bridge_full_snapshots,
             codec=snapshot_compression,
             max_tracked_keys=max_tracked_keys,
+            storage_options=snapshot_storage_options,
         )
         self._interval = materialization_interval
         self._max_log_ratio = max_log_ratio if snapshot_dir else 0.0
@@ -386,6 +389,7 @@ class ChangelogKeyedStateBackend:
             snapshot_compression=str(cfg["state.changelog.materialization.compression"]),
             max_tracked_keys=int(cfg["state.changelog.materialization.max-tracked-keys"]),
             ttl_cleanup_per_checkpoint=int(cfg["state.ttl.cleanup.keys-per-checkpoint"]),
+            snapshot_storage_options=storage_options(cfg),
         )
 
     # -- keys --------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -79,9 +79,11 @@ class Materializer:
         bridge: bool = True,
         codec: str = "zstd",
         max_tracked_keys: int = 200_000,
+        storage_options: Mapping[str, Any] | None = None,
     ) -> None:
         self._backend = backend
         self._dir = snapshot_dir
+        self._storage_options = dict(storage_options or {})  # fsspec's, for snapshot_dir
         self._max_failures = max_failures
         self._lock = threading.Lock()
         self._running: Future[MaterializationRef] | None = None
@@ -120,7 +122,7 @@ class Materializer:
         if self._fs is None:
             import fsspec
 
-            self._fs, root = fsspec.core.url_to_fs(self._dir)
+            self._fs, root = fsspec.core.url_to_fs(self._dir, **self._storage_options)
             self._root = root.rstrip("/")
         return self._fs, self._root
 

@@ -31,6 +31,7 @@ from dstl.spi import Config, ConfigError, CorruptedError
 
 from ..changelog import BackendSnapshot
 from ..coordinator import CheckpointCoordinator, CompletedCheckpoint, TimeProgress
+from ..filesystems import checkpoint_fs
 from ._private.affinity import ExecutorHomes, pinned_instances
 from ._private.durations import duration_ms
 from ._private.task import (
@@ -104,12 +105,10 @@ def check_storage_for_spark(cfg: Config) -> None:
         raise ConfigError(msg)
 
 
-def _next_run_id(coordinator_dir: str, job_id: str) -> int:
+def _next_run_id(coordinator_dir: str, job_id: str, config: Config) -> int:
     """A counter bumped at every driver start: writer epochs of a new run fence the old run's."""
-    import fsspec
-
-    fs, root = fsspec.core.url_to_fs(coordinator_dir)
-    path = f"{root.rstrip('/')}/{job_id}/runs"
+    fs, root = checkpoint_fs(coordinator_dir, config)
+    path = f"{root}/{job_id}/runs"
     run = int(fs.cat_file(path).decode()) + 1 if fs.exists(path) else 1
     fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
     fs.pipe_file(path, str(run).encode())
@@ -215,7 +214,7 @@ class _BatchRunner:
         self.lineage: dict[str, list[tuple[int, str]]] = {}
         for completed in self.coordinator.retained:
             self._remember(completed)
-        self.run_id = _next_run_id(directory, job_id)
+        self.run_id = _next_run_id(directory, job_id, cfg)
         self.working_dir = cfg.get("dstl.spark.working-dir") or f"{tempfile.gettempdir()}/dstl-working"
         self.homes = ExecutorHomes() if cfg["dstl.spark.placement"] == "sticky" else None
         self.interval = float(cfg["state.changelog.materialization.interval"])
@@ -294,7 +293,7 @@ class _BatchRunner:
         from ..savepoints import adopt_savepoint
 
         base = adopt_savepoint(
-            path, self.cfg["state.checkpoints.dir"], self.spec.job_id, self.max_parallelism
+            path, self.cfg["state.checkpoints.dir"], self.spec.job_id, self.max_parallelism, self.cfg
         )
         log.info("job %r starts from the savepoint at %s", self.spec.job_id, path)
         return base

@@ -49,13 +49,14 @@ def _setup(
 ) -> tuple[CheckpointLocation, list[CompletedCheckpoint], Config]:
     from .query import _job_config, _session_conf
 
-    location = CheckpointLocation(checkpoint_location, job_id)
+    conf = dict(spark.sparkContext.getConf().getAll()) | _session_conf(spark)
+    job_config = _job_config(conf, config, checkpoint_location).raw()
+    location = CheckpointLocation(checkpoint_location, job_id, job_config)
     documents, _ = location.checkpoints()
     if not documents:
         msg = f"{checkpoint_location} has no readable state checkpoint of job {location.job!r}"
         raise InvalidHandleError(msg)
-    conf = dict(spark.sparkContext.getConf().getAll()) | _session_conf(spark)
-    return location, documents, location.config(_job_config(conf, config, checkpoint_location).raw())
+    return location, documents, location.config(job_config)
 
 
 def read_state(

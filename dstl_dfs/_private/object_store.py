@@ -19,6 +19,9 @@ class ObjectExistsError(StorageError):
     """``put_new`` found the key already taken (conditional put failed)."""
 
 
+_USER_OPTIONS = "dstl.dfs.storage-options."  # fsspec options passed through
+
+
 class ObjectStore(ABC):
     """Keys relative to the base path; values are whole objects."""
 
@@ -243,7 +246,7 @@ def open_store(config: Config, *, for_markers: bool = False) -> ObjectStore:
         if config.get("dstl.dfs.s3.access-key-id"):
             options["key"] = config["dstl.dfs.s3.access-key-id"]
             options["secret"] = config.get("dstl.dfs.s3.secret-access-key")
-        store = FsspecStore(url, options)
+        store = FsspecStore(url, {**options, **config.options_under(_USER_OPTIONS)})
         store.fs.retries = 1  # s3fs's own retry loop (a class attribute, not an argument)
         return store
-    return FsspecStore(url)
+    return FsspecStore(url, config.options_under(_USER_OPTIONS))

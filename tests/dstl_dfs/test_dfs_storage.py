@@ -375,3 +375,13 @@ def test_fsspec_path_puts_are_not_serialized_so_a_hedge_can_win(tmp_path, monkey
         assert time.monotonic() - started < 1.5, "the hedge waited behind the stalled attempt"
         assert storage.metrics.counter("upload_hedges") >= 1
         assert read_data(storage, handle) == [b"hedged"]
+
+
+def test_storage_options_pass_through_to_fsspec(tmp_path):
+    """dstl.dfs.storage-options.* (also under Flink's state.changelog.dstl.dfs.*) reach the file system."""
+    from dstl.dfs._private.object_store import open_store
+
+    for key in ("dstl.dfs.storage-options.auto_mkdir", "state.changelog.dstl.dfs.storage-options.auto_mkdir"):
+        config = Config({"dstl.dfs.base-path": tmp_path.as_uri(), key: "true"})
+        store = open_store(config)
+        assert store.fs.auto_mkdir is True, key

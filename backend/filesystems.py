@@ -1,0 +1,31 @@
+"""The fsspec file system of state checkpoints and snapshots, with the job's storage options.
+
+``state.checkpoints.storage-options.*`` keys pass through to fsspec (credentials,
+an endpoint), so ``state.checkpoints.dir`` on GCS, Azure or MinIO needs nothing
+from the environment. Values that read as JSON (``true``, ``8``, ``{...}``) are
+passed as such, the rest as text (:meth:`Config.options_under`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from dstl.spi import Config
+
+__all__ = ["STORAGE_OPTIONS_PREFIX", "checkpoint_fs", "storage_options"]
+
+STORAGE_OPTIONS_PREFIX = "state.checkpoints.storage-options."
+
+
+def storage_options(config: Config | Mapping[str, Any] | None) -> dict[str, Any]:
+    """The fsspec options set under ``state.checkpoints.storage-options.``."""
+    return Config.of(config).options_under(STORAGE_OPTIONS_PREFIX) if config is not None else {}
+
+
+def checkpoint_fs(url: str, config: Config | Mapping[str, Any] | None = None) -> tuple[Any, str]:
+    """``(file system, root path)`` of ``url`` with the config's checkpoint storage options."""
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(url, **storage_options(config))
+    return fs, root.rstrip("/")
