@@ -155,15 +155,8 @@ def _snapshot(location: CheckpointLocation, snapshot: BackendSnapshot) -> dict[s
 
 
 def _handle(handle: ChangelogHandle) -> dict[str, Any]:
-    return {
-        "storage": handle.storage_id,
-        "log_id": handle.log_id,
-        "epoch": handle.epoch,
-        "key_groups": [handle.key_groups.start, handle.key_groups.end],
-        "sqn_range": [handle.sqn_range.start, handle.sqn_range.end],
-        "bytes": handle.size,
-        "locations": len(handle.locations),
-    }
+    """The handle's document, its locations counted rather than listed."""
+    return {**handle.to_dict(), "locations": len(handle.locations)}
 
 
 def handle_changes(

@@ -42,15 +42,14 @@ class Savepoint:
     time: TimeProgress = field(default_factory=TimeProgress)
 
     def to_json(self) -> str:
-        """The document."""
+        """The document: the source job and parallelism around a checkpoint document."""
+        checkpoint = CompletedCheckpoint(self.checkpoint_id, self.snapshots, self.time)
         return json.dumps(
             {
                 "version": SAVEPOINT_VERSION,
                 "job": self.job,
-                "checkpoint_id": self.checkpoint_id,
                 "max_parallelism": self.max_parallelism,
-                "snapshots": {name: json.loads(s.to_json()) for name, s in sorted(self.snapshots.items())},
-                "time": self.time.to_dict(),
+                "checkpoint": json.loads(checkpoint.to_json()),
             },
             indent=1,
         )
@@ -61,21 +60,23 @@ class Savepoint:
 
         :raises InvalidHandleError: naming ``source`` and what is wrong.
         """
-        fields = {"version": int, "job": str, "checkpoint_id": int, "max_parallelism": int, "snapshots": dict}
+        fields = {"version": int, "job": str, "max_parallelism": int, "checkpoint": dict}
         doc = load_document(text, source, fields)
         if doc["version"] != SAVEPOINT_VERSION:
             msg = f"{source} has version {doc['version']}; this dstl reads version {SAVEPOINT_VERSION}"
             raise InvalidHandleError(msg)
-        snapshots = {}
-        for name, snapshot in doc["snapshots"].items():
-            parsed = BackendSnapshot.from_dict(snapshot)
-            if parsed.handles or parsed.parts or len(parsed.materialized) != 1:
+        checkpoint = CompletedCheckpoint.from_json(json.dumps(doc["checkpoint"]), source=source)
+        for name, snapshot in checkpoint.snapshots.items():
+            if snapshot.handles or snapshot.parts or len(snapshot.materialized) != 1:
                 msg = f"{source}: instance {name!r:.60} is not one self-contained full snapshot"
                 raise InvalidHandleError(msg)
-            snapshots[name] = parsed
-        time_doc = doc.get("time")
-        progress = TimeProgress() if time_doc is None else TimeProgress.from_dict(time_doc, source)
-        return cls(doc["job"], doc["checkpoint_id"], doc["max_parallelism"], snapshots, progress)
+        return cls(
+            doc["job"],
+            checkpoint.checkpoint_id,
+            doc["max_parallelism"],
+            checkpoint.snapshots,
+            checkpoint.time,
+        )
 
 
 def write_savepoint(

@@ -393,24 +393,27 @@ def main(argv: list[str] | None = None) -> int:
         probe(kind, int(keys), args.value_bytes, Path(out), args.codecs.split(",")[0], args.map_entries)
         return 0
     console = Console()
-    if args.timers:
-        sizes = [int(s) for s in args.timers.split(",")]
-        records, columns, rows = timers_table(sizes, args.delegates.split(","), console)
-        title = (
-            f"Timers: register, then a fresh backend's next expiry and firing of {TIMERS_DUE} due "
-            f"(× is the ratio to {min(sizes):,} timers)"
-        )
-        _report(console, Path(args.results) / "scale-timers", title, columns, rows, records)
-        return 0
-    if args.collections:
-        sizes = [int(s) for s in args.collections.split(",")]
-        records, columns, rows = collections_table(sizes, args.delegates.split(","), console)
-        title = (
-            f"Per-op cost against collection size (µs, {COLLECTION_OPS} ops each; "
-            f"× is the ratio to {min(sizes):,} entries)"
-        )
-        _report(console, Path(args.results) / "scale-collections", title, columns, rows, records)
-        return 0
+    tables = {  # --timers / --collections: (sizes, table, report stem, title)
+        "timers": (
+            args.timers,
+            timers_table,
+            "scale-timers",
+            f"Timers: register, then a fresh backend's next expiry and firing of {TIMERS_DUE} due",
+        ),
+        "collections": (
+            args.collections,
+            collections_table,
+            "scale-collections",
+            f"Per-op cost against collection size (µs, {COLLECTION_OPS} ops each)",
+        ),
+    }
+    for unit, (given, table, stem, title) in tables.items():
+        if given:
+            sizes = [int(s) for s in given.split(",")]
+            records, columns, rows = table(sizes, args.delegates.split(","), console)
+            heading = f"{title} (× is the ratio to {min(sizes):,} {unit})"
+            _report(console, Path(args.results) / stem, heading, columns, rows, records)
+            return 0
     records = []
     shapes = [0, args.map_entries] if args.map_entries else [0]
     runs = [

@@ -52,7 +52,7 @@ def test_a_checkpoint_shows_its_snapshots_log_handles_and_states(job):
     assert instance["materialized"][0]["entries"] > 0
     assert instance["states"]["counts"] == {"kind": "value", "serializer": "msgpack"}
     assert instance["states"]["tags"]["kind"] == "map"
-    assert instance["handles"] and all(h["storage"] == "local" for h in instance["handles"])
+    assert instance["handles"] and all(h["storage_id"] == "local" for h in instance["handles"])
     with pytest.raises(InvalidHandleError, match="no instance 'kg0-64'"):
         describe_checkpoint(location, documents[-1], "kg0-64")
 

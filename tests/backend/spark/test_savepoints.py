@@ -80,12 +80,12 @@ def test_a_damaged_or_mismatched_savepoint_is_refused(savepoint, tmp_path):
     with pytest.raises(InvalidHandleError, match="max-parallelism=128"):
         adopt_savepoint(str(target), tmp_path.as_uri(), "job", max_parallelism=64)
     doc = json.loads((target / SAVEPOINT_FILE).read_text())
-    name = next(iter(doc["snapshots"]))
+    name = next(iter(doc["checkpoint"]["snapshots"]))
     handle = ChangelogHandle.create(
         storage_id="local", log_id="x", key_groups=KeyGroupRange(0, 64), sqn_range=SequenceNumberRange(0, 1)
     )
     handle_doc = json.loads(handle.to_json())
-    doc["snapshots"][name]["handles"] = [handle_doc]
+    doc["checkpoint"]["snapshots"][name]["handles"] = [handle_doc]
     with pytest.raises(InvalidHandleError, match="not one self-contained full snapshot"):
         Savepoint.from_json(json.dumps(doc), "forged")
     with pytest.raises(InvalidHandleError, match="holds no savepoint"):
