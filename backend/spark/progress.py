@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -28,6 +29,9 @@ class BatchProgress:
     :ivar late_rows: rows dropped as late (event time at or below the watermark).
     :ivar watermark_ms: the event-time watermark the batch used (``None``: no event time).
     :ivar expired_removed: values, elements and map entries TTL removed from the working state.
+    :ivar storage: what the executors' storages did for the batch: counters summed over
+        the instances (persists, uploads, uploaded_bytes, persist_failures...), the
+        slowest instance's ``upload_latency_p99_s`` and the largest ``gauge.*``.
     """
 
     batch_id: int
@@ -56,6 +60,7 @@ class BatchProgress:
     late_rows: int = 0
     watermark_ms: int | None = None
     expired_removed: int = 0
+    storage: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def from_instances(  # noqa: PLR0913
@@ -94,8 +99,21 @@ class BatchProgress:
             late_rows=sum(s.get("late_rows", 0) for s in stats),
             watermark_ms=watermark_ms,
             expired_removed=sum(s.get("expired_removed", 0) for s in stats),
+            storage=_storage_totals(s.get("storage", {}) for s in stats),
         )
 
     def to_json(self) -> str:
         """For logs and progress files."""
         return json.dumps(asdict(self))
+
+
+def _storage_totals(per_instance: Iterable[Mapping[str, float]]) -> dict[str, float]:
+    """Counters summed; latencies and gauges (levels, not amounts) at their largest."""
+    totals: dict[str, float] = {}
+    for figures in per_instance:
+        for name, value in figures.items():
+            if name.startswith("gauge.") or name.endswith("_p99_s"):
+                totals[name] = max(totals.get(name, value), value)
+            else:
+                totals[name] = totals.get(name, 0) + value
+    return totals

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dstl.spi import Config, StateChangelogStorage, load_storage
+from dstl.spi import Config, StateChangelogStorage, StorageMetrics, load_storage
 
 from ...changelog import BackendSnapshot, ChangelogKeyedStateBackend, rebase
 from ...keygroups import key_group_range_for_instance
@@ -43,6 +43,7 @@ __all__ = [
     "instance_function",
     "pinned_function",
     "run_instance",
+    "storage_figures",
 ]
 
 KEY_GROUP_COLUMN = "__dstl_key_group"
@@ -208,6 +209,7 @@ def process_instance(
             delegate=copy.delegate,
             periodic_materialization=False,  # the driver plans materializations (plan.materialize)
         )
+        counted = storage.metrics().counters()  # the worker runs one task at a time: the delta is ours
         try:
             restore_began = time.perf_counter()
             mode, restored_bytes = _bring_up(
@@ -281,6 +283,7 @@ def process_instance(
         "materialization_ms": materialization_ms,  # what starting it cost this task
         "rebased": mode == "rebased",
         "expired_removed": metrics["numberOfExpiredEntriesRemoved"],
+        "storage": storage_figures(counted, storage.metrics()),
         "persisted_bytes": metrics["lastIncSizeOfNonMaterializedState"]
         + metrics["lastIncSizeOfMaterializedState"],
         "full_bytes": metrics["lastFullSizeOfNonMaterializedState"]
@@ -296,6 +299,25 @@ def process_instance(
     meta[SNAPSHOT_COLUMN] = json.dumps({"name": name, "snapshot": json.loads(snapshot.to_json())})
     meta[STATS_COLUMN] = json.dumps(stats)
     return output, meta
+
+
+def storage_figures(before: Mapping[str, int], metrics: StorageMetrics) -> dict[str, float]:
+    """The storage's work during a task: counter deltas, upload latency p99, queue gauges now.
+
+    Executors' storage metrics never reach the driver otherwise; the driver sums
+    them per batch (:class:`~..progress.BatchProgress.storage`).
+    """
+    figures: dict[str, float] = {
+        name: value - before.get(name, 0)
+        for name, value in metrics.counters().items()
+        if value != before.get(name, 0)
+    }
+    latency = metrics.percentiles("upload_latency_s", (99,))
+    if latency:
+        figures["upload_latency_p99_s"] = round(latency[99], 6)
+    for name, value in metrics.gauges().items():
+        figures[f"gauge.{name}"] = value
+    return figures
 
 
 def _load_initial_state(processor: StatefulProcessor, context: StateContext, initial: Any) -> None:  # noqa: ANN401

@@ -91,6 +91,8 @@ def test_warm_path_and_materialization_then_restart(spark, workdir, tmp_path):
     assert any(p.materialized for p in first), "no instance materialized its state"
     assert any(p.rebased for p in first[1:]), "no checkpoint moved onto a snapshot written in the background"
     assert all(p.persisted_bytes > 0 and p.full_checkpoint_bytes > 0 for p in first)
+    # the executors' storage figures reach the driver: every batch persisted
+    assert all(p.storage.get("persists", 0) >= p.instances for p in first), [p.storage for p in first]
     # A new working dir: the restarted run has no working copy and restores from the checkpoint.
     second = run(spark, workdir, {**config, "dstl.spark.working-dir": str(tmp_path / "other")}, 7)
     assert second[0].warm_instances == 0 and second[0].restore_ms > 0

@@ -61,3 +61,47 @@ def test_a_task_moves_onto_an_offer_of_its_run_and_removes_any_other(tmp_path, m
         other_run = written_by_the_offer()
         how, _ = batch(4, first, run_id=2)  # a restarted job never moves onto an earlier run's snapshot
         assert how == "warm" and not any(path.exists() for path in other_run)
+
+
+def test_a_tasks_storage_figures_are_its_deltas_and_the_batch_sums_them():
+    from dstl.backend.spark import BatchProgress
+    from dstl.backend.spark._private.task import storage_figures
+    from dstl.spi import StorageMetrics
+
+    metrics = StorageMetrics()
+    metrics.inc("persists", 5)
+    before = metrics.counters()
+    metrics.inc("persists", 2)
+    metrics.inc("uploaded_bytes", 4096)
+    metrics.observe("upload_latency_s", 0.25)
+    metrics.set_gauge("queued_bytes", 100)
+    figures = storage_figures(before, metrics)
+    assert figures == {
+        "persists": 2,
+        "uploaded_bytes": 4096,
+        "upload_latency_p99_s": 0.25,
+        "gauge.queued_bytes": 100,
+    }
+    other = {"persists": 1, "upload_latency_p99_s": 0.5, "gauge.queued_bytes": 50}
+    stats = [
+        {
+            "instance": name,
+            "rows": 1,
+            "keys": 1,
+            "warm": True,
+            "materialized": False,
+            "restore_ms": 0,
+            "checkpoint_ms": 0,
+            "materialization_ms": 0,
+            "persisted_bytes": 0,
+            "storage": storage,
+        }
+        for name, storage in (("kg0-64", figures), ("kg64-128", other))
+    ]
+    progress = BatchProgress.from_instances(3, stats, 0, 1.0)
+    assert progress.storage == {
+        "persists": 3,
+        "uploaded_bytes": 4096,
+        "upload_latency_p99_s": 0.5,
+        "gauge.queued_bytes": 100,
+    }
