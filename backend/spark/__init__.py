@@ -29,6 +29,7 @@ from __future__ import annotations
 from .placement import instance_for_key_group, routing_exprs
 from .processor import BatchClock, StateContext, StatefulProcessor, TimeMode
 from .progress import BatchProgress
+from .prometheus import PrometheusExporter
 from .pyspark_compat import PySparkProcessor, pyspark_processor
 from .query import StatefulQuery, transform_with_state
 from .sinks import ParquetBatchSink
@@ -38,6 +39,7 @@ __all__ = [
     "BatchClock",
     "BatchProgress",
     "ParquetBatchSink",
+    "PrometheusExporter",
     "PySparkProcessor",
     "StateContext",
     "StatefulProcessor",
