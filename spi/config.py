@@ -12,13 +12,13 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from .errors import ConfigError
 from .options import ConfigOption
 
-__all__ = ["SPARK_PREFIX", "Config", "parse_key_values"]
+__all__ = ["SPARK_PREFIX", "Config", "parse_key_values", "use_declared_options"]
 
 SPARK_PREFIX = "spark."
 #: Key namespaces dstl owns; a Spark conf's other keys are not dstl's business.
@@ -41,11 +41,24 @@ def parse_key_values(pairs: Iterable[str], *, flag: str = "--config") -> dict[st
     return values
 
 
+#: Where a config gets the declared options when it is not given any (the plugin registry,
+#: installed by :mod:`dstl.spi.plugins`): config itself discovers nothing.
+_declared: Callable[[], Iterable[ConfigOption]] | None = None
+
+
+def use_declared_options(source: Callable[[], Iterable[ConfigOption]]) -> None:
+    """Make ``source`` what configs built without ``options`` validate against."""
+    global _declared  # noqa: PLW0603 - one process-wide source, set once at import
+    _declared = source
+
+
 class Config(Mapping[str, Any]):
     """Validated configuration: mapping of *set* keys to parsed values.
 
     :param values: raw values (strings with units, or typed values).
-    :param options: the declared options; by default those of every installed plugin.
+    :param options: the declared options; by default those of every installed plugin
+        (from the source :func:`use_declared_options` installed: a config is a value and
+        discovers no plugins itself).
     """
 
     def __init__(
@@ -55,9 +68,10 @@ class Config(Mapping[str, Any]):
         options: Iterable[ConfigOption] | None = None,
     ) -> None:
         if options is None:
-            from .plugins import get_registry  # plugins import config: import late
-
-            options = get_registry().options()
+            if _declared is None:
+                msg = "no declared options to validate against: import dstl.spi (it installs the plugins')"
+                raise ConfigError(msg)
+            options = _declared()
         options = list(options)
         self._options = {opt.name: opt for opt in options if not opt.is_prefix}
         self._prefixes = {opt.name[:-1]: opt for opt in options if opt.is_prefix}

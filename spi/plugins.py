@@ -20,7 +20,7 @@ import pluggy
 
 from . import hookspecs
 from ._private import core_plugin
-from .config import Config
+from .config import Config, use_declared_options
 from .errors import PluginError
 from .handle import ChangelogHandle
 from .names import validate_name
@@ -118,6 +118,9 @@ def get_plugin_manager() -> pluggy.PluginManager:
 def get_registry() -> StorageRegistry:
     """The process-wide storage registry, discovered once."""
     return _discover()[1]
+
+
+use_declared_options(lambda: get_registry().options())
 
 
 def refresh_plugins() -> None:

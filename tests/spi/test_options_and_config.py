@@ -208,3 +208,20 @@ def test_dstl_config_lists_the_aliases():
     table = config_markdown()
     row = next(line for line in table.splitlines() if line.startswith("| dstl.storage |"))
     assert "state.changelog.storage" in row
+
+
+def test_a_config_is_a_value_it_discovers_no_plugins(monkeypatch):
+    """Given options, a config needs nothing else; without, it asks the installed source (the registry)."""
+    import dstl.spi.config as config_module
+
+    def no_discovery():
+        raise AssertionError("a config with options discovered plugins")
+
+    declared = [ConfigOption("x.size", OptionType.SIZE, 1, "a size")]
+    monkeypatch.setattr(config_module, "_declared", no_discovery)
+    assert Config({"x.size": "2kb"}, options=declared)["x.size"] == 2048
+    with pytest.raises(AssertionError, match="discovered plugins"):
+        Config({})
+    monkeypatch.setattr(config_module, "_declared", None)
+    with pytest.raises(ConfigError, match="no declared options"):
+        Config({})
