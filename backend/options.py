@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from dstl.spi import ConfigOption, OptionType, hookimpl, parse_duration, parse_size
 
 from .keygroups import MAX_KEY_GROUPS
 from .materialization.codecs import CODEC_IDS
 
-__all__ = ["BACKEND_OPTIONS"]
+__all__ = ["BACKEND_OPTIONS", "option_default"]
 
 BACKEND_OPTIONS = (
     ConfigOption(
@@ -205,3 +207,14 @@ BACKEND_OPTIONS = (
 def dstl_config_options() -> list[ConfigOption]:
     """Declare the backend's options."""
     return list(BACKEND_OPTIONS)
+
+
+def option_default(name: str) -> Any:  # noqa: ANN401 - the option's typed default
+    """The declared default of backend option ``name``: constructors use it too (one source).
+
+    :raises KeyError: for a name no backend option has.
+    """
+    for option in BACKEND_OPTIONS:
+        if option.name == name:
+            return option.default
+    raise KeyError(name)

@@ -38,6 +38,7 @@ from ..documents import check_fields, parse_json
 from ..filesystems import storage_options
 from ..keygroups import DEFAULT_MAX_PARALLELISM, key_group_for
 from ..materialization import MaterializationRef
+from ..options import option_default
 from ..serialization import serializer_for
 from ..state import (
     KeySet,
@@ -279,6 +280,10 @@ class ChangelogKeyedStateBackend:
 
     :param storage: the DSTL storage (shared by the operators of the process).
     :param epoch: the writer epoch (task attempt): a newer one fences this backend.
+
+    Defaults are the declared options' (``dstl config``); :meth:`from_config` reads
+    them from a config. Without ``materialization_interval`` the caller decides when
+    to materialize (``max_log_ratio`` still applies with a ``snapshot_dir``).
     """
 
     def __init__(
@@ -291,17 +296,17 @@ class ChangelogKeyedStateBackend:
         epoch: int = 0,
         delegate: StateDelegate | None = None,
         snapshot_dir: str | None = None,
-        max_failures_allowed: int = 3,
+        max_failures_allowed: int = option_default("state.changelog.max-failures-allowed"),
         materialization_interval: float | None = None,
-        full_materialization_every: int = 1,
+        full_materialization_every: int = option_default("state.changelog.materialization.full-every"),
         clock: Callable[[], float] = time.time,
-        max_log_ratio: float = 0.0,
-        squash_updates: bool = False,
-        fork_replay_from: int = 1 << 20,
-        bridge_full_snapshots: bool = True,
-        snapshot_compression: str = "zstd",
-        max_tracked_keys: int = 200_000,
-        ttl_cleanup_per_checkpoint: int = 10_000,
+        max_log_ratio: float = option_default("state.changelog.materialization.max-log-ratio"),
+        squash_updates: bool = option_default("state.changelog.squash-updates"),
+        fork_replay_from: int = option_default("state.changelog.restore.fork-replay-from"),
+        bridge_full_snapshots: bool = option_default("state.changelog.materialization.bridge"),
+        snapshot_compression: str = option_default("state.changelog.materialization.compression"),
+        max_tracked_keys: int = option_default("state.changelog.materialization.max-tracked-keys"),
+        ttl_cleanup_per_checkpoint: int = option_default("state.ttl.cleanup.keys-per-checkpoint"),
         snapshot_storage_options: Mapping[str, Any] | None = None,
     ) -> None:
         if not KeyGroupRange(0, max_parallelism).contains_range(key_groups):

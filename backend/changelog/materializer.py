@@ -16,6 +16,7 @@ from dstl.spi import ConfigError, CorruptedError, InvalidHandleError, StorageErr
 
 from ..delegate import StateView
 from ..materialization import MaterializationRef, SnapshotWriter, read_sections
+from ..options import option_default
 from ..ttl import purge_expired
 from .changed_keys import ChangedKeys
 
@@ -74,11 +75,11 @@ class Materializer:
         backend: MaterializationTarget,
         snapshot_dir: str | None,
         max_failures: int,
-        full_every: int = 1,
+        full_every: int = option_default("state.changelog.materialization.full-every"),
         *,
-        bridge: bool = True,
-        codec: str = "zstd",
-        max_tracked_keys: int = 200_000,
+        bridge: bool = option_default("state.changelog.materialization.bridge"),
+        codec: str = option_default("state.changelog.materialization.compression"),
+        max_tracked_keys: int = option_default("state.changelog.materialization.max-tracked-keys"),
         storage_options: Mapping[str, Any] | None = None,
     ) -> None:
         self._backend = backend

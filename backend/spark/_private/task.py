@@ -209,7 +209,7 @@ def process_instance(
             delegate=copy.delegate,
             periodic_materialization=False,  # the driver plans materializations (plan.materialize)
         )
-        counted = storage.metrics().counters()  # the worker runs one task at a time: the delta is ours
+        counted = storage.metrics.counters()  # the worker runs one task at a time: the delta is ours
         try:
             restore_began = time.perf_counter()
             mode, restored_bytes = _bring_up(
@@ -283,7 +283,7 @@ def process_instance(
         "materialization_ms": materialization_ms,  # what starting it cost this task
         "rebased": mode == "rebased",
         "expired_removed": metrics["numberOfExpiredEntriesRemoved"],
-        "storage": storage_figures(counted, storage.metrics()),
+        "storage": storage_figures(counted, storage.metrics),
         "persisted_bytes": metrics["lastIncSizeOfNonMaterializedState"]
         + metrics["lastIncSizeOfMaterializedState"],
         "full_bytes": metrics["lastFullSizeOfNonMaterializedState"]
