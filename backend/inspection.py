@@ -7,7 +7,6 @@ unpickled (a state stored with pickle shows its size only).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -284,42 +283,27 @@ def state_entries(
     so values past it that cleanup has not removed yet are included. dstl's own
     states (timers) only with ``internal``.
     """
-    from .state import StateDescriptor, StateKind
-    from .ttl import TTL_SUFFIX
-
-    for name, (kind, stored) in sorted(backend.registrations().items()):
+    for name, (kind, _) in sorted(backend.registrations().items()):
         if name.startswith(RESERVED_PREFIX) and not internal:
             continue
-        serializer, ttl_marked, _ = stored.partition(TTL_SUFFIX)
-        state_kind = StateKind(kind)
-        descriptor = StateDescriptor(
-            name,
-            state_kind,
-            serializer,
-            reduce=_keep_last if state_kind is StateKind.REDUCING else None,
-            ttl=math.inf if ttl_marked else None,
-        )
-        # The TTL's length is not recorded: a value past it that cleanup has not removed yet shows.
-        state = (
-            backend._register(descriptor)
-            if name.startswith(RESERVED_PREFIX)
-            else backend.register(descriptor)
-        )  # noqa: SLF001
+        state = backend.known_state(name)
         for key_group in backend.key_groups:
-            for raw_key, _ in backend.delegate.entries(name, key_group):
-                with backend.bound_to(key_group, raw_key):
-                    if state_kind is StateKind.MAP:
-                        value: Any = dict(state.items())
-                    elif state_kind is StateKind.LIST:
-                        value = state.get()
-                    else:
-                        value = state.value() if state_kind is StateKind.VALUE else state.get()
-                if value not in (None, [], {}):
-                    yield _key(raw_key), name, kind, value
+            # keys streamed from a view (nothing writes here): memory holds one entry, not a key group
+            with backend.delegate.view() as view:
+                keys = (raw_key for raw_key, _ in view.entries(name, key_group))
+                for raw_key in keys:
+                    with backend.bound_to(key_group, raw_key):
+                        value = _read(state, kind)
+                    if value not in (None, [], {}):
+                        yield _key(raw_key), name, kind, value
 
 
-def _keep_last(_older: Any, newer: Any) -> Any:  # noqa: ANN401 - a reducing state read back, never added to
-    return newer
+def _read(state: Any, kind: str) -> Any:  # noqa: ANN401 - a state of the current key, and its value
+    if kind == "map":
+        return dict(state.items())
+    if kind in ("list", "reducing"):
+        return state.get()
+    return state.value()
 
 
 def instance_key_groups(name: str, snapshot: BackendSnapshot) -> KeyGroupRange:

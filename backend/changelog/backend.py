@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import gc
 import json
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -270,8 +271,8 @@ def _bulk_load() -> Iterator[None]:
             gc.enable()
 
 
-def _never_called(_a: Any, _b: Any) -> Any:  # noqa: ANN401 - a reducing state only cleared
-    msg = "a state registered to be deleted is not reduced"
+def _never_called(_a: Any, _b: Any) -> Any:  # noqa: ANN401 - a restored-only reducing state
+    msg = "a reducing state known only from the checkpoint cannot be added to: register it with its function"
     raise AssertionError(msg)
 
 
@@ -320,6 +321,7 @@ class ChangelogKeyedStateBackend:
         self.writer = storage.create_writer(operator_id, key_groups, epoch=epoch)
         self._log_start = self.writer.initial_sqn()
         self._states: dict[str, Any] = {}
+        self._provisional: set[str] = set()  # registered by known_state, not by the caller
         self._timers: TimerService | None = None
         self._expired_queue: collections.deque[tuple[str, int, bytes]] = collections.deque()
         self._ttl_cleanup_per_checkpoint = ttl_cleanup_per_checkpoint
@@ -496,6 +498,21 @@ class ChangelogKeyedStateBackend:
     def _register(self, descriptor: StateDescriptor) -> Any:  # noqa: ANN401 - the state class of its kind
         """:meth:`register` for any name (dstl's own states, e.g. timers, use it too)."""
         existing = self._states.get(descriptor.name)
+        same_form = existing is not None and (
+            existing.descriptor.kind,
+            existing.descriptor.stored_format,
+        ) == (
+            descriptor.kind,
+            descriptor.stored_format,
+        )
+        if same_form and descriptor.name in self._provisional:
+            # the caller's descriptor (its TTL, its reduce function) replaces the provisional one
+            self._provisional.discard(descriptor.name)
+            state = _STATE_CLASSES[descriptor.kind](
+                self, existing._id, descriptor, serializer_for(descriptor.serializer)
+            )
+            self._states[descriptor.name] = state
+            return state
         if existing is not None:
             if (
                 existing.descriptor.kind != descriptor.kind
@@ -525,6 +542,33 @@ class ChangelogKeyedStateBackend:
         self._states[descriptor.name] = state
         return state
 
+    def known_state(self, name: str) -> Any | None:  # noqa: ANN401 - the state class of its kind
+        """State ``name`` as registered in this run, or else as the restored checkpoint knows it.
+
+        ``None`` when neither knows it. A state known only from the checkpoint is
+        registered provisionally: with TTL, an unbounded one (its length is not
+        recorded, so nothing it holds is taken for expired); reducing, one that cannot
+        be added to. A later :meth:`register` of the name replaces that descriptor.
+        """
+        state = self._states.get(name)
+        if state is not None:
+            return state
+        known = self._restored_kinds.get(name)
+        if known is None:
+            return None
+        kind, stored = known
+        serializer, ttl_marked, _ = stored.partition(TTL_SUFFIX)
+        self._provisional.add(name)
+        return self._register(
+            StateDescriptor(
+                name,
+                StateKind(kind),
+                serializer,
+                reduce=_never_called if kind == StateKind.REDUCING.value else None,
+                ttl=math.inf if ttl_marked else None,
+            )
+        )
+
     def drop_state(self, name: str) -> int:
         """Remove state ``name`` of every key (PySpark's ``deleteIfExists``); returns the keys cleared.
 
@@ -538,23 +582,9 @@ class ChangelogKeyedStateBackend:
         if name.startswith(RESERVED_PREFIX):
             msg = f"state {name!r} is dstl's own and cannot be deleted"
             raise ConfigError(msg)
-        state = self._states.get(name)
+        state = self.known_state(name)
         if state is None:
-            known = self._restored_kinds.get(name)
-            if known is None:
-                return 0
-            kind, stored = known
-            serializer, ttl_marked, _ = stored.partition(TTL_SUFFIX)
-            # the duration does not matter for clearing: only that values carry write times
-            state = self._register(
-                StateDescriptor(
-                    name,
-                    StateKind(kind),
-                    serializer,
-                    reduce=_never_called if kind == StateKind.REDUCING.value else None,
-                    ttl=1.0 if ttl_marked else None,
-                )
-            )
+            return 0
         cleared = 0
         for key_group in self.key_groups:
             for raw_key in [raw for raw, _ in self.delegate.entries(name, key_group)]:

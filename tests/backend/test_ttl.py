@@ -260,3 +260,24 @@ def test_a_resumed_chain_keeps_its_full_snapshots_ttl_cadence(env):
 
     assert resumed_materialization(5, epoch=1).clock is None  # incremental: within the TTL
     assert resumed_materialization(10, epoch=2).clock is not None  # full: a TTL went by
+
+
+def test_a_state_deleted_before_its_registration_keeps_the_ttl_it_is_registered_with(env):
+    """drop_state registers a restored state provisionally; the caller's registration then rules."""
+    _, storage, snapshots = env
+    clock, backend = _clocked(storage, snapshots)
+    backend.value_state("seen", ttl=10)
+    backend.set_current_key("k")
+    backend.value_state("seen", ttl=10).update(1)
+    snapshot = backend.checkpoint(1).result(timeout=30)
+    backend.close()
+
+    restored = ChangelogKeyedStateBackend(storage, "op", ALL, snapshot_dir=snapshots, clock=clock, epoch=1)
+    restored.restore(snapshot)
+    assert restored.drop_state("seen") == 1  # PySpark's deleteIfExists in init, before getValueState
+    seen = restored.value_state("seen", ttl=10)
+    restored.set_current_key("k")
+    seen.update(2)
+    clock.now += 11
+    assert seen.value() is None  # the registered TTL applies, not the provisional unbounded one
+    restored.close()
