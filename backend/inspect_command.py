@@ -66,7 +66,7 @@ def run_savepoint(args: argparse.Namespace, console: Console) -> int:
     from .savepoints import write_savepoint
 
     location = CheckpointLocation(args.path, args.job, args.config_values)
-    chosen = _chosen(location, args.batch)
+    chosen = _chosen(location, *location.checkpoints(), args.batch)
     config = location.config(args.config_values)
     with console.status(f"writing a savepoint of checkpoint {chosen.checkpoint_id}"):
         savepoint = write_savepoint(location, chosen, args.target, config)
@@ -79,9 +79,13 @@ def run_savepoint(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def _chosen(location: CheckpointLocation, batch: int | None) -> CompletedCheckpoint:
-    """The newest retained checkpoint, or ``batch``'s."""
-    documents, damaged = location.checkpoints()
+def _chosen(
+    location: CheckpointLocation,
+    documents: list[CompletedCheckpoint],
+    damaged: list[tuple[int, str, str]],
+    batch: int | None,
+) -> CompletedCheckpoint:
+    """The newest retained checkpoint of ``documents``, or ``batch``'s."""
     if not documents:
         suffix = f" ({len(damaged)} damaged)" if damaged else ""
         msg = f"job {location.job!r} has no readable checkpoint{suffix}"
@@ -108,8 +112,8 @@ def run_inspect(args: argparse.Namespace, console: Console) -> int:
         msg = "give a checkpoint directory, or --handle FILE"
         raise InvalidHandleError(msg)
     location = CheckpointLocation(args.path, args.job, args.config_values)
-    chosen = _chosen(location, args.batch)
     documents, damaged = location.checkpoints()
+    chosen = _chosen(location, documents, damaged, args.batch)
     described = describe_checkpoint(location, chosen, args.instance)
     described["retained"] = [c.checkpoint_id for c in documents]
     described["damaged"] = [{"checkpoint_id": i, "path": p, "reason": r} for i, p, r in damaged]

@@ -8,7 +8,7 @@
 Gauges and counters carry a ``query`` label (the job id). Names follow Flink's
 changelog backend and checkpoint metrics (``lastCheckpointDuration``,
 ``lastCheckpointSize``, ``lastCheckpointFullSize``,
-``numberOfCompletedMaterialization``) and its DSTL upload metrics
+``numberOfStartedMaterialization``) and its DSTL upload metrics
 (``numberOfUploadRequests``, ``numberOfUploadFailures``, ``uploadLatenciesNanos``),
 with a ``dstl_`` prefix; dstl's own figures sit next to them. Needs
 ``pip install 'dstl[metrics]'``. The server listens on loopback unless an
@@ -44,7 +44,7 @@ _GAUGES: dict[str, tuple[str, Callable[[BatchProgress], float | None]]] = {
 }
 #: counter name -> its increment from a batch's progress
 _COUNTERS: dict[str, tuple[str, Callable[[BatchProgress], float]]] = {
-    "numberOfCompletedMaterialization": ("materializations started", lambda p: len(p.materialized)),
+    "numberOfStartedMaterialization": ("materializations started", lambda p: len(p.materialized)),
     "numberOfUploadRequests": ("storage uploads", lambda p: p.storage.get("uploads", 0)),
     "numberOfUploadFailures": ("failed persists", lambda p: p.storage.get("persist_failures", 0)),
     "numberOfRestores": ("instances restored in full", lambda p: p.full_restores),

@@ -239,7 +239,7 @@ def process_instance(
                 if len(user_rows)
                 else output_columns(None, plan.output_columns)
             )
-            fired, next_timer = _fire_timers(processor, context, backend, plan.output_columns)
+            fired, fired_count, next_timer = _fire_timers(processor, context, backend, plan.output_columns)
             for column in plan.output_columns:
                 output[column].extend(fired[column])
             keys = len(context.keys_touched)
@@ -291,7 +291,7 @@ def process_instance(
         "task_ms": round((time.perf_counter() - began) * 1000, 3),
         "phases_ms": phases,
         "attempt": task_attempt,
-        "timers_fired": len(fired[plan.output_columns[0]]) if plan.output_columns else 0,
+        "timers_fired": fired_count,
         "next_timer": next_timer,
         **event_stats,
     }
@@ -355,20 +355,20 @@ def _fire_timers(
     context: StateContext,
     backend: ChangelogKeyedStateBackend,
     columns: tuple[str, ...],
-) -> tuple[dict[str, list[Any]], int | None]:
-    """Fire the batch's due timers through ``handle_expired_timer``: its rows, and the next timer."""
+) -> tuple[dict[str, list[Any]], int, int | None]:
+    """Fire the batch's due timers through ``handle_expired_timer``: its rows, how many fired, the next."""
     clock = context.clock
     up_to, domain = clock.fire_up_to(), clock.timer_domain()
     if domain is None:
-        return output_columns(None, columns), None
-    if up_to is None:  # event time before any watermark
-        return output_columns(None, columns), backend.timers().next_expiry(domain)
+        return output_columns(None, columns), 0, None
     timers = backend.timers()
-    collected = _Collected()
-    for key, expiry in timers.fire(up_to, domain):
-        context.keys_touched.add(key)
-        collected.add(processor.handle_expired_timer(key, expiry, context))
-    return output_columns(collected.columns(), columns), timers.next_expiry(domain)
+    collected, fired = _Collected(), 0
+    if up_to is not None:  # None: event time before any watermark
+        for key, expiry in timers.fire(up_to, domain):
+            context.keys_touched.add(key)
+            collected.add(processor.handle_expired_timer(key, expiry, context))
+            fired += 1
+    return output_columns(collected.columns(), columns), fired, timers.next_expiry(domain)
 
 
 def _bring_up(

@@ -45,6 +45,6 @@ def test_the_exporter_serves_flinks_names_with_the_latest_figures():
     assert 'dstl_currentWatermark{query="demo"} 42000.0' in text
     assert 'dstl_uploadLatenciesNanos{query="demo"} 4e+06' in text
     assert 'dstl_numberOfUploadRequests_total{query="demo"} 3.0' in text
-    assert 'dstl_numberOfCompletedMaterialization_total{query="demo"} 1.0' in text
+    assert 'dstl_numberOfStartedMaterialization_total{query="demo"} 1.0' in text
     assert 'dstl_numberOfTimersFired_total{query="demo"} 6.0' in text
     assert 'dstl_numberOfRecordsIn_total{query="demo"} 30.0' in text

@@ -105,3 +105,27 @@ def test_a_tasks_storage_figures_are_its_deltas_and_the_batch_sums_them():
         "upload_latency_p99_s": 0.5,
         "gauge.queued_bytes": 100,
     }
+
+
+def test_fired_timers_are_counted_whatever_rows_their_handlers_return(memory_config):
+    """A handler may emit nothing (or several rows): the batch's timers_fired counts timers."""
+    from dstl.backend.spark import StatefulProcessor
+    from dstl.backend.spark._private.task import _fire_timers
+    from dstl.backend.spark.processor import BatchClock, StateContext, TimeMode
+
+    class Silent(StatefulProcessor):
+        def init(self, context):
+            pass
+
+        def handle_expired_timer(self, key, expiry_ms, context):
+            return [{"k": key}, {"k": key}] if key == "a" else None
+
+    with load_storage(memory_config, job_id="job") as storage:
+        backend = ChangelogKeyedStateBackend(storage, "op", KeyGroupRange(0, 128))
+        for key in ("a", "b", "c"):
+            backend.set_current_key(key)
+            backend.timers().register(10)
+        context = StateContext(backend, 1, 0, ("k",), BatchClock(20, None, TimeMode.PROCESSING))
+        rows, fired, next_timer = _fire_timers(Silent(), context, backend, ("k",))
+        assert (rows["k"], fired, next_timer) == (["a", "a"], 3, None)
+        backend.close()
