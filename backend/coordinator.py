@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-import uuid
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -42,7 +41,7 @@ from dstl.spi import (
 
 from .changelog import BackendSnapshot
 from .documents import check_fields, load_document
-from .filesystems import storage_options
+from .filesystems import put_atomically, storage_options
 
 log = logging.getLogger(__name__)
 
@@ -291,15 +290,9 @@ class CheckpointCoordinator:
     def _write(self, completed: CompletedCheckpoint) -> None:
         # Write under a temporary name, then move: readers never see half a document.
         final = self._path(completed.checkpoint_id)
-        temporary = f"{self._dir}/.tmp-{uuid.uuid4().hex}"
         try:
-            self._fs.pipe_file(temporary, completed.to_json().encode())
-            self._fs.mv(temporary, final)
+            put_atomically(self._fs, self._dir, final, completed.to_json().encode())
         except OSError as exc:
-            try:
-                self._fs.rm_file(temporary)
-            except OSError:
-                log.debug("could not remove %s", temporary, exc_info=True)
             msg = (
                 f"writing checkpoint {completed.checkpoint_id} to {final} failed: {exc}; the checkpoint is "
                 "not completed (free space or fix the checkpoint directory, then retry)"

@@ -8,12 +8,14 @@ passed as such, the rest as text (:meth:`Config.options_under`).
 
 from __future__ import annotations
 
+import contextlib
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
 from dstl.spi import Config
 
-__all__ = ["STORAGE_OPTIONS_PREFIX", "checkpoint_fs", "storage_options"]
+__all__ = ["STORAGE_OPTIONS_PREFIX", "checkpoint_fs", "put_atomically", "storage_options"]
 
 STORAGE_OPTIONS_PREFIX = "state.checkpoints.storage-options."
 
@@ -29,3 +31,19 @@ def checkpoint_fs(url: str, config: Config | Mapping[str, Any] | None = None) ->
 
     fs, root = fsspec.core.url_to_fs(url, **storage_options(config))
     return fs, root.rstrip("/")
+
+
+def put_atomically(fs: Any, directory: str, path: str, data: bytes) -> None:  # noqa: ANN401 - fsspec
+    """Write ``data`` to ``path`` under a temporary name in ``directory``, then move it there.
+
+    Readers never see half a document. On failure the temporary is removed (best
+    effort; recovery removes ``.tmp-*`` leftovers) and the ``OSError`` raised.
+    """
+    temporary = f"{directory}/.tmp-{uuid.uuid4().hex}"
+    try:
+        fs.pipe_file(temporary, data)
+        fs.mv(temporary, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            fs.rm_file(temporary)
+        raise

@@ -21,7 +21,7 @@ from dstl.spi import Config, InvalidHandleError
 from .changelog import BackendSnapshot, ChangelogKeyedStateBackend
 from .coordinator import CompletedCheckpoint, TimeProgress
 from .documents import load_document
-from .filesystems import checkpoint_fs
+from .filesystems import checkpoint_fs, put_atomically
 from .inspection import CheckpointLocation, instance_key_groups, restored_read_only
 from .materialization import MaterializationRef
 
@@ -127,7 +127,7 @@ def write_savepoint(
                 writer.close()
         snapshots[name] = BackendSnapshot(completed.checkpoint_id, (), (ref,))
     savepoint = Savepoint(location.job, completed.checkpoint_id, max_parallelism, snapshots, completed.time)
-    fs.pipe_file(f"{root}/{SAVEPOINT_FILE}", savepoint.to_json().encode())
+    put_atomically(fs, root, f"{root}/{SAVEPOINT_FILE}", savepoint.to_json().encode())  # last: it vouches
     return savepoint
 
 
