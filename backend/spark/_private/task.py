@@ -23,7 +23,8 @@ from dstl.spi import Config, StateChangelogStorage, StorageMetrics, load_storage
 from ...changelog import BackendSnapshot, ChangelogKeyedStateBackend, rebase
 from ...keygroups import key_group_range_for_instance
 from ..placement import instance_name, snapshot_for_range
-from ..processor import BatchClock, StateContext, StatefulProcessor, _Collected
+from ..processor import BatchClock, StateContext, StatefulProcessor
+from .collected import Collected
 from .working_copy import WorkingCopy, snapshot_digest
 
 if TYPE_CHECKING:
@@ -362,7 +363,7 @@ def _fire_timers(
     if domain is None:
         return output_columns(None, columns), 0, None
     timers = backend.timers()
-    collected, fired = _Collected(), 0
+    collected, fired = Collected(), 0
     if up_to is not None:  # None: event time before any watermark
         for key, expiry in timers.fire(up_to, domain):
             context.keys_touched.add(key)
