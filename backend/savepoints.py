@@ -174,9 +174,9 @@ def adopt_savepoint(
     target_fs, target_root = checkpoint_fs(checkpoints_dir, config)
     folder = f"{job}/snapshots/savepoint-{savepoint.checkpoint_id}-{uuid.uuid4().hex[:8]}"
     snapshots = {}
-    for name, snapshot in savepoint.snapshots.items():
+    for index, (name, snapshot) in enumerate(sorted(savepoint.snapshots.items())):
         (ref,) = snapshot.materialized
-        copied = f"{folder}/{name}.snap"
+        copied = f"{folder}/instance-{index}.snap"  # not the instance name: the document is untrusted
         target_fs.makedirs(f"{target_root.rstrip('/')}/{folder}", exist_ok=True)
         with (
             source_fs.open(f"{source_root.rstrip('/')}/{ref.path}", "rb") as source,
