@@ -15,6 +15,7 @@ Reducing) lives in the changelog backend, with the storage chosen by
         checkpoint_location="/data/chk",
     )
     query.add_listener(print)               # BatchProgress after every batch
+    query.last_progress.to_json()           # Spark's lastProgress with a "dstl" section
 
 Timers (``context.register_timer``, fired through ``handle_expired_timer``) follow
 ``time_mode``: processing time, or event time with ``event_time_column`` and
@@ -32,6 +33,7 @@ from .progress import BatchProgress
 from .prometheus import PrometheusExporter
 from .pyspark_compat import PySparkProcessor, pyspark_processor
 from .query import StatefulQuery, transform_with_state
+from .query_progress import QueryProgress
 from .sinks import ParquetBatchSink
 from .state_reader import read_changes, read_state
 
@@ -41,6 +43,7 @@ __all__ = [
     "ParquetBatchSink",
     "PrometheusExporter",
     "PySparkProcessor",
+    "QueryProgress",
     "StateContext",
     "StatefulProcessor",
     "StatefulQuery",

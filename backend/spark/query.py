@@ -22,6 +22,7 @@ import logging
 import tempfile
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +57,7 @@ from .placement import (
 )
 from .processor import BatchClock, StatefulProcessor, TimeMode
 from .progress import BatchProgress
+from .query_progress import ProgressBridge, QueryProgress
 from .sinks import ParquetBatchSink
 
 if TYPE_CHECKING:
@@ -69,6 +71,8 @@ log = logging.getLogger(__name__)
 Sink = Callable[["DataFrame", int], None]
 #: Completed checkpoints per instance a stale working copy may catch up from.
 _LINEAGE_DEPTH = 64
+#: Batch figures a query keeps (weeks of batches must not grow the driver).
+RECENT_BATCHES = 1000
 
 
 def _uri(path: str) -> str:
@@ -84,6 +88,8 @@ def _job_config(spark_conf: Any, config: Mapping[str, Any] | None, checkpoint_lo
         defaults["state.checkpoints.dir"] = _uri(f"{checkpoint_location}/dstl-state")
     if not cfg.get("dstl.local.dir"):  # also after a switch away from local: its handles stay readable
         defaults["dstl.local.dir"] = str(Path(checkpoint_location).resolve() / "dstl-changelog")
+    if cfg["dstl.storage"] == "filesystem" and not cfg.get("dstl.dfs.base-path"):
+        defaults["dstl.dfs.base-path"] = _uri(f"{checkpoint_location}/dstl-dfs")
     return cfg.with_values(defaults) if defaults else cfg
 
 
@@ -118,24 +124,56 @@ def _next_run_id(coordinator_dir: str, job_id: str, config: Config) -> int:
 class StatefulQuery:
     """A running stateful query: the Spark query plus per-batch progress and listeners."""
 
-    def __init__(self, runner: _BatchRunner, query: StreamingQuery) -> None:
+    def __init__(
+        self,
+        runner: _BatchRunner,
+        query: StreamingQuery,
+        bridge: ProgressBridge,
+        streams: Any,  # noqa: ANN401
+    ) -> None:
         self._runner = runner
+        self._bridge = bridge
+        self._streams = streams  # the session's StreamingQueryManager, where the bridge listens
         self.query = query
 
     @property
     def progress(self) -> list[BatchProgress]:
-        """Figures of every batch completed by this run, oldest first."""
-        return list(self._runner.progress)
+        """Figures of the batches completed by this run (the latest 1000), oldest first."""
+        with self._runner.completed:
+            return list(self._runner.progress)
+
+    @property
+    def completed_batches(self) -> int:
+        """How many batches this run completed."""
+        return self._runner.completed_batches
+
+    @property
+    def recent_progress(self) -> list[QueryProgress]:
+        """Spark's progress of the latest batches (up to 100) joined with their state figures."""
+        return list(self._bridge.recent)
+
+    @property
+    def last_progress(self) -> QueryProgress | None:
+        """Spark's ``lastProgress`` with this batch's state figures (``None`` before the first)."""
+        recent = self._bridge.recent
+        return recent[-1] if recent else None
 
     def add_listener(self, listener: Callable[[BatchProgress], None]) -> None:
         """Call ``listener`` after every completed batch (on the query's thread; keep it short)."""
         self._runner.listeners.append(listener)
 
+    def add_progress_listener(self, listener: Callable[[QueryProgress], None]) -> None:
+        """Call ``listener`` with Spark's progress of every batch joined with its state figures.
+
+        Runs on Spark's listener bus, after Spark reported the batch.
+        """
+        self._bridge.listeners.append(listener)
+
     def wait_for_batches(self, count: int, timeout: float) -> bool:
         """Wait until this run completed ``count`` batches; ``False`` on timeout or query failure."""
         deadline = time.monotonic() + timeout
         with self._runner.completed:
-            while len(self._runner.progress) < count:
+            while self._runner.completed_batches < count:
                 if self.query.exception() is not None or not self.query.isActive:
                     return False
                 remaining = deadline - time.monotonic()
@@ -157,8 +195,11 @@ class StatefulQuery:
         )
 
     def stop(self) -> None:
-        """Stop the Spark query."""
-        self.query.stop()
+        """Stop the Spark query (its progress bridge leaves Spark's listener bus)."""
+        try:
+            self.query.stop()
+        finally:
+            self._streams.removeListener(self._bridge)
 
     def exception(self) -> Exception | None:
         """The query's failure, if any."""
@@ -220,9 +261,15 @@ class _BatchRunner:
         self.interval = float(cfg["state.changelog.materialization.interval"])
         started = time.monotonic()
         self.materialized_at = {instance_name(r): started for r in self.ranges}
-        self.progress: list[BatchProgress] = []
+        self.progress: deque[BatchProgress] = deque(maxlen=RECENT_BATCHES)
+        self.completed_batches = 0
         self.listeners: list[Callable[[BatchProgress], None]] = []
         self.completed = threading.Condition()
+
+    def progress_of(self, batch_id: int) -> BatchProgress | None:
+        """This run's figures of ``batch_id``, while it is among the recent ones."""
+        with self.completed:
+            return next((p for p in reversed(self.progress) if p.batch_id == batch_id), None)
 
     def _remember(self, completed: CompletedCheckpoint) -> None:
         """Record the instances' snapshots of a completed checkpoint (a working copy at one may catch up)."""
@@ -468,6 +515,7 @@ class _BatchRunner:
         log.info("dstl batch %s", progress.to_json())
         with self.completed:
             self.progress.append(progress)
+            self.completed_batches += 1
             self.completed.notify_all()
         for listener in self.listeners:
             listener(progress)
@@ -626,7 +674,15 @@ def transform_with_state(  # noqa: PLR0913
         writer = writer.trigger(**trigger)
     if query_name:
         writer = writer.queryName(query_name)
-    return StatefulQuery(runner, writer.start())
+    bridge = ProgressBridge(runner.progress_of)
+    spark.streams.addListener(bridge)
+    try:
+        query = writer.start()
+    except BaseException:
+        spark.streams.removeListener(bridge)
+        raise
+    bridge.bind(str(query.id), spark.streams)
+    return StatefulQuery(runner, query, bridge, spark.streams)
 
 
 def _session_conf(spark: Any) -> dict[str, str]:  # noqa: ANN401
