@@ -175,16 +175,9 @@ def _print_checkpoint(console: Console, described: dict[str, Any]) -> None:
     for item in described["damaged"]:
         console.print(f"[red]damaged[/] checkpoint {item['checkpoint_id']}: {item['path']}: {item['reason']}")
     table = Table()
-    for column in (
-        "instance",
-        "snapshots",
-        "snapshot bytes",
-        "log handles",
-        "log bytes",
-        "SQN ranges",
-        "states",
-    ):
+    for column in ("instance", "snapshots", "snapshot bytes", "log handles", "log bytes", "SQN ranges"):
         table.add_column(column, overflow="fold")
+    states: dict[str, str] = {}
     for name, snapshot in described["instances"].items():
         for label, part in [
             (name, snapshot),
@@ -197,11 +190,20 @@ def _print_checkpoint(console: Console, described: dict[str, Any]) -> None:
                 str(len(part["handles"])),
                 f"{part['log_bytes']:,}",
                 ", ".join(f"{h['sqn_range'][0]}-{h['sqn_range'][1]}" for h in part["handles"]),
-                ", ".join(f"{s} ({v['kind']})" for s, v in part["states"].items()),
             )
+            states[label.strip()] = _states_line(part["states"])
     console.print(table)
+    for label, line in states.items():
+        console.print(f"states of {label}: {line}")
     timers = described["next_timers"]
     if timers:
         console.print(
             "next timers: " + ", ".join(f"{name} at {expiry}" for name, expiry in sorted(timers.items()))
         )
+
+
+def _states_line(states: dict[str, dict[str, Any]]) -> str:
+    """The user's states with their kind; dstl's own (``__dstl.*``: timers, indexes) counted."""
+    own = [name for name in states if name.startswith("__dstl.")]
+    line = ", ".join(f"{name} ({v['kind']})" for name, v in states.items() if name not in own)
+    return f"{line} (+{len(own)} of dstl's: timers and their indexes)" if own else line or "none"

@@ -23,7 +23,8 @@ _DECLARED = (
         "dstl.dfs.base-path",
         OptionType.STRING,
         None,
-        "fsspec URL under which change-set objects are written: file://, s3://, memory://, gs://.",
+        "fsspec URL under which change-set objects are written: file://, s3://, memory://, gs://. "
+        "Under Spark it defaults to dstl-dfs under the query's checkpoint location.",
     ),
     ConfigOption(
         "dstl.dfs.batch.persist-delay",

@@ -11,7 +11,8 @@ LOCAL_OPTIONS = (
         "dstl.local.dir",
         OptionType.STRING,
         None,
-        "Directory on a local disk holding the segment files (one sub-directory per job). Required.",
+        "Directory on a local disk holding the segment files (one sub-directory per job). Required; "
+        "under Spark it defaults to dstl-changelog under the query's checkpoint location.",
     ),
     ConfigOption(
         "dstl.local.segment-size",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -124,7 +125,7 @@ def _job(argv: list[str]) -> int:
     def generate() -> None:  # the stream's source: a new file when the query has (nearly) caught up
         nonlocal next_file, written
         while not stop.wait(0.25):
-            if written - len(query.progress) < 2:
+            if written - query.completed_batches < 2:
                 write_input_file(inputs, next_file, ROWS_PER_FILE)
                 next_file += 1
                 written += 1
@@ -185,6 +186,10 @@ def _table(rows: list[dict[str, Any]], title: str) -> Table:
     return table
 
 
+#: a dstl error as a Python traceback ends it, e.g. "dstl.spi.errors.ConfigError: ..."
+_DSTL_ERROR = re.compile(r"^\s*dstl[.\w]*\.\w*(Error|Exception): ")
+
+
 def _run_job(
     workdir: Path,
     seconds: float,
@@ -224,9 +229,15 @@ def _run_job(
     code = child.wait()
     config_file.unlink(missing_ok=True)  # it may hold secrets
     if code != 0 and kill_after_batches is None:
-        tail = log_path.read_text().splitlines()[-15:]
-        live.console.print("\n".join(tail), markup=False, highlight=False)
+        live.console.print(_failure_cause(log_path.read_text()), markup=False, highlight=False)
+        live.console.print(f"(Spark's whole output: {log_path})", markup=False, highlight=False)
     return code
+
+
+def _failure_cause(log: str) -> str:
+    """The job's dstl error if it raised one (often on an executor, deep in Spark's trace), else the tail."""
+    causes = [line.strip() for line in log.splitlines() if _DSTL_ERROR.search(line)]
+    return causes[0] if causes else "\n".join(log.splitlines()[-15:])
 
 
 def _compare(workdir: Path) -> dict[str, Any]:

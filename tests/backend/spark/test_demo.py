@@ -22,10 +22,25 @@ def run_demo(tmp_path, config):
 @pytest.mark.slow
 @pytest.mark.parametrize("storage", ["local", "filesystem"])
 def test_driver_killed_and_restarted_gives_exact_state(tmp_path, storage):
-    config = {"dstl.storage": storage}
-    if storage == "filesystem":
-        config["dstl.dfs.base-path"] = (tmp_path / "dfs").as_uri()
-    run_demo(tmp_path, config)
+    run_demo(tmp_path, {"dstl.storage": storage})
+    if storage == "filesystem":  # with no dstl.dfs.base-path the log lives under the query's checkpoint
+        assert any((tmp_path / "demo" / "checkpoint" / "dstl-dfs").rglob("*")), "no log under the checkpoint"
+
+
+def test_a_failed_job_shows_dstls_error_not_sparks_trace():
+    from dstl.backend.spark.demo.run import _failure_cause
+
+    log = "\n".join(
+        [
+            "26/11/25 ERROR Executor: Exception in task 0.0",
+            "org.apache.spark.api.python.PythonException: Traceback (most recent call last):",
+            "dstl.spi.errors.ConfigError: dstl.dfs.base-path is not set: set it to an fsspec URL",
+            *[f"\tat org.apache.spark.Frame{i}" for i in range(40)],
+        ]
+    )
+    cause = "dstl.spi.errors.ConfigError: dstl.dfs.base-path is not set: set it to an fsspec URL"
+    assert _failure_cause(log) == cause
+    assert _failure_cause("a\nb\nplain failure") == "a\nb\nplain failure"
 
 
 @pytest.mark.slow
