@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from urllib.parse import urlparse
 
 from dstl.spi import Config, ConfigError, DstlError, StorageError
+from dstl.spi.durability import fsync_directory
 
 
 class ObjectExistsError(StorageError):
@@ -91,7 +92,7 @@ class FsspecStore(ObjectStore):
         with self._translate("writing", key):
             if self._local:
                 # O_EXCL: the local equivalent of a conditional put.
-                os.makedirs(os.path.dirname(path), exist_ok=True)
+                created = _make_directories(os.path.dirname(path))
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
                 try:
                     view = memoryview(data)
@@ -100,6 +101,11 @@ class FsspecStore(ObjectStore):
                     os.fsync(fd)
                 finally:
                     os.close(fd)
+                # The object is acknowledged once its directory entry (and those of the
+                # directories just made) are durable too: a power loss keeps it.
+                fsync_directory(os.path.dirname(path))
+                for directory in created:
+                    fsync_directory(os.path.dirname(directory))
                 return
             # fsspec's exclusive create: FileExistsError when taken (s3fs sends If-None-Match: *),
             # atomic in the store, so no lock and no exists() round trip.
@@ -250,3 +256,14 @@ def open_store(config: Config, *, for_markers: bool = False) -> ObjectStore:
         store.fs.retries = 1  # s3fs's own retry loop (a class attribute, not an argument)
         return store
     return FsspecStore(url, config.options_under(_USER_OPTIONS))
+
+
+def _make_directories(directory: str) -> list[str]:
+    """``os.makedirs``; returns the directories it created, deepest first."""
+    missing = []
+    current = directory
+    while current and not os.path.isdir(current):
+        missing.append(current)
+        current = os.path.dirname(current)
+    os.makedirs(directory, exist_ok=True)
+    return missing
