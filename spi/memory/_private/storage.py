@@ -63,7 +63,7 @@ class MemoryWriter(ChangeSetWriter):
         future: Future[list[Location]] = Future()
         storage = self._storage
         ns = storage._ns
-        blobs = [cs.encode(self.log_id, self.epoch) for cs in change_sets]
+        blobs = [self._encoded(cs) for cs in change_sets]
         with ns.lock:
             owner = ns.owners.get((storage.job_id, self.log_id))
             if owner != (self.epoch, self._token):
@@ -120,7 +120,8 @@ class MemoryStorage(ChangeSetStorage):
     storage_id = IDENTIFIER
 
     def __init__(self, config: Config, job_id: str) -> None:
-        super().__init__(job_id)
+        # the reference storage compresses like the others: the suite reads both forms through it
+        super().__init__(job_id, codec=str(config["dstl.changelog.compression"]))
         self._config = config
         self.namespace = str(config["dstl.memory.namespace"])
         self._ns = _namespace(self.namespace)
