@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 
 from dstl.spi import ChangelogHandle, StateChangelogStorage
@@ -64,4 +64,16 @@ class ConformanceBackdoor(ABC):  # noqa: B024 - every method is optional, by cap
         The suite checks that they do not grow with the number of writer epochs.
         """
         msg = "metadata_check declared but list_metadata() not implemented"
+        raise NotImplementedError(msg)
+
+    def power_loss(self) -> AbstractContextManager[Callable[[], None]]:
+        """A context in which the storages opened inside it run on a layer that can lose power.
+
+        Capability ``survives_power_loss``. The yielded function cuts the power:
+        afterwards the backing store holds only what was synced (data, directory
+        entries), as after a host crash; the storages opened in the context are not
+        used again. :func:`~dstl.conformance.testing.unsynced_writes_lost` does it
+        for storages that write files with ``os`` calls.
+        """
+        msg = "survives_power_loss declared but power_loss() not implemented"
         raise NotImplementedError(msg)

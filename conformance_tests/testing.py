@@ -4,20 +4,25 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from dstl.spi import ChangelogHandle, KeyGroupRange, StateChangelogStorage, StateChangelogWriter
 
 __all__ = [
     "DEFAULT_TIMEOUT",
     "change_bytes",
+    "PowerCut",
     "failing_os_sync",
     "persist",
     "read_changes",
     "read_data",
     "restricted_handle",
+    "unsynced_writes_lost",
 ]
 
 #: Seconds a persist may take in the suite before the test fails (no hang).
@@ -94,6 +99,137 @@ def failing_os_sync() -> Iterator[list[int]]:
         setattr(os, name, failing(name))
     try:
         yield fired
+    finally:
+        for name, function in real.items():
+            setattr(os, name, function)
+
+
+@dataclass
+class _File:
+    created: bool  # by this process, inside the context
+    entry_durable: bool  # its directory was synced after it was created
+    synced_size: int | None = None  # size at the last fsync/fdatasync
+    synced_head: bytes | None = None  # content then, for small files rewritten in place
+
+
+@dataclass
+class PowerCut:
+    """What :func:`unsynced_writes_lost` saw; calling it cuts the power.
+
+    After the cut every tracked file holds only what was synced: appended bytes
+    after the last sync are gone, small files rewritten in place go back to their
+    synced content, and files whose directory entry was never synced disappear.
+    """
+
+    writes: int = 0
+    syncs: int = 0
+    dropped_bytes: int = 0
+    removed_files: list[str] = field(default_factory=list)
+    files: dict[str, _File] = field(default_factory=dict)
+    cut: bool = False
+
+    def __call__(self) -> None:
+        """Drop everything written but not synced (once)."""
+        if self.cut:
+            return
+        self.cut = True
+        for path, tracked in self.files.items():
+            if not os.path.exists(path):
+                continue
+            if tracked.created and not tracked.entry_durable:
+                self.dropped_bytes += os.path.getsize(path)
+                os.unlink(path)
+                self.removed_files.append(path)
+            elif tracked.synced_head is not None:
+                Path(path).write_bytes(tracked.synced_head)
+            else:
+                size = os.path.getsize(path)
+                keep = tracked.synced_size or 0
+                if size > keep:
+                    self.dropped_bytes += size - keep
+                    os.truncate(path, keep)
+
+
+#: files up to this size keep their synced content (epoch and marker files are rewritten in place)
+_SMALL_FILE = 64 * 1024
+
+
+@contextmanager
+def unsynced_writes_lost() -> Iterator[PowerCut]:
+    """A filesystem layer that loses unsynced data, for storages that write with ``os`` calls.
+
+    Tracks the process's ``os.open``/``os.write``/``os.pwrite`` and
+    ``os.fsync``/``os.fdatasync`` (a synced directory makes the entries of the files
+    created in it before durable) and yields a :class:`PowerCut`. Calling it
+    leaves on disk only what a power loss would: what was synced. A storage that
+    acknowledges a persist before its data and directory entries are synced loses
+    acknowledged data. Used by a backdoor's ``power_loss``.
+    """
+    cut = PowerCut()
+    lock = threading.Lock()
+    paths: dict[int, str] = {}
+    real = {name: getattr(os, name) for name in ("open", "write", "pwrite", "fsync", "fdatasync", "close")}
+
+    def tracked_open(path, flags, mode=0o777, *, dir_fd=None):  # noqa: ANN001, ANN202
+        existed = os.path.exists(path)
+        fd = real["open"](path, flags, mode, dir_fd=dir_fd)
+        full = os.path.abspath(path)
+        with lock:
+            paths[fd] = full
+            if not cut.cut and full not in cut.files and not os.path.isdir(full):
+                cut.files[full] = _File(created=not existed, entry_durable=existed)
+                if existed:
+                    _mark_synced(full)
+        return fd
+
+    def _mark_synced(full: str) -> None:
+        tracked = cut.files[full]
+        tracked.synced_size = os.path.getsize(full)
+        tracked.synced_head = Path(full).read_bytes() if tracked.synced_size <= _SMALL_FILE else None
+
+    def tracked_write(name: str):  # noqa: ANN202
+        def write(fd, *args):  # noqa: ANN001, ANN002, ANN202
+            written = real[name](fd, *args)
+            with lock:
+                cut.writes += 1
+            return written
+
+        return write
+
+    def tracked_sync(name: str):  # noqa: ANN202
+        def sync(fd):  # noqa: ANN001, ANN202
+            real[name](fd)
+            with lock:
+                cut.syncs += 1
+                full = paths.get(fd)
+                if full is None or cut.cut:
+                    return
+                if stat.S_ISDIR(os.fstat(fd).st_mode):
+                    for path, tracked in cut.files.items():
+                        if os.path.dirname(path) == full:
+                            tracked.entry_durable = True
+                elif full in cut.files:
+                    _mark_synced(full)
+
+        return sync
+
+    def tracked_close(fd):  # noqa: ANN001, ANN202
+        with lock:
+            paths.pop(fd, None)
+        real["close"](fd)
+
+    replacements = {
+        "open": tracked_open,
+        "write": tracked_write("write"),
+        "pwrite": tracked_write("pwrite"),
+        "fsync": tracked_sync("fsync"),
+        "fdatasync": tracked_sync("fdatasync"),
+        "close": tracked_close,
+    }
+    for name, function in replacements.items():
+        setattr(os, name, function)
+    try:
+        yield cut
     finally:
         for name, function in real.items():
             setattr(os, name, function)

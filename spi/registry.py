@@ -28,6 +28,7 @@ KNOWN_CAPABILITIES = frozenset(
         "physical_truncation",  # discard frees the stored bytes
         "leak_check",  # the backdoor lists stored objects
         "survives_process_kill",  # persisted data outlives a SIGKILLed writer process
+        "survives_power_loss",  # acknowledged data outlives a host crash (synced before acknowledged)
         "multi_process",  # several processes share one log (fencing across processes)
         "corruption_injection",  # the backdoor can damage stored bytes
         "failure_injection",  # the backdoor can make the backing service unreachable

@@ -86,6 +86,10 @@ class StorageUnderTest:
         self._opened.append(storage)
         return storage
 
+    def abandon(self, storage: StateChangelogStorage) -> None:
+        """Never close ``storage`` (its host crashed: closing would write what a crash cannot)."""
+        self._opened.remove(storage)
+
     def require_backdoor(self) -> ConformanceBackdoor:
         """The backdoor, or a failure naming the missing hook."""
         if self.backdoor is None:

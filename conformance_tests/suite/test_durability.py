@@ -179,3 +179,33 @@ def test_readable_after_writer_process_sigkill(sut):
     handle = ChangelogHandle.from_json(persisted[0]["handle"])
     with storage_for_handle(handle, sut.config, job_id=sut.job_id) as fresh:
         assert read_data(fresh, handle) == [change_bytes("k", i, 64) for i in range(500)]
+
+
+@requires("survives_power_loss")
+def test_nothing_acknowledged_is_lost_when_the_power_fails(sut):
+    """A persist's future completes only once its data is synced: a host crash keeps it.
+
+    A SIGKILLed process leaves the page cache behind, so only a layer that drops
+    what was not synced shows a storage that acknowledges first and syncs later.
+    """
+    backdoor = sut.require_backdoor()
+    acknowledged = []
+    with backdoor.power_loss() as cut:
+        doomed = sut.open()
+        writers = [doomed.create_writer(f"op-{n}", KG) for n in range(3)]
+        history: list[list[bytes]] = [[] for _ in writers]
+        for checkpoint in range(1, 6):
+            for n, writer in enumerate(writers):
+                for index in range(4):
+                    history[n].append(change_bytes(f"w{n}c{checkpoint}", index, 300))
+                    writer.append(index, history[n][-1])
+                handle = persist(writer, writer.initial_sqn(), checkpoint, sut.timeout)
+                acknowledged.append((handle, list(history[n])))
+        writers[0].append(0, b"appended, never persisted")
+        writers[1].append(0, b"persist in flight when the power fails")
+        writers[1].persist(writers[1].initial_sqn(), 6)
+        cut()
+        sut.abandon(doomed)  # its host is gone: nothing more of it may reach the disk
+    fresh = sut.open()
+    for handle, expected in acknowledged:
+        assert read_data(fresh, handle) == expected, f"an acknowledged persist of {handle.log_id} lost data"

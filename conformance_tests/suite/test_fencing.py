@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from dstl.conformance import requires
 from dstl.conformance._private.subprocesses import child_request, run_child
@@ -101,3 +105,55 @@ def test_fencing_across_processes(sut):
     handle = ChangelogHandle.from_json(next(e for e in events if e["event"] == "persisted")["handle"])
     _persist_fails_fenced(old, sut.timeout)
     assert read_data(storage, handle) == [change_bytes("child", i) for i in range(10)]
+
+
+#: Epochs where a wrong comparison shows: digit-count boundaries, 32-bit and float
+#: limits, and the Spark integration's ``run * 10**12 + task attempt id``.
+EPOCH_EDGES = (
+    0,
+    1,
+    9,
+    10,
+    99,
+    100,
+    2**31 - 1,
+    2**31,
+    2**32 - 1,
+    2**32,
+    2**32 + 1,
+    10**12 - 1,
+    10**12,
+    10**12 + 1,
+    2 * 10**12 + 7,
+    10**13,
+    2**53,
+    2**53 + 1,
+    2**63 - 1,
+)
+_epochs = st.one_of(st.sampled_from(EPOCH_EDGES), st.integers(0, 2**63 - 1))
+_fenced_logs = itertools.count()
+
+
+@given(order=st.lists(_epochs, min_size=2, max_size=4, unique=True))
+@settings(max_examples=20, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+def test_fencing_orders_epochs_of_any_size(sut, order):
+    """Writers created in ``order``: a lower epoch than the owner's is refused, a higher one fences it."""
+    operator = f"epochs-{next(_fenced_logs)}"
+    owner, owner_epoch = None, None
+    for epoch in order:
+        storage = sut.open()
+        if owner_epoch is not None and epoch < owner_epoch:
+            with pytest.raises(FencedError):
+                storage.create_writer(operator, KG, epoch=epoch)
+            continue
+        writer = storage.create_writer(operator, KG, epoch=epoch)
+        if owner is not None:
+            owner.append(0, b"zombie")
+            _persist_fails_fenced(owner, sut.timeout)
+        owner, owner_epoch = writer, epoch
+    assert owner is not None
+    owner.append(1, str(owner_epoch).encode())
+    handle = persist(owner, 0, 1, sut.timeout)
+    assert handle.epoch == owner_epoch
+    assert read_data(sut.open(), handle) == [str(owner_epoch).encode()]
+    sut.close()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import random
+
 from dstl.conformance import requires
 from dstl.conformance.testing import change_bytes, persist, read_data, restricted_handle
 from dstl.spi import KeyGroupRange
@@ -114,3 +117,47 @@ def test_metadata_does_not_grow_with_writer_epochs(storage, sut):
         if epoch in (20, 200):
             counts[epoch] = len(backdoor.list_metadata(storage))
     assert counts[200] <= counts[20] + 2, f"metadata grew with writer epochs: {counts}"
+
+
+def test_discards_interleaved_with_many_handles_sharing_many_objects(sut):
+    """What a shared-state registry does over a job's life, at a volume that makes a storage roll.
+
+    Forty checkpoints of incompressible change sets (well past the smallest object,
+    segment or batch size the environment configures) give handles that share
+    change sets across many objects. Then, in random order, handles are dropped:
+    each time the change sets no remaining handle references are discarded, and
+    every remaining handle must read back exactly, through this instance and a new one.
+    """
+    rng = random.Random(20261125)
+    storage = sut.open()
+    writer = storage.create_writer("volume", KG)
+    change_sets: dict[int, list[bytes]] = {}
+    handles = []
+    lowest = writer.initial_sqn()
+    for checkpoint in range(1, 41):
+        for _ in range(rng.randint(1, 3)):
+            sqn = writer.next_sqn()
+            data = [os.urandom(rng.choice((0, 120, 1500, 6000))) for _ in range(rng.randint(1, 4))]
+            for index, item in enumerate(data):
+                writer.append((sqn + index) % 4, item)
+            change_sets[sqn] = data
+        handle = persist(writer, lowest, checkpoint, sut.timeout)
+        writer.confirm(handle.sqn_range.start, handle.sqn_range.end, checkpoint)
+        handles.append((handle, [d for s in sorted(change_sets) if s >= lowest for d in change_sets[s]]))
+        if checkpoint % 6 == 0:  # a materialization: older change sets leave the writer
+            lowest = rng.randint(lowest, writer.next_sqn())
+            writer.truncate(lowest)
+    assert sum(len(d) for data in change_sets.values() for d in data) > 256 * 1024
+    rng.shuffle(handles)
+    while len(handles) > 3:
+        dropped, _ = handles.pop()
+        needed = [loc for handle, _ in handles for loc in handle.location_dicts]
+        only_dropped = [loc for loc in dropped.location_dicts if loc not in needed]
+        if only_dropped:
+            storage.discard([restricted_handle(dropped, only_dropped)])
+        survivor, expected = handles[rng.randrange(len(handles))]
+        assert read_data(storage, survivor) == expected
+    fresh = sut.open()
+    for handle, expected in handles:
+        assert read_data(storage, handle) == expected
+        assert read_data(fresh, handle) == expected

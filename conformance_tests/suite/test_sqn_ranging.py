@@ -25,22 +25,34 @@ BOUNDARY_RULES = [
 ]
 
 
+@pytest.mark.parametrize("values", ["tagged", "empty", "empty-meta"])
 @pytest.mark.parametrize(("script", "expected"), BOUNDARY_RULES, ids=[s for s, _ in BOUNDARY_RULES])
-def test_boundary_rules(storage, sut, script, expected):
+def test_boundary_rules(storage, sut, script, expected, values):
+    """The rules hold whatever the changes hold: also when every change is zero bytes long."""
     writer = storage.create_writer("op", KG)
     initial = writer.initial_sqn()
     appended = 0
+    written = []
     for step in script:
         if step == "a":
-            writer.append(0, change_bytes("b", appended))
+            data = change_bytes("b", appended) if values == "tagged" else b""
+            if values == "empty-meta":
+                writer.append_meta(data)
+            else:
+                writer.append(appended % 8, data)
+            written.append((-1 if values == "empty-meta" else appended % 8, data))
             assert writer.last_appended_sqn() == initial + expected[appended]
             appended += 1
         elif step == "n":
             writer.next_sqn()
         else:
             persist(writer, initial, 1, sut.timeout)
-    changes = read_changes(storage, persist(writer, initial, 2, sut.timeout))
+    handle = persist(writer, initial, 2, sut.timeout)
+    changes = read_changes(storage, handle)
     assert [sqn - initial for sqn, _, _ in changes] == expected
+    assert [(kg, data) for _, kg, data in changes] == written
+    assert handle.sqn_range.end == initial + expected[-1] + 1
+    assert writer.next_sqn() == handle.sqn_range.end, "a change set of empty changes is still a change set"
 
 
 def test_next_sqn_is_stable_without_appends(storage):

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
 
 from dstl.conformance import ConformanceBackdoor
-from dstl.conformance.testing import failing_os_sync
+from dstl.conformance.testing import failing_os_sync, unsynced_writes_lost
 from dstl.spi import ChangelogHandle, StateChangelogStorage, StorageError
 
 from .object_store import FsspecStore, S3Store
@@ -74,6 +74,12 @@ class DfsBackdoor(ConformanceBackdoor):
         if isinstance(storage.store, S3Store):
             return _failing_upload(storage.store)
         return failing_os_sync()
+
+    def power_loss(self) -> AbstractContextManager[Callable[[], None]]:
+        """On ``file://`` a layer that loses unsynced data; S3 acknowledges a put once it is stored."""
+        if os.environ.get(BACKEND_ENV, "file") == "s3":
+            return contextlib.nullcontext(lambda: None)  # the client host's power holds nothing of S3's
+        return unsynced_writes_lost()
 
     def list_metadata(self, storage: StateChangelogStorage) -> list[str]:
         """Epoch markers of the job."""

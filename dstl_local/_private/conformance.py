@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
 
 from dstl.conformance import ConformanceBackdoor
-from dstl.conformance.testing import failing_os_sync
+from dstl.conformance.testing import failing_os_sync, unsynced_writes_lost
 from dstl.spi import ChangelogHandle, StateChangelogStorage
 
 from .storage import LocalStorage
@@ -17,7 +17,8 @@ from .storage import LocalStorage
 @contextlib.contextmanager
 def local_environment(workdir: Path) -> Iterator[dict[str, str]]:
     """A directory of its own for the run."""
-    yield {"dstl.local.dir": str(workdir / "local")}
+    # the smallest segments the storage allows: the suite's volume tests then cross many of them
+    yield {"dstl.local.dir": str(workdir / "local"), "dstl.local.segment-size": "4096"}
 
 
 class LocalBackdoor(ConformanceBackdoor):
@@ -47,6 +48,10 @@ class LocalBackdoor(ConformanceBackdoor):
     def failing_sync(self, storage: StateChangelogStorage) -> AbstractContextManager[list[int]]:
         """The next ``fsync``/``fdatasync`` of the process fails once with ``EIO``."""
         return failing_os_sync()
+
+    def power_loss(self) -> AbstractContextManager[Callable[[], None]]:
+        """Segments and epoch files are written with ``os`` calls: a layer that loses unsynced data."""
+        return unsynced_writes_lost()
 
     def list_metadata(self, storage: StateChangelogStorage) -> list[str]:
         """Epoch files, discard records and lock files of the job."""

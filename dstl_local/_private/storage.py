@@ -103,7 +103,7 @@ class LocalReader(ChangeSetReader):
     location_fields = {"segment": LocationField(str), **OFFSET_LENGTH_FIELDS}
 
     def __init__(self, storage: LocalStorage) -> None:
-        super().__init__(IDENTIFIER)
+        super().__init__(storage.identifier)
         self._storage = storage
 
     def _fetch(self, handle: ChangelogHandle, location: dict[str, LocationValue]) -> FetchedChangeSet:
@@ -391,7 +391,7 @@ class LocalStorage(ChangeSetStorage):
         """
         needed: set[str] = set()
         for handle in live:
-            if handle.storage_id != IDENTIFIER:
+            if handle.storage_id != self.identifier:
                 continue
             for loc in checked_locations(handle, LocalReader.location_fields):
                 path = self._absolute(str(loc["segment"]))

@@ -10,11 +10,17 @@ import contextlib
 import threading
 import time
 import uuid
+from concurrent.futures import Future
 from pathlib import Path
 
+from dstl.local._private.conformance import LocalBackdoor, local_environment
+from dstl.local._private.storage import LocalStorage
+from dstl.local.options import LOCAL_OPTIONS
 from dstl.spi import (
+    KNOWN_CAPABILITIES,
     ConfigOption,
     CorruptedError,
+    FencedError,
     OptionType,
     StateChange,
     StorageRegistry,
@@ -22,6 +28,7 @@ from dstl.spi import (
     hookimpl,
 )
 from dstl.spi.changeset_format import iter_change_sets
+from dstl.spi.changeset_reader import checked_locations
 from dstl.spi.memory import MemoryStorage, MemoryStorageReader, MemoryWriter
 from dstl.spi.memory._private.conformance import MemoryBackdoor
 
@@ -163,6 +170,142 @@ class LosesOnKillStorage(MemoryStorage):
     storage_id = "broken-loses-on-kill"
 
 
+class EpochAsTextStorage(MemoryStorage):
+    """Bug: epochs compared as text (they arrive from a file or a header as strings)."""
+
+    storage_id = "broken-epoch-as-text"
+
+    def _claim_log(self, log_id, epoch):
+        with self._ns.lock:
+            current = self._ns.owners.get((self.job_id, log_id))
+            if current is not None and str(epoch) < str(current[0]):
+                raise FencedError(f"log {log_id!r} has a writer with epoch {current[0]} > {epoch}")
+            token = f"t{next(self._ns.tokens)}"
+            self._ns.owners[(self.job_id, log_id)] = (epoch, token)
+        return token
+
+
+class Epoch32BitStorage(MemoryStorage):
+    """Bug: epochs kept in a 32-bit field (a protocol's producer epoch, a C struct)."""
+
+    storage_id = "broken-epoch-32bit"
+
+    def _claim_log(self, log_id, epoch):
+        with self._ns.lock:
+            current = self._ns.owners.get((self.job_id, log_id))
+            if current is not None and epoch & 0xFFFFFFFF < current[0] & 0xFFFFFFFF:
+                raise FencedError(f"log {log_id!r} has a writer with epoch {current[0]} > {epoch}")
+            token = f"t{next(self._ns.tokens)}"
+            self._ns.owners[(self.job_id, log_id)] = (epoch, token)
+        return token
+
+
+#: the object size the packing storage rolls at (its smallest configured size)
+ROLL_BYTES = 4096
+
+
+class PackingWriter(MemoryWriter):
+    """Packs the log's uploads into one object until it reaches ROLL_BYTES, then rolls (like segments)."""
+
+    def _upload(self, change_sets, checkpoint_id):
+        storage, ns = self._storage, self._storage._ns
+        future = Future()
+        with ns.lock:
+            owner = ns.owners.get((storage.job_id, self.log_id))
+            if owner != (self.epoch, self._token):
+                fenced = FencedError.by_owner(self.log_id, self.epoch, owner[0] if owner else None)
+                future.set_exception(fenced)
+                return future
+            name = storage._open_objects.get(self.log_id)
+            if name is None:
+                name = f"{storage.job_id}/{self.log_id}/{next(ns.tokens):012d}"
+                storage._open_objects[self.log_id] = name
+                ns.objects[name] = bytearray()
+                ns.created[name] = time.time()
+            upload = next(ns.tokens)
+            locations = []
+            for change_set in change_sets:
+                blob = self._encoded(change_set)
+                offset = len(ns.objects[name])
+                ns.objects[name] += blob
+                storage._uploads[(name, offset)] = upload
+                storage._live.setdefault((name, upload), set()).add(offset)
+                locations.append(
+                    {"object": name, "offset": offset, "length": len(blob), "sqn": change_set.sqn}
+                )
+            if len(ns.objects[name]) >= ROLL_BYTES:
+                storage._sealed.add(name)
+                del storage._open_objects[self.log_id]
+        storage.metrics.inc("uploads")
+        storage.metrics.inc("uploaded_bytes", sum(loc["length"] for loc in locations))
+        future.set_result(locations)
+        return future
+
+
+class PackedDiscardStorage(MemoryStorage):
+    """Bug: a sealed object is deleted once one upload's change sets in it are all discarded."""
+
+    storage_id = "broken-packed-discard"
+    writer_class = PackingWriter
+
+    def __init__(self, config, job_id):
+        super().__init__(config, job_id)
+        self._open_objects, self._uploads, self._live, self._sealed = {}, {}, {}, set()
+
+    def discard(self, handles):
+        handles = list(handles)
+        self._metrics.inc("discarded_change_sets", sum(len(h.locations) for h in handles))
+        with self._ns.lock:
+            for handle in handles:
+                for loc in checked_locations(handle, MemoryStorageReader.location_fields):
+                    name, offset = str(loc["object"]), int(loc["offset"])
+                    upload = self._uploads.get((name, offset))
+                    live = self._live.get((name, upload), set())
+                    live.discard(offset)
+                    # Bug: the upload's own change sets decide, not every upload packed in the object.
+                    if not live and name in self._sealed:
+                        self._ns.objects.pop(name, None)
+
+
+class EmptyIsNothingWriter(MemoryWriter):
+    """Bug: a change set whose changes hold no bytes is taken for no change set at all."""
+
+    def _rollover(self):
+        if self._active_count and not self._active_bytes:
+            return  # its changes stay open and join the next change set (or are never persisted)
+        super()._rollover()
+
+
+class EmptyIsNothingStorage(MemoryStorage):
+    storage_id = "broken-empty-is-nothing"
+    writer_class = EmptyIsNothingWriter
+
+
+class RestoreIgnoresFilterReader(MemoryStorageReader):
+    """Bug: the bulk path hands over whole change sets and forgets the key-group filter."""
+
+    def read_change_sets(self, handle, key_groups=None):
+        return super().read_change_sets(handle, None)
+
+
+class RestoreIgnoresFilterStorage(MemoryStorage):
+    storage_id = "broken-restore-filter"
+    reader_class = RestoreIgnoresFilterReader
+
+
+class AcksBeforeSyncStorage(LocalStorage):
+    """Bug: writes segments and acknowledges without syncing them (fsync 'for speed')."""
+
+    storage_id = "broken-acks-before-sync"
+
+    def __init__(self, config, job_id):
+        super().__init__(config.with_values({"dstl.local.fsync": False}), job_id)
+
+    @property
+    def identifier(self):
+        return self.storage_id
+
+
 BROKEN = {
     DropsLastStorage.storage_id: (DropsLastStorage, MEMORY_CAPABILITIES),
     BelowStartStorage.storage_id: (BelowStartStorage, MEMORY_CAPABILITIES),
@@ -170,6 +313,15 @@ BROKEN = {
     NoFencingStorage.storage_id: (NoFencingStorage, MEMORY_CAPABILITIES),
     HidesCorruptionStorage.storage_id: (HidesCorruptionStorage, MEMORY_CAPABILITIES),
     LosesOnKillStorage.storage_id: (LosesOnKillStorage, frozenset({"survives_process_kill"})),
+    EpochAsTextStorage.storage_id: (EpochAsTextStorage, MEMORY_CAPABILITIES),
+    Epoch32BitStorage.storage_id: (Epoch32BitStorage, MEMORY_CAPABILITIES),
+    PackedDiscardStorage.storage_id: (PackedDiscardStorage, frozenset({"fencing", "corruption_injection"})),
+    EmptyIsNothingStorage.storage_id: (EmptyIsNothingStorage, MEMORY_CAPABILITIES),
+    RestoreIgnoresFilterStorage.storage_id: (RestoreIgnoresFilterStorage, MEMORY_CAPABILITIES),
+    AcksBeforeSyncStorage.storage_id: (
+        AcksBeforeSyncStorage,
+        KNOWN_CAPABILITIES - {"multi_process", "sync_failure_injection"},
+    ),
 }
 
 LAZYFILE_DIR = ConfigOption("dstl.lazyfile.dir", OptionType.STRING, None, "directory of broken-loses-on-kill")
@@ -179,6 +331,8 @@ LAZYFILE_DIR = ConfigOption("dstl.lazyfile.dir", OptionType.STRING, None, "direc
 def dstl_register_storages(registry: StorageRegistry) -> None:
     for identifier, (cls, capabilities) in BROKEN.items():
         options = (LAZYFILE_DIR,) if cls is LosesOnKillStorage else ()
+        if cls is AcksBeforeSyncStorage:
+            options = LOCAL_OPTIONS
         registry.add(
             StorageSpec(
                 identifier, cls, f"deliberately broken: {cls.__doc__ or identifier}", options, capabilities
@@ -190,6 +344,8 @@ def dstl_register_storages(registry: StorageRegistry) -> None:
 def dstl_conformance_environment(identifier, workdir):
     if identifier not in BROKEN:
         return None
+    if identifier == AcksBeforeSyncStorage.storage_id:
+        return local_environment(workdir)
     config = {"dstl.memory.namespace": f"broken-{uuid.uuid4().hex}"}
     if identifier == LosesOnKillStorage.storage_id:
         config["dstl.lazyfile.dir"] = str(workdir)
@@ -198,4 +354,6 @@ def dstl_conformance_environment(identifier, workdir):
 
 @hookimpl
 def dstl_conformance_backdoor(identifier):
+    if identifier == AcksBeforeSyncStorage.storage_id:
+        return LocalBackdoor()
     return MemoryBackdoor() if identifier in BROKEN else None

@@ -1,0 +1,112 @@
+"""Every read path holds to the same properties: ``read`` and ``read_change_sets``, filtered or not.
+
+``read_change_sets`` with a key-group filter is what a restore uses; storages that
+hold decoded change sets override it, so it is checked on its own, not through ``read``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from dstl.conformance import requires
+from dstl.conformance.testing import change_bytes, persist
+from dstl.spi import CorruptedError, KeyGroupRange, StorageError
+
+KG = KeyGroupRange(0, 16)
+#: filters a restore uses: everything, one instance's half, a slice, one group, none of the log's
+FILTERS = [None, KeyGroupRange(0, 16), KeyGroupRange(0, 8), KeyGroupRange(5, 11), KeyGroupRange(15, 16)]
+
+
+def _written(writer):
+    """Change sets over every key group, meta records, empty and large values; ``(sqn, kg, data)``."""
+    expected = []
+    for round_ in range(12):
+        sqn = writer.next_sqn()
+        if round_ % 4 == 0:
+            writer.append_meta(change_bytes("meta", round_))
+            expected.append((sqn, -1, change_bytes("meta", round_)))
+        for index in range(round_ % 5 + 1):
+            key_group = (round_ * 7 + index * 3) % 16
+            data = change_bytes(f"r{round_}", index)
+            if index == 2:
+                data = b""
+            elif index == 3:
+                data = os.urandom(3000)
+            writer.append(key_group, data)
+            expected.append((sqn, key_group, data))
+    return expected
+
+
+def _wanted(expected, key_groups):
+    return [c for c in expected if key_groups is None or c[1] < 0 or c[1] in key_groups]
+
+
+def _via_read(storage, handle, key_groups):
+    reader = storage.create_reader()
+    try:
+        return [(c.sqn, c.key_group, c.data) for c in reader.read(handle, key_groups)]
+    finally:
+        reader.close()
+
+
+def _via_change_sets(storage, handle, key_groups):
+    reader = storage.create_reader()
+    try:
+        sets = list(reader.read_change_sets(handle, key_groups))
+    finally:
+        reader.close()
+    sqns = [sqn for sqn, changes in sets if changes]
+    assert sqns == sorted(set(sqns)), f"change sets out of SQN order or split: {sqns}"
+    return [(sqn, kg, bytes(data)) for sqn, changes in sets for kg, data in changes]
+
+
+@pytest.mark.parametrize("key_groups", FILTERS, ids=lambda r: "all" if r is None else f"{r.start}-{r.end}")
+def test_every_read_path_yields_the_same_changes(storage, sut, key_groups):
+    writer = storage.create_writer("paths", KG)
+    expected = _written(writer)
+    handle = persist(writer, writer.initial_sqn(), 1, sut.timeout)
+    wanted = _wanted(expected, key_groups)
+    assert _via_read(storage, handle, key_groups) == wanted
+    assert _via_change_sets(storage, handle, key_groups) == wanted
+    fresh = sut.open()
+    assert _via_change_sets(fresh, handle, key_groups) == wanted
+
+
+def test_read_change_sets_keeps_a_persist_exact_and_truncation_final(storage, sut):
+    writer = storage.create_writer("paths", KG)
+    expected = _written(writer)
+    first = persist(writer, writer.initial_sqn(), 1, sut.timeout)
+    middle = expected[len(expected) // 2][0]
+    writer.truncate(middle)
+    writer.append(3, b"after truncation")
+    later = persist(writer, middle, 2, sut.timeout)
+    tail = [c for c in expected if c[0] >= middle] + [(later.sqn_range.end - 1, 3, b"after truncation")]
+    for key_groups in FILTERS:
+        assert _via_change_sets(storage, later, key_groups) == _wanted(tail, key_groups)
+        assert _via_change_sets(storage, first, key_groups) == _wanted(expected, key_groups)
+
+
+@requires("corruption_injection")
+@pytest.mark.parametrize("key_groups", [None, KeyGroupRange(0, 8)], ids=["all", "filtered"])
+def test_read_change_sets_reports_corruption(storage, sut, key_groups):
+    writer = storage.create_writer("paths", KG)
+    for key_group in KG:
+        writer.append(key_group, change_bytes("c", key_group, 200))
+    handle = persist(writer, 0, 1, sut.timeout)
+    sut.require_backdoor().corrupt(storage, handle)
+    with pytest.raises(CorruptedError):
+        _via_change_sets(sut.open(), handle, key_groups)
+
+
+@requires("physical_truncation")
+def test_read_change_sets_of_a_discarded_handle_is_an_error_not_empty(storage, sut):
+    writer = storage.create_writer("paths", KG)
+    writer.append(1, b"gone")
+    handle = persist(writer, 0, 1, sut.timeout)
+    writer.close()
+    storage.discard([handle])
+    for key_groups in (None, KeyGroupRange(0, 8)):
+        with pytest.raises(StorageError):
+            _via_change_sets(sut.open(), handle, key_groups)
