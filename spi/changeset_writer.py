@@ -70,12 +70,6 @@ class ChangeSet:
         """The ``(key_group, data)`` pairs, decoded from the body."""
         return decode_body(self.body, self.count)
 
-    @changes.setter
-    def changes(self, changes: list[tuple[int, bytes]]) -> None:
-        self.body = b"".join(CHANGE_ITEM.pack(kg, len(d)) + d for kg, d in changes)
-        self.count = len(changes)
-        self.size = sum(len(d) for _, d in changes)
-
     def encode(self, log_id: str, epoch: int, *, codec: str = "none") -> bytes:
         """The change set in the stored format (:mod:`dstl.spi.changeset_format`), compressed by ``codec``."""
         return frame_change_set(log_id, epoch, self.sqn, self.count, self.body, codec=codec)
