@@ -14,6 +14,14 @@ MEMORY_OPTIONS = (
         "Process-wide namespace the memory storage keeps its objects in; "
         "storage instances with the same namespace see each other's data.",
     ),
+    ConfigOption(
+        "dstl.memory.preemptive-persist-threshold",
+        OptionType.SIZE,
+        None,
+        "Upload a writer's changes ahead of the checkpoint once this many bytes are buffered "
+        "(none: only at persist). The conformance run sets it, so the suite covers uploads ahead.",
+        minimum=1,
+    ),
 )
 
 plugin = StoragePlugin(

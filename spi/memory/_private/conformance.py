@@ -16,8 +16,11 @@ from .storage import MemoryStorage, namespace_objects
 
 @contextlib.contextmanager
 def memory_environment(workdir: Path) -> Iterator[dict[str, str]]:
-    """A namespace of its own for the run."""
-    yield {"dstl.memory.namespace": f"conformance-{uuid.uuid4().hex}"}
+    """A namespace of its own for the run; writers upload ahead past 16 KiB, as slow storages do."""
+    yield {
+        "dstl.memory.namespace": f"conformance-{uuid.uuid4().hex}",
+        "dstl.memory.preemptive-persist-threshold": "16kb",
+    }
 
 
 class MemoryBackdoor(ConformanceBackdoor):

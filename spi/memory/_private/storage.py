@@ -122,7 +122,8 @@ class MemoryStorage(ChangeSetStorage):
     def __init__(self, config: Config, job_id: str) -> None:
         # the reference storage compresses like the others: the suite reads both forms through it
         super().__init__(job_id, codec=str(config["dstl.changelog.compression"]))
-        self._config = config
+        if config["dstl.memory.preemptive-persist-threshold"] is not None:
+            self.preemptive_threshold = int(config["dstl.memory.preemptive-persist-threshold"])
         self.namespace = str(config["dstl.memory.namespace"])
         self._ns = _namespace(self.namespace)
 
