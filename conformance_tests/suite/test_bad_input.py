@@ -20,7 +20,7 @@ def test_key_group_outside_range(storage, key_group):
 @pytest.mark.parametrize("data", ["text", 5, None, [1, 2]])
 def test_non_bytes_data(storage, data):
     writer = storage.create_writer("op", KG)
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="bytes"):
         writer.append(4, data)
 
 
@@ -34,14 +34,32 @@ def test_bytes_like_data_is_accepted(storage, sut):
 @pytest.mark.parametrize("start", [-1, -100])
 def test_negative_sqn(storage, start):
     writer = storage.create_writer("op", KG)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="start_sqn"):
         writer.persist(start, 1)
 
 
-@pytest.mark.parametrize("epoch", [-1, "1", 1.5])
+@pytest.mark.parametrize("epoch", [-1, "1", 1.5, True])
 def test_bad_epoch(storage, epoch):
-    with pytest.raises((ValueError, TypeError)):
+    with pytest.raises((ValueError, TypeError), match="epoch"):
         storage.create_writer("op", KG, epoch=epoch)
+
+
+@pytest.mark.parametrize("checkpoint_id", [-1, "1", 1.5])
+def test_bad_checkpoint_id(storage, checkpoint_id):
+    writer = storage.create_writer("op", KG)
+    writer.append(4, b"kept")
+    with pytest.raises((ValueError, TypeError), match="checkpoint_id"):
+        writer.persist(0, checkpoint_id)
+
+
+def test_epoch_zero_is_the_default_and_a_valid_epoch(storage, sut):
+    default = storage.create_writer("default", KG)
+    zero = storage.create_writer("zero", KG, epoch=0)
+    for writer in (default, zero):
+        writer.append(4, b"z")
+        handle = persist(writer, 0, 1, sut.timeout)
+        assert handle.epoch == 0
+        assert read_data(storage, handle) == [b"z"]
 
 
 @pytest.mark.parametrize(
@@ -61,14 +79,14 @@ def test_use_after_close(storage):
         lambda: writer.append_meta(b"m"),
         lambda: writer.persist(0, 1),
     ):
-        with pytest.raises(ClosedError):
+        with pytest.raises(ClosedError, match="closed"):  # the error says what is wrong
             call()
 
 
 def test_create_writer_after_storage_close(sut):
     storage = sut.open()
     storage.close()
-    with pytest.raises(ClosedError):
+    with pytest.raises(ClosedError, match="closed"):
         storage.create_writer("op", KG)
 
 

@@ -47,6 +47,34 @@ def test_newer_epoch_fences_a_writer_that_persisted_before(sut):
     _persist_fails_fenced(old, sut.timeout)
 
 
+def test_a_fenced_writer_refuses_everything_after(sut):
+    """Once a persist failed fenced, the writer says so on every call, it never writes again."""
+    old_storage = sut.open()
+    old = old_storage.create_writer("op", KG, epoch=3)
+    old.append(0, b"before")
+    persist(old, 0, 1, sut.timeout)
+    new = sut.open().create_writer("op", KG, epoch=4)
+    old.append(0, b"zombie")
+    _persist_fails_fenced(old, sut.timeout)
+    for call in (lambda: old.append(1, b"more"), lambda: old.append_meta(b"m"), lambda: old.persist(0, 2)):
+        with pytest.raises(FencedError, match="fenced"):
+            call()
+    new.append(2, b"owner")
+    assert read_data(sut.open(), persist(new, 0, 1, sut.timeout)) == [b"owner"]
+
+
+def test_a_writer_of_the_same_epoch_takes_over(sut):
+    """Only a lower epoch is refused: a writer recreated with the owner's epoch (a restarted
+    attempt) owns the log, and the earlier writer of that epoch can no longer persist."""
+    first = sut.open().create_writer("op", KG, epoch=7)
+    first.append(0, b"first")
+    second_storage = sut.open()
+    second = second_storage.create_writer("op", KG, epoch=7)
+    second.append(1, b"second")
+    assert read_data(second_storage, persist(second, 0, 1, sut.timeout)) == [b"second"]
+    _persist_fails_fenced(first, sut.timeout)
+
+
 def test_fenced_error_is_a_non_retriable_storage_error():
     assert issubclass(FencedError, StorageError)
     assert FencedError("x").retriable is False

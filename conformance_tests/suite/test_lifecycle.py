@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import random
 
+import pytest
+
 from dstl.conformance import requires
 from dstl.conformance.testing import change_bytes, persist, read_data, restricted_handle
 from dstl.spi import KeyGroupRange
@@ -161,3 +163,53 @@ def test_discards_interleaved_with_many_handles_sharing_many_objects(sut):
     for handle, expected in handles:
         assert read_data(storage, handle) == expected
         assert read_data(fresh, handle) == expected
+
+
+def test_confirm_and_reset_cover_exactly_their_half_open_range(storage, sut):
+    writer = storage.create_writer("op", KG)
+    for sqn in range(3):
+        writer.append(sqn, change_bytes("c", sqn, 10))
+        writer.next_sqn()
+    persist(writer, 0, 1, sut.timeout)
+    writer.confirm(0, 1, 1)  # change set 0 only: 1 is the range's end
+    writer.reset(1, 2, 1)  # change set 1 only: 2 stays uploaded
+    again = persist(writer, 0, 2, sut.timeout)
+    assert again.incremental_size == 10, "reset change set 1 is uploaded again, nothing else"
+    writer.reset(0, 3, 2)  # the confirmed change set 0 is kept whatever the range
+    last = persist(writer, 0, 3, sut.timeout)
+    assert last.incremental_size == 20, "every unconfirmed change set again, the confirmed one not"
+    assert read_data(storage, last) == [change_bytes("c", s, 10) for s in range(3)]
+
+
+def test_buffered_bytes_follow_what_the_writer_holds(storage, sut):
+    writer = storage.create_writer("op", KG)
+    for sqn in range(4):
+        writer.append(sqn, change_bytes("b", sqn, 100))
+        writer.next_sqn()
+    assert writer.buffered_bytes() >= 400, "appended data is held until persisted"
+    handle = persist(writer, 0, 1, sut.timeout)
+    writer.confirm(0, 2, 1)
+    assert 0 <= writer.buffered_bytes() <= 400
+    writer.truncate(2)  # change sets 0 and 1: confirmed before, dropped now
+    assert 0 <= writer.buffered_bytes() <= 200
+    writer.confirm(2, handle.sqn_range.end, 1)
+    writer.truncate(handle.sqn_range.end)
+    assert writer.buffered_bytes() == 0
+
+
+def test_truncation_stops_at_what_exists(storage, sut):
+    writer = storage.create_writer("op", KG)
+    writer.append(0, b"a")
+    open_sqn = writer.last_appended_sqn()
+    writer.truncate(open_sqn)  # keeps the open change set open
+    writer.append(1, b"b")
+    assert writer.last_appended_sqn() == open_sqn, "truncating at the open change set closed it"
+    with pytest.raises(ValueError, match="truncate"):
+        writer.truncate(open_sqn + 2)  # beyond even the open change set
+    writer.truncate(open_sqn + 1)  # the open change set too: materialized with the rest
+    assert writer.next_sqn() == open_sqn + 1
+    with pytest.raises(ValueError, match="truncate"):
+        writer.truncate(open_sqn + 2)  # nothing is open now: the next SQN is the limit
+    writer.append(2, b"c")
+    handle = persist(writer, open_sqn + 1, 1, sut.timeout)
+    assert read_data(storage, handle) == [b"c"]

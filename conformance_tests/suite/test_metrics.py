@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 
+from dstl.conformance import requires
 from dstl.conformance.testing import persist
-from dstl.spi import REQUIRED_COUNTERS, KeyGroupRange
+from dstl.spi import REQUIRED_COUNTERS, FencedError, KeyGroupRange
 
 
 def test_required_counters_exist(storage):
@@ -19,11 +20,46 @@ def test_counters_move(storage, sut):
     before = storage.metrics.counters()
     writer.append(0, os.urandom(100))  # incompressible: what is uploaded is at least what was written
     writer.append(1, b"y")
+    writer.append_meta(b"m")
     handle = persist(writer, 0, 1, sut.timeout)
     after = storage.metrics.counters()
-    assert after["appends"] - before["appends"] == 2
+    assert after["appends"] - before["appends"] == 3, "every append counts once, metadata too"
     assert after["persists"] - before["persists"] == 1
     assert after["uploads"] > before["uploads"]
     assert after["uploaded_bytes"] - before["uploaded_bytes"] >= 101
+    persist(writer, 0, 2, sut.timeout)  # nothing new: nothing counted twice
+    again = storage.metrics.counters()
+    assert again["appends"] == after["appends"] and again["persists"] == after["persists"] + 1
     storage.discard([handle])
     assert storage.metrics.counter("discarded_change_sets") > before["discarded_change_sets"]
+
+
+def test_handle_sizes_count_every_byte_appended(storage, sut):
+    """``size`` is the data of every change the handle holds, metadata included; ``incremental_size``
+    what this persist uploaded anew."""
+    writer = storage.create_writer("op", KeyGroupRange(0, 2))
+    writer.append_meta(b"m" * 30)
+    writer.append(0, b"x" * 70)
+    first = persist(writer, 0, 1, sut.timeout)
+    assert (first.size, first.incremental_size) == (100, 100)
+    writer.confirm(first.sqn_range.start, first.sqn_range.end, 1)
+    writer.append_meta(b"n" * 5)
+    writer.append(1, b"")
+    second = persist(writer, 0, 2, sut.timeout)
+    assert (second.size, second.incremental_size) == (105, 5)
+
+
+@requires("fencing")
+def test_a_failed_persist_is_counted(sut):
+    storage = sut.open()
+    old = storage.create_writer("op", KeyGroupRange(0, 4), epoch=1)
+    before = storage.metrics.counter("persist_failures")
+    sut.open().create_writer("op", KeyGroupRange(0, 4), epoch=2)
+    old.append(0, b"fenced")
+    try:
+        old.persist(0, 1).result(timeout=sut.timeout)
+    except FencedError:
+        pass
+    else:
+        raise AssertionError("a persist of a fenced writer completed")
+    assert storage.metrics.counter("persist_failures") == before + 1

@@ -12,7 +12,7 @@ import pytest
 
 from dstl.conformance import requires
 from dstl.conformance.testing import change_bytes, persist
-from dstl.spi import CorruptedError, KeyGroupRange, StorageError
+from dstl.spi import ChangelogHandle, CorruptedError, KeyGroupRange, SequenceNumberRange, StorageError
 
 KG = KeyGroupRange(0, 16)
 #: filters a restore uses: everything, one instance's half, a slice, one group, none of the log's
@@ -110,3 +110,50 @@ def test_read_change_sets_of_a_discarded_handle_is_an_error_not_empty(storage, s
     for key_groups in (None, KeyGroupRange(0, 8)):
         with pytest.raises(StorageError):
             _via_change_sets(sut.open(), handle, key_groups)
+
+
+def _handle_like(handle, **changes):
+    fields = {
+        "storage_id": handle.storage_id,
+        "log_id": handle.log_id,
+        "key_groups": handle.key_groups,
+        "sqn_range": handle.sqn_range,
+        "epoch": handle.epoch,
+        "locations": handle.location_dicts,
+    }
+    return ChangelogHandle.create(**{**fields, **changes})
+
+
+@pytest.mark.parametrize("path", ["read", "read_change_sets"])
+def test_only_the_handles_sqn_range_is_read_whatever_its_locations_say(storage, sut, path):
+    writer = storage.create_writer("paths", KG)
+    expected = _written(writer)
+    handle = persist(writer, writer.initial_sqn(), 1, sut.timeout)
+    start, end = handle.sqn_range.start + 2, handle.sqn_range.end - 3
+    narrowed = _handle_like(handle, sqn_range=SequenceNumberRange(start, end))
+    got = (_via_read if path == "read" else _via_change_sets)(storage, narrowed, None)
+    assert got == [c for c in expected if start <= c[0] < end]
+
+
+@pytest.mark.parametrize("path", ["read", "read_change_sets"])
+@pytest.mark.parametrize("lie", ["log", "epoch", "sqn"])
+def test_a_location_of_another_change_set_is_corruption_not_data(storage, sut, path, lie):
+    """A handle is untrusted input: its locations must lead to the change sets it names."""
+    writer = storage.create_writer("paths", KG, epoch=5)
+    other = storage.create_writer("other", KG, epoch=5)
+    for index in range(3):
+        writer.append(index, change_bytes("mine", index))
+        other.append(index, change_bytes("theirs", index))
+        writer.next_sqn()
+        other.next_sqn()
+    mine = persist(writer, 0, 1, sut.timeout)
+    theirs = persist(other, 0, 1, sut.timeout)
+    if lie == "log":  # my log's SQNs, their change sets
+        forged = _handle_like(mine, locations=theirs.location_dicts)
+    elif lie == "epoch":  # my change sets, claimed for another epoch
+        forged = _handle_like(mine, epoch=6)
+    else:  # my change sets, each under the next SQN
+        locations = [{**loc, "sqn": int(loc["sqn"]) + 1} for loc in mine.location_dicts]
+        forged = _handle_like(mine, sqn_range=SequenceNumberRange(1, 4), locations=locations)
+    with pytest.raises(CorruptedError):
+        (_via_read if path == "read" else _via_change_sets)(sut.open(), forged, None)
