@@ -17,7 +17,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .changeset_format import CHANGE_ITEM, decode_body, frame_change_set
+from .changeset_format import CHANGE_ITEM, frame_change_set
 from .errors import ClosedError, FencedError, TruncatedError
 from .handle import ChangelogHandle, Location
 from .names import validate_name
@@ -64,11 +64,6 @@ class ChangeSet:
     location: Location | None = None
     confirmed: bool = False
     pending: Future[list[Location]] | None = field(default=None, repr=False)
-
-    @property
-    def changes(self) -> list[tuple[int, bytes]]:
-        """The ``(key_group, data)`` pairs, decoded from the body."""
-        return decode_body(self.body, self.count)
 
     def encode(self, log_id: str, epoch: int, *, codec: str = "none") -> bytes:
         """The change set in the stored format (:mod:`dstl.spi.changeset_format`), compressed by ``codec``."""

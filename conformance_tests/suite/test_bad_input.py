@@ -31,10 +31,11 @@ def test_bytes_like_data_is_accepted(storage, sut):
     assert read_data(storage, persist(writer, 0, 1, sut.timeout)) == [b"ba", b"mv"]
 
 
-@pytest.mark.parametrize("start", [-1, -100])
-def test_negative_sqn(storage, start):
+@pytest.mark.parametrize("start", [-1, -100, True, "0", 1.5])
+def test_bad_start_sqn(storage, start):
     writer = storage.create_writer("op", KG)
-    with pytest.raises(ValueError, match="start_sqn"):
+    writer.append(4, b"kept")
+    with pytest.raises((ValueError, TypeError), match="start_sqn"):
         writer.persist(start, 1)
 
 
@@ -50,6 +51,13 @@ def test_bad_checkpoint_id(storage, checkpoint_id):
     writer.append(4, b"kept")
     with pytest.raises((ValueError, TypeError), match="checkpoint_id"):
         writer.persist(0, checkpoint_id)
+
+
+def test_checkpoint_zero_is_a_checkpoint(storage, sut):
+    writer = storage.create_writer("op", KG)
+    writer.append(4, b"first")
+    handle = persist(writer, 0, 0, sut.timeout)
+    assert read_data(storage, handle) == [b"first"]
 
 
 def test_epoch_zero_is_the_default_and_a_valid_epoch(storage, sut):

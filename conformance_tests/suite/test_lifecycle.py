@@ -213,3 +213,12 @@ def test_truncation_stops_at_what_exists(storage, sut):
     writer.append(2, b"c")
     handle = persist(writer, open_sqn + 1, 1, sut.timeout)
     assert read_data(storage, handle) == [b"c"]
+
+
+def test_a_writer_says_which_log_key_groups_and_epoch_it_writes(storage, sut):
+    writer = storage.create_writer("op", KG, epoch=11)
+    assert (writer.key_groups, writer.epoch) == (KG, 11)
+    writer.append(0, b"x")
+    handle = persist(writer, 0, 1, sut.timeout)
+    assert (handle.log_id, handle.key_groups, handle.epoch) == (writer.log_id, KG, 11)
+    assert storage.create_writer("op2", KG).log_id != writer.log_id

@@ -63,3 +63,20 @@ def test_a_failed_persist_is_counted(sut):
     else:
         raise AssertionError("a persist of a fenced writer completed")
     assert storage.metrics.counter("persist_failures") == before + 1
+
+
+def test_every_change_set_is_uploaded_once(storage, sut):
+    """Persists, uploads ahead (where a storage does them) and reuse never upload a change set twice."""
+    writer = storage.create_writer("op", KeyGroupRange(0, 2))
+    before = storage.metrics.counter("uploaded_bytes")
+    written = 0
+    for checkpoint in range(1, 11):
+        for _ in range(20):  # 20 KB a change set: past where storages upload ahead of the persist
+            writer.append(checkpoint % 2, os.urandom(1000))  # incompressible: stored about as written
+            written += 1000
+        writer.next_sqn()
+        handle = persist(writer, 0, checkpoint, sut.timeout)
+        writer.confirm(handle.sqn_range.start, handle.sqn_range.end, checkpoint)
+    uploaded = storage.metrics.counter("uploaded_bytes") - before
+    # at most a kilobyte of framing per change set on top of the data (ten change sets)
+    assert written <= uploaded <= written + 10 * 1024, (written, uploaded)

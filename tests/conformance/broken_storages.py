@@ -27,7 +27,7 @@ from dstl.spi import (
     StorageSpec,
     hookimpl,
 )
-from dstl.spi.changeset_format import CHANGE_ITEM, iter_change_sets
+from dstl.spi.changeset_format import CHANGE_ITEM, decode_body, iter_change_sets
 from dstl.spi.changeset_reader import checked_locations
 from dstl.spi.memory import MemoryStorage, MemoryStorageReader, MemoryWriter
 from dstl.spi.memory._private.conformance import MemoryBackdoor
@@ -40,7 +40,7 @@ class DropsLastWriter(MemoryWriter):
 
     def _upload(self, change_sets, checkpoint_id):
         for cs in change_sets:
-            kept = cs.changes[:-1]
+            kept = decode_body(cs.body, cs.count)[:-1]
             cs.body = b"".join(CHANGE_ITEM.pack(kg, len(d)) + d for kg, d in kept)
             cs.count, cs.size = len(kept), sum(len(d) for _, d in kept)
         return super()._upload(change_sets, checkpoint_id)
