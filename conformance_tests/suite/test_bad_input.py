@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from dstl.conformance.testing import persist, read_data
-from dstl.spi import ChangelogHandle, ClosedError, DstlError, InvalidIdentifierError, KeyGroupRange
+from dstl.spi import (
+    ChangelogHandle,
+    ClosedError,
+    DstlError,
+    InvalidHandleError,
+    InvalidIdentifierError,
+    KeyGroupRange,
+)
 
 KG = KeyGroupRange(4, 8)
 
@@ -153,3 +160,36 @@ def test_hostile_location_fields_give_dstl_errors(storage, sut):
             except Exception as exc:  # noqa: BLE001 - collected to report every escape at once
                 escapes.append((field, value, action, f"{type(exc).__name__}: {exc}"[:120]))
     assert not escapes, escapes
+
+
+def test_location_limits_are_exact(storage, sut):
+    """A location's numbers are checked against their limits before any byte is touched.
+
+    Past a limit (negative, 2^63 and beyond; a length of 0 or 2^31) the read fails
+    with InvalidHandleError naming the field; at a limit the location passes the
+    check, and the read fails only because nothing is stored there.
+    """
+    writer = storage.create_writer("op", KG)
+    writer.append(4, b"intact")
+    handle = persist(writer, 0, 1, sut.timeout)
+    location = handle.location_dicts[0]
+    numbers = [f for f, v in sorted(location.items()) if type(v) is int and f != "sqn"]
+    beyond = {field: (-1, 1 << 63) for field in numbers}
+    at_limit = {field: ((1 << 63) - 1,) for field in numbers}
+    if "length" in location:  # the SPI's offset/length fields: a change set is 1 byte to 2 GiB
+        beyond["length"] = (0, 1 << 31)
+        at_limit["length"] = (1, (1 << 31) - 1)
+    for field, values in beyond.items():
+        for value in values:
+            with pytest.raises(InvalidHandleError, match=field):  # on load or on read
+                read_data(storage, ChangelogHandle.from_dict(_with_location_field(handle, field, value)))
+    for field, values in at_limit.items():
+        for value in values:
+            edge = ChangelogHandle.from_dict(_with_location_field(handle, field, value))
+            try:
+                got = read_data(storage, edge)
+            except InvalidHandleError as exc:
+                raise AssertionError(f"{field}={value} is within its limits: {exc}") from exc
+            except DstlError:
+                continue  # nothing stored there: the read fails, past the check
+            assert got == [b"intact"] or field == "length", f"{field}={value} read {got!r:.60}"
