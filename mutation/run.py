@@ -1,0 +1,417 @@
+"""Mutation testing of the conformance suite (mutmut 2), as ``make mutation`` runs it.
+
+.. code-block:: bash
+
+    python -m mutation.run                 # every target below
+    python -m mutation.run suite           # the SPI base classes + memory, against the suite
+    python -m mutation.run local --keep /tmp/mutation   # keep the scratch copy to inspect
+
+Each target names the files to mutate and the tests that must catch every mutant.
+mutmut changes one file of a scratch copy of the repository at a time and runs the
+tests; the copy is imported through a ``dstl`` package of symlinks made from
+``pyproject.toml``'s package-dir, so the editable install and the work tree are
+never touched. Surviving mutants that cannot be killed are explained in
+``mutation/explained.toml``; the score is killed / (mutants - explained).
+Reports go to ``mutation/results/<target>.md`` and ``.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import os
+import re
+import shlex
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import tomllib
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import Progress
+
+ROOT = Path(__file__).resolve().parent.parent
+MUTMUT_STATUSES = {
+    "ok_killed": "killed",
+    "ok_suspicious": "killed",  # killed, slowly
+    "bad_timeout": "timeout",  # the tests hung: detected, as a hang fails a real run
+    "bad_survived": "survived",
+    "skipped": "skipped",
+    "untested": "untested",
+}
+#: the suite on one storage, fixed hypothesis seed (a mutant is killed or not, every run); a
+#: mutant that hangs a persist fails the suite's 5 s bound before mutmut's own timeout
+_SUITE = (
+    "-m pytest -p dstl.conformance --dstl-storage={storage} --dstl-timeout=5 -x -q -p no:cacheprovider"
+    " --hypothesis-seed=0"
+)
+
+
+@dataclass(frozen=True)
+class Target:
+    """Files to mutate and the test commands (run in order, from the scratch copy) that must fail."""
+
+    name: str
+    paths: tuple[str, ...]
+    commands: tuple[str, ...]
+    threshold: float
+
+
+TARGETS = {
+    "suite": Target(
+        "suite",
+        (
+            "spi/memory/_private/storage.py",
+            "spi/changeset_storage.py",
+            "spi/changeset_writer.py",
+            "spi/changeset_reader.py",
+            "spi/changeset_format.py",
+        ),
+        # memory first (fast); what survives it runs on local, which reaches the format's
+        # framing helpers (framed_size, iter_change_sets) that memory does not use
+        (_SUITE.format(storage="memory"), _SUITE.format(storage="local")),
+        0.90,
+    ),
+    "local": Target(
+        "local",
+        tuple(
+            f"dstl_local/_private/{name}"
+            for name in (
+                "discards.py",
+                "fencing.py",
+                "frames.py",
+                "group_commit.py",
+                "holes.py",
+                "segments.py",
+                "storage.py",
+            )
+        ),
+        (
+            _SUITE.format(storage="local"),
+            # its own tests, but the 16 s random-SIGKILL soak (the suite's kill test stays)
+            "-m pytest -x -q -p no:cacheprovider tests/dstl_local -k 'not sigkill_at_random_points'",
+        ),
+        0.90,
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One mutant and what became of it."""
+
+    file: str
+    line_number: int
+    line: str
+    index: int
+    status: str
+    mutated: str
+    explanation: str | None = None
+
+
+def scratch_copy(into: Path, commit: str | None = None) -> Path:
+    """The work tree's files (tracked and new, not ignored), or ``commit``'s, under ``into/src``.
+
+    A ``dstl`` package of symlinks (from pyproject's package-dir) makes the copy importable.
+    """
+    source = into / "src"
+    source.mkdir(parents=True)
+    if commit is not None:
+        archive = subprocess.run(["git", "archive", commit], cwd=ROOT, capture_output=True, check=True)
+        subprocess.run(["tar", "-x", "-C", str(source)], input=archive.stdout, check=True)
+        _link_packages(into, source)
+        return source
+    files = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout
+    names = [name for name in files.decode().split("\0") if name and (ROOT / name).is_file()]
+    for name in names:
+        (source / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, source / name)
+    _link_packages(into, source)
+    return source
+
+
+def _link_packages(into: Path, source: Path) -> None:
+    shadow = into / "shadow"
+    package_dirs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    for package, folder in package_dirs.items():
+        link = shadow.joinpath(*package.split("."))
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(source / folder, target_is_directory=True)
+
+
+def runner_script(scratch: Path, source: Path, target: Target) -> Path:
+    """A shell script running the target's tests against the scratch copy; exit 0 = mutant survived."""
+    python = shlex.quote(sys.executable)
+    lines = [
+        "#!/bin/sh",
+        "set -e",
+        f"cd {shlex.quote(str(source))}",
+        f"export PYTHONPATH={shlex.quote(str(scratch / 'shadow'))}:{shlex.quote(str(source))}",
+        # No bytecode cache: mutmut writes a mutant and restores the original within one second,
+        # and a .pyc is trusted on (mtime in seconds, size): a same-size mutant would run stale code.
+        "export PYTHONDONTWRITEBYTECODE=1",
+        # mutmut counts only exit code 1 as "killed"; pytest says 2, 3 or 4 when a mutant breaks
+        # collection or a plugin's import, which kills it just as well
+        *(f"{python} {command} >/dev/null 2>&1 || exit 1" for command in target.commands),
+    ]
+    script = scratch / f"run-{target.name}.sh"
+    script.write_text("\n".join(lines) + "\n")
+    script.chmod(0o755)
+    return script
+
+
+def run_target(
+    target: Target, console: Console, keep: Path | None = None, commit: str | None = None
+) -> list[Mutant]:
+    """Mutate the target's files in a scratch copy (of the work tree or ``commit``) and test every mutant."""
+    scratch = Path(tempfile.mkdtemp(prefix=f"dstl-mutation-{target.name}-", dir=keep))
+    try:
+        source = scratch_copy(scratch, commit)
+        script = runner_script(scratch, source, target)
+        baseline = subprocess.run([str(script)], check=False, capture_output=True, timeout=1800)
+        if baseline.returncode != 0:
+            msg = f"the {target.name} tests fail without any mutant ({script}): fix them first"
+            raise SystemExit(msg)
+        command = [
+            sys.executable,
+            "-m",
+            "mutmut",
+            "run",
+            "--paths-to-mutate",
+            ",".join(target.paths),
+            "--runner",
+            str(script),
+            "--tests-dir",
+            str(source / "conformance_tests"),
+            "--no-progress",
+        ]
+        cache = source / ".mutmut-cache"
+        with Progress(console=console, transient=True) as progress:
+            task = progress.add_task(f"mutants of {target.name}", total=None)
+            done = threading.Event()
+            watcher = threading.Thread(target=_watch, args=(cache, progress, task, done), daemon=True)
+            watcher.start()
+            try:
+                subprocess.run(command, cwd=source, check=False, capture_output=True)
+            finally:
+                done.set()
+                watcher.join()
+        return _mutants(cache, source)
+    finally:
+        if keep is None:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _watch(cache: Path, progress: Progress, task: int, done: threading.Event) -> None:
+    while not done.wait(2.0):
+        counts = _counts(cache)
+        if counts:
+            total = sum(counts.values())
+            progress.update(task, total=total, completed=total - counts.get("untested", 0))
+
+
+def _counts(cache: Path) -> dict[str, int]:
+    if not cache.exists():
+        return {}
+    try:
+        with sqlite3.connect(f"file:{cache}?mode=ro", uri=True, timeout=1) as db:
+            return dict(db.execute("select status, count(*) from Mutant group by status").fetchall())
+    except sqlite3.Error:
+        return {}
+
+
+def _mutants(cache: Path, source: Path) -> list[Mutant]:
+    from mutmut import Context, RelativeMutationID, mutate
+
+    with sqlite3.connect(cache) as db:
+        rows = db.execute(
+            'select f.filename, l.line_number, l.line, m."index", m.status from Mutant m '
+            "join Line l on m.line = l.id join SourceFile f on l.sourcefile = f.id "
+            'order by f.filename, l.line_number, m."index"'
+        ).fetchall()
+    found = []
+    sources: dict[str, str] = {}
+    for filename, line_number, line, index, status in rows:
+        text = sources.setdefault(filename, (source / filename).read_text())
+        context = Context(
+            source=text,
+            mutation_id=RelativeMutationID(line, index, line_number),
+            filename=filename,
+        )
+        mutated, _ = mutate(context)
+        after = _changed_lines(text, mutated) or line
+        found.append(
+            Mutant(
+                filename,
+                line_number + 1,
+                line.strip(),
+                index,
+                MUTMUT_STATUSES.get(status, status),
+                after.strip(),
+            )
+        )
+    return found
+
+
+def _changed_lines(before: str, after: str) -> str:
+    """The lines of ``after`` that differ from ``before`` (a mutant may reflow a statement)."""
+    changed = [
+        line[1:].strip()
+        for line in difflib.unified_diff(before.split("\n"), after.split("\n"), lineterm="", n=0)
+        if line.startswith("+") and not line.startswith("+++")
+    ]
+    return " / ".join(changed)
+
+
+def explain(mutants: list[Mutant], explained: dict[str, list[dict[str, str | int]]]) -> list[Mutant]:
+    """Survivors matched by ``explained.toml`` carry its reason.
+
+    A ``[[mutant]]`` entry names one mutant (file, stripped source line, optional
+    mutmut index); a ``[[rule]]`` entry names a kind of line by a regular expression
+    (optionally in one file, optionally only mutants whose mutated line matches ``mutated``),
+    for mutants that are equivalent wherever they occur.
+    """
+    rules = [
+        (re.compile(str(rule["pattern"])), re.compile(str(rule.get("mutated", ""))), rule)
+        for rule in explained.get("rule", [])
+    ]
+    out = []
+    for mutant in mutants:
+        reason = None
+        if mutant.status == "survived":
+            for entry in explained.get("mutant", []):
+                if (
+                    entry["file"] == mutant.file
+                    and entry["line"] == mutant.line
+                    and entry.get("index", mutant.index) == mutant.index
+                ):
+                    reason = f"{entry['kind']}: {entry['reason']}"
+                    break
+            else:
+                for pattern, mutated, rule in rules:
+                    if (
+                        rule.get("file", mutant.file) == mutant.file
+                        and pattern.search(mutant.line)
+                        and mutated.search(mutant.mutated)
+                    ):
+                        reason = f"{rule['kind']}: {rule['reason']}"
+                        break
+        out.append(Mutant(**{**asdict(mutant), "explanation": reason}))
+    return out
+
+
+def score(mutants: list[Mutant]) -> dict[str, float | int]:
+    """Killed (timeouts included) over the mutants that are not explained survivors."""
+    detected = sum(1 for m in mutants if m.status in ("killed", "timeout"))
+    explained = sum(1 for m in mutants if m.explanation)
+    counted = len(mutants) - explained
+    return {
+        "mutants": len(mutants),
+        "killed": detected,
+        "survived": sum(1 for m in mutants if m.status == "survived"),
+        "explained": explained,
+        "raw_score": round(detected / len(mutants), 4) if mutants else 0.0,
+        "score": round(detected / counted, 4) if counted else 1.0,
+    }
+
+
+def report(target: Target, mutants: list[Mutant], seconds: float, out: Path) -> dict[str, object]:
+    """Write ``out/<target>.md`` and ``.json``; returns the figures."""
+    out.mkdir(parents=True, exist_ok=True)
+    per_file = {path: score([m for m in mutants if m.file == path]) for path in target.paths}
+    total = score(mutants)
+    figures = {"target": target.name, "seconds": round(seconds, 1), "total": total, "files": per_file}
+    lines = [
+        f"# Mutation testing: {target.name}",
+        "",
+        f"mutmut 2.5.1; tests: {'; then '.join(target.commands)}; {seconds / 60:.1f} min.",
+        "",
+        "| file | mutants | killed | survived | explained | raw score | score |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for path, s in [*per_file.items(), ("**total**", total)]:
+        lines.append(
+            f"| {path} | {s['mutants']} | {s['killed']} | {s['survived']} | {s['explained']} "
+            f"| {s['raw_score']:.1%} | {s['score']:.1%} |"
+        )
+    survivors = [m for m in mutants if m.status == "survived"]
+    lines += ["", "## Surviving mutants", ""]
+    for m in survivors:
+        note = f" — {m.explanation}" if m.explanation else " — **unexplained**"
+        lines.append(f"- `{m.file}:{m.line_number}` `{m.line}` → `{m.mutated}`{note}")
+    (out / f"{target.name}.md").write_text("\n".join(lines) + "\n")
+    records = {**figures, "mutants": [asdict(m) for m in mutants]}
+    (out / f"{target.name}.json").write_text(json.dumps(records, indent=1))
+    return figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the named targets (all by default); exit 1 if a score is below its threshold."""
+    parser = argparse.ArgumentParser(prog="python -m mutation.run", description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "targets", nargs="*", metavar="TARGET", help=f"of {', '.join(TARGETS)} (default: all)"
+    )
+    parser.add_argument("--results", default=str(ROOT / "mutation" / "results"))
+    parser.add_argument("--keep", help="keep the scratch copies under this directory")
+    parser.add_argument("--at", metavar="COMMIT", help="mutate this commit's files, not the work tree's")
+    parser.add_argument("--only", metavar="FILE,...", help="mutate only these of the target's files")
+    parser.add_argument(
+        "--explain-only",
+        action="store_true",
+        help="no run: apply explained.toml again to the results' JSON and rewrite the reports",
+    )
+    args = parser.parse_args(argv)
+    console = Console()
+    explained = tomllib.loads((ROOT / "mutation" / "explained.toml").read_text())
+    unknown = [name for name in args.targets if name not in TARGETS]
+    if unknown:
+        parser.error(f"unknown target {unknown[0]!r}: one of {', '.join(TARGETS)}")
+    failed = False
+    for name in args.targets or list(TARGETS):
+        target = TARGETS[name]
+        if args.only:
+            target = Target(target.name, tuple(args.only.split(",")), target.commands, target.threshold)
+        began = time.monotonic()
+        keep = Path(args.keep) if args.keep else None
+        if keep:
+            keep.mkdir(parents=True, exist_ok=True)
+        if args.explain_only:
+            previous = json.loads((Path(args.results) / f"{name}.json").read_text())
+            found = [Mutant(**{**m, "explanation": None}) for m in previous["mutants"]]
+            seconds = float(previous["seconds"])
+        else:
+            found = run_target(target, console, keep, args.at)
+            seconds = time.monotonic() - began
+        mutants = explain(found, explained)
+        figures = report(target, mutants, seconds, Path(args.results))
+        total = figures["total"]
+        assert isinstance(total, dict)
+        console.print(
+            f"{target.name}: {total['mutants']} mutants, {total['killed']} killed, "
+            f"{total['survived']} survived ({total['explained']} explained): score {total['score']:.1%} "
+            f"(raw {total['raw_score']:.1%}), {figures['seconds'] / 60:.1f} min"
+        )
+        unexplained = [m for m in mutants if m.status == "survived" and not m.explanation]
+        if total["score"] < target.threshold:  # type: ignore[operator]
+            console.print(f"[red]{target.name}: score below {target.threshold:.0%}[/]")
+            failed = True
+        for m in unexplained[:20]:
+            console.print(f"  survived: {m.file}:{m.line_number} {m.line!r} -> {m.mutated!r}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+    sys.exit(main())

@@ -1,0 +1,61 @@
+"""The mutation runner: its scratch copy imports as dstl, survivors are explained, scores add up."""
+
+import subprocess
+import sys
+
+from mutation.run import Mutant, explain, score, scratch_copy
+
+
+def _mutant(status, line="x = 1", file="spi/a.py", index=0):
+    return Mutant(file, 3, line, index, status, "x = 2")
+
+
+def test_the_scratch_copy_is_what_dstl_imports_there(tmp_path):
+    source = scratch_copy(tmp_path)
+    (source / "spi" / "changeset_format.py").write_text(
+        (source / "spi" / "changeset_format.py").read_text() + "\nMUTATED_IN_SCRATCH = True\n"
+    )
+    probe = "import dstl.spi.changeset_format as f; print(f.__file__, hasattr(f, 'MUTATED_IN_SCRATCH'))"
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=source,
+        env={"PYTHONPATH": f"{tmp_path / 'shadow'}:{source}", "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    path, mutated = done.stdout.split()
+    assert path.startswith(str(tmp_path)) and mutated == "True", done.stdout
+
+
+def test_survivors_are_explained_by_entry_or_rule_and_leave_the_score():
+    mutants = [
+        _mutant("killed"),
+        _mutant("timeout"),
+        Mutant("spi/a.py", 3, 'msg = "bad"', 1, "survived", 'msg = "XXbadXX"'),
+        Mutant("spi/a.py", 3, 'msg = "bad"', 2, "survived", "msg = None"),
+        _mutant("survived", "_VERSION = 1"),
+        _mutant("survived", "if a < b:"),
+    ]
+    explained = {
+        "mutant": [{"file": "spi/a.py", "line": "_VERSION = 1", "kind": "equivalent", "reason": "r1"}],
+        "rule": [{"pattern": r"^msg = ", "mutated": "XX", "kind": "wording", "reason": "r2"}],
+    }
+    out = explain(mutants, explained)
+    assert [m.explanation for m in out] == [None, None, "wording: r2", None, "equivalent: r1", None]
+    figures = score(out)
+    assert figures == {
+        "mutants": 6,
+        "killed": 2,
+        "survived": 4,
+        "explained": 2,
+        "raw_score": round(2 / 6, 4),
+        "score": 0.5,
+    }
+
+
+def test_an_entry_for_another_index_or_file_does_not_explain():
+    explained = {"mutant": [{"file": "spi/b.py", "line": "x = 1", "kind": "k", "reason": "r"}]}
+    assert explain([_mutant("survived")], explained)[0].explanation is None
+    explained = {"mutant": [{"file": "spi/a.py", "line": "x = 1", "index": 2, "kind": "k", "reason": "r"}]}
+    assert explain([_mutant("survived")], explained)[0].explanation is None
