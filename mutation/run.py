@@ -173,50 +173,94 @@ def runner_script(scratch: Path, source: Path, target: Target) -> Path:
 
 
 def run_target(
-    target: Target, console: Console, keep: Path | None = None, commit: str | None = None
+    target: Target,
+    console: Console,
+    keep: Path | None = None,
+    commit: str | None = None,
+    jobs: int = 1,
 ) -> list[Mutant]:
-    """Mutate the target's files in a scratch copy (of the work tree or ``commit``) and test every mutant."""
-    scratch = Path(tempfile.mkdtemp(prefix=f"dstl-mutation-{target.name}-", dir=keep))
+    """Mutate the target's files (of the work tree or ``commit``) and test every mutant.
+
+    ``jobs`` mutmut processes share the files, each in a scratch copy of its own
+    (mutmut tests one mutant at a time, in place).
+    """
+    groups = _split(target.paths, jobs)
+    scratches = [Path(tempfile.mkdtemp(prefix=f"dstl-mutation-{target.name}-", dir=keep)) for _ in groups]
     try:
-        source = scratch_copy(scratch, commit)
-        script = runner_script(scratch, source, target)
-        baseline = subprocess.run([str(script)], check=False, capture_output=True, timeout=1800)
+        runs = []
+        for scratch, paths in zip(scratches, groups, strict=True):
+            source = scratch_copy(scratch, commit)
+            script = runner_script(scratch, source, target)
+            runs.append((source, script, paths))
+        baseline = subprocess.run([str(runs[0][1])], check=False, capture_output=True, timeout=1800)
         if baseline.returncode != 0:
-            msg = f"the {target.name} tests fail without any mutant ({script}): fix them first"
+            msg = f"the {target.name} tests fail without any mutant ({runs[0][1]}): fix them first"
             raise SystemExit(msg)
-        command = [
-            sys.executable,
-            "-m",
-            "mutmut",
-            "run",
-            "--paths-to-mutate",
-            ",".join(target.paths),
-            "--runner",
-            str(script),
-            "--tests-dir",
-            str(source / "conformance_tests"),
-            "--no-progress",
-        ]
-        cache = source / ".mutmut-cache"
+        caches = [source / ".mutmut-cache" for source, _, _ in runs]
         with Progress(console=console, transient=True) as progress:
             task = progress.add_task(f"mutants of {target.name}", total=None)
             done = threading.Event()
-            watcher = threading.Thread(target=_watch, args=(cache, progress, task, done), daemon=True)
+            watcher = threading.Thread(target=_watch, args=(caches, progress, task, done), daemon=True)
             watcher.start()
             try:
-                subprocess.run(command, cwd=source, check=False, capture_output=True)
+                processes = [
+                    subprocess.Popen(
+                        _mutmut_command(source, script, paths),
+                        cwd=source,
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                    )
+                    for source, script, paths in runs
+                ]
+                for process in processes:
+                    process.wait()
             finally:
                 done.set()
                 watcher.join()
-        return _mutants(cache, source)
+        return [
+            mutant
+            for (source, _, _), cache in zip(runs, caches, strict=True)
+            for mutant in _mutants(cache, source)
+        ]
     finally:
         if keep is None:
-            shutil.rmtree(scratch, ignore_errors=True)
+            for scratch in scratches:
+                shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _watch(cache: Path, progress: Progress, task: int, done: threading.Event) -> None:
+def _split(paths: tuple[str, ...], jobs: int) -> list[tuple[str, ...]]:
+    """``paths`` in at most ``jobs`` groups of about equal size (bytes of source)."""
+    groups: list[list[str]] = [[] for _ in range(max(1, min(jobs, len(paths))))]
+    sizes = [0] * len(groups)
+    for path in sorted(paths, key=lambda p: -(ROOT / p).stat().st_size):
+        smallest = sizes.index(min(sizes))
+        groups[smallest].append(path)
+        sizes[smallest] += (ROOT / path).stat().st_size
+    return [tuple(group) for group in groups if group]
+
+
+def _mutmut_command(source: Path, script: Path, paths: tuple[str, ...]) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "mutmut",
+        "run",
+        "--paths-to-mutate",
+        ",".join(paths),
+        "--runner",
+        str(script),
+        "--tests-dir",
+        str(source / "conformance_tests"),
+        "--no-progress",
+    ]
+
+
+def _watch(caches: list[Path], progress: Progress, task: int, done: threading.Event) -> None:
     while not done.wait(2.0):
-        counts = _counts(cache)
+        counts: dict[str, int] = {}
+        for cache in caches:
+            for status, count in _counts(cache).items():
+                counts[status] = counts.get(status, 0) + count
         if counts:
             total = sum(counts.values())
             progress.update(task, total=total, completed=total - counts.get("untested", 0))
@@ -368,6 +412,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--at", metavar="COMMIT", help="mutate this commit's files, not the work tree's")
     parser.add_argument("--only", metavar="FILE,...", help="mutate only these of the target's files")
     parser.add_argument(
+        "--jobs", type=int, default=os.cpu_count() or 1, help="mutmut processes in parallel (default: cores)"
+    )
+    parser.add_argument(
         "--explain-only",
         action="store_true",
         help="no run: apply explained.toml again to the results' JSON and rewrite the reports",
@@ -392,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
             found = [Mutant(**{**m, "explanation": None}) for m in previous["mutants"]]
             seconds = float(previous["seconds"])
         else:
-            found = run_target(target, console, keep, args.at)
+            found = run_target(target, console, keep, args.at, args.jobs)
             seconds = time.monotonic() - began
         mutants = explain(found, explained)
         figures = report(target, mutants, seconds, Path(args.results))
