@@ -54,6 +54,12 @@ def read_data(
     return [data for _, _, data in read_changes(storage, handle, key_groups)]
 
 
+def assert_explained(error: BaseException) -> None:
+    """Fail unless ``error`` carries a message of its own: a clear error names the problem."""
+    message = error.args[0] if error.args else None
+    assert isinstance(message, str) and message.strip(), f"{type(error).__name__} says nothing: {error!r}"
+
+
 def restricted_handle(handle: ChangelogHandle, locations: list[dict]) -> ChangelogHandle:
     """``handle`` narrowed to ``locations`` (what a shared-state registry discards)."""
     return ChangelogHandle.create(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dstl.conformance.testing import persist, read_data
+from dstl.conformance.testing import assert_explained, persist, read_data
 from dstl.spi import (
     ChangelogHandle,
     ClosedError,
@@ -155,8 +155,9 @@ def test_hostile_location_fields_give_dstl_errors(storage, sut):
                         escapes.append((field, value, action, f"returned {got!r:.60}"))
                 else:
                     storage.discard([bad])
-            except DstlError:
-                pass
+            except DstlError as exc:
+                if not (exc.args and isinstance(exc.args[0], str) and exc.args[0].strip()):
+                    escapes.append((field, value, action, f"{type(exc).__name__} without a message"))
             except Exception as exc:  # noqa: BLE001 - collected to report every escape at once
                 escapes.append((field, value, action, f"{type(exc).__name__}: {exc}"[:120]))
     assert not escapes, escapes
@@ -181,8 +182,9 @@ def test_location_limits_are_exact(storage, sut):
         at_limit["length"] = (1, (1 << 31) - 1)
     for field, values in beyond.items():
         for value in values:
-            with pytest.raises(InvalidHandleError, match=field):  # on load or on read
+            with pytest.raises(InvalidHandleError, match=field) as info:  # on load or on read
                 read_data(storage, ChangelogHandle.from_dict(_with_location_field(handle, field, value)))
+            assert_explained(info.value)
     for field, values in at_limit.items():
         for value in values:
             edge = ChangelogHandle.from_dict(_with_location_field(handle, field, value))

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from dstl.conformance import requires
 from dstl.conformance._private.subprocesses import child_request, run_child
-from dstl.conformance.testing import change_bytes, persist, read_data
+from dstl.conformance.testing import assert_explained, change_bytes, persist, read_data
 from dstl.spi import ChangelogHandle, FencedError, KeyGroupRange, StorageError
 
 KG = KeyGroupRange(0, 4)
@@ -21,10 +21,12 @@ pytestmark = requires("fencing")
 def _persist_fails_fenced(writer, timeout):
     try:
         future = writer.persist(0, 99)
-    except FencedError:
+    except FencedError as exc:
+        assert_explained(exc)
         return
-    with pytest.raises(FencedError):
+    with pytest.raises(FencedError) as info:
         future.result(timeout=timeout)
+    assert_explained(info.value)
 
 
 def test_newer_epoch_fences_older_persist(sut):
@@ -98,8 +100,9 @@ def test_nothing_written_after_fencing_is_in_newer_handles(sut):
 
 def test_creating_an_older_epoch_is_refused(sut):
     sut.open().create_writer("op", KG, epoch=5)
-    with pytest.raises(FencedError):
+    with pytest.raises(FencedError) as info:
         sut.open().create_writer("op", KG, epoch=4)
+    assert_explained(info.value)
 
 
 def test_data_persisted_before_fencing_stays_readable(sut):

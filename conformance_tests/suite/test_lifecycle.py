@@ -195,6 +195,10 @@ def test_buffered_bytes_follow_what_the_writer_holds(storage, sut):
     writer.confirm(2, handle.sqn_range.end, 1)
     writer.truncate(handle.sqn_range.end)
     assert writer.buffered_bytes() == 0
+    writer.append(0, b"o" * 50)  # an open change set is held too
+    assert writer.buffered_bytes() >= 50
+    writer.close()
+    assert writer.buffered_bytes() == 0, "a closed writer holds nothing"
 
 
 def test_truncation_stops_at_what_exists(storage, sut):

@@ -38,8 +38,8 @@ def test_handle_sizes_count_every_byte_appended(storage, sut):
     """``size`` is the data of every change the handle holds, metadata included; ``incremental_size``
     what this persist uploaded anew."""
     writer = storage.create_writer("op", KeyGroupRange(0, 2))
-    writer.append_meta(b"m" * 30)
     writer.append(0, b"x" * 70)
+    writer.append_meta(b"m" * 30)
     first = persist(writer, 0, 1, sut.timeout)
     assert (first.size, first.incremental_size) == (100, 100)
     writer.confirm(first.sqn_range.start, first.sqn_range.end, 1)

@@ -11,7 +11,7 @@ import os
 import pytest
 
 from dstl.conformance import requires
-from dstl.conformance.testing import change_bytes, persist
+from dstl.conformance.testing import assert_explained, change_bytes, persist
 from dstl.spi import ChangelogHandle, CorruptedError, KeyGroupRange, SequenceNumberRange, StorageError
 
 KG = KeyGroupRange(0, 16)
@@ -96,8 +96,9 @@ def test_read_change_sets_reports_corruption(storage, sut, key_groups):
         writer.append(key_group, change_bytes("c", key_group, 200))
     handle = persist(writer, 0, 1, sut.timeout)
     sut.require_backdoor().corrupt(storage, handle)
-    with pytest.raises(CorruptedError):
+    with pytest.raises(CorruptedError) as info:
         _via_change_sets(sut.open(), handle, key_groups)
+    assert_explained(info.value)
 
 
 @requires("physical_truncation")
@@ -108,8 +109,9 @@ def test_read_change_sets_of_a_discarded_handle_is_an_error_not_empty(storage, s
     writer.close()
     storage.discard([handle])
     for key_groups in (None, KeyGroupRange(0, 8)):
-        with pytest.raises(StorageError):
+        with pytest.raises(StorageError) as info:
             _via_change_sets(sut.open(), handle, key_groups)
+        assert_explained(info.value)
 
 
 def _handle_like(handle, **changes):
@@ -155,5 +157,6 @@ def test_a_location_of_another_change_set_is_corruption_not_data(storage, sut, p
     else:  # my change sets, each under the next SQN
         locations = [{**loc, "sqn": int(loc["sqn"]) + 1} for loc in mine.location_dicts]
         forged = _handle_like(mine, sqn_range=SequenceNumberRange(1, 4), locations=locations)
-    with pytest.raises(CorruptedError):
+    with pytest.raises(CorruptedError) as info:
         (_via_read if path == "read" else _via_change_sets)(sut.open(), forged, None)
+    assert_explained(info.value)

@@ -22,9 +22,9 @@ def test_persist_below_truncation_raises(storage, sut):
     _three_change_sets(writer)
     persist(writer, 0, 1, sut.timeout)
     writer.truncate(2)
-    with pytest.raises(TruncatedError):
+    with pytest.raises(TruncatedError, match="truncated"):
         writer.persist(1, 2)
-    with pytest.raises(TruncatedError):
+    with pytest.raises(TruncatedError, match="truncated"):
         writer.persist(0, 2)
 
 
