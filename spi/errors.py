@@ -87,6 +87,10 @@ class CorruptedError(StorageError):
     """
 
     def __init__(self, message: str, *, location: str, offset: int | None = None) -> None:
+        if not isinstance(message, str) or not message:
+            # "None (segment at offset 7)" would say where but not what: every caller says what
+            msg = f"a CorruptedError needs a message saying what is damaged, got {message!r}"
+            raise TypeError(msg)
         where = location if offset is None else f"{location} at offset {offset}"
         super().__init__(f"{message} ({where})", retriable=False)
         self.location = location

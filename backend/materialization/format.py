@@ -268,7 +268,7 @@ def read_sections(
         what = f"snapshot meta of {where}"
         meta = check_fields(parse_json(meta_bytes, what), what, {})
     except InvalidHandleError as exc:
-        raise CorruptedError(str(exc), location=where, offset=_HEADER.size) from exc
+        raise CorruptedError(str(exc) or type(exc).__name__, location=where, offset=_HEADER.size) from exc
 
     def sections() -> Iterator[tuple[int, list[Any]]]:
         for key_group, offset, length, raw_length in index:
