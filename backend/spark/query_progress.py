@@ -91,8 +91,6 @@ class ProgressBridge(StreamingQueryListener):
             if self._query_id is None:
                 self._early.append(progress)
                 return
-            if str(progress.id) != self._query_id:
-                return
         self._join(progress)
 
     def onQueryIdle(self, event: Any) -> None:  # noqa: ANN401, N802
@@ -114,7 +112,7 @@ class ProgressBridge(StreamingQueryListener):
             log.debug("dstl progress bridge could not leave the listener bus", exc_info=True)
 
     def _join(self, progress: Any) -> None:  # noqa: ANN401 - pyspark's StreamingQueryProgress
-        if self._query_id is not None and str(progress.id) != self._query_id:
+        if str(progress.id) != self._query_id:  # another query's (also among the early ones)
             return
         state = self._state_of(int(progress.batchId))
         if state is None:
