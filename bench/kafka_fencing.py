@@ -10,7 +10,12 @@ Each round persists the same payload four ways, in rotating order:
 - ``dstl persist``: the storage as built (a claim marker in the data partition;
   no request while the partition holds only this storage's records).
 
-    python -m bench.kafka_fencing [--rounds N] [--size BYTES] [--quick]
+Then writer creation, which claims the log (as a Spark task does every batch),
+both ways in alternating order: with a fresh transactional producer per claim
+(``dstl.kafka.claims.kept-producers`` 0: ``init_transactions`` every time) and
+with the producer of the log's last claim kept (the default).
+
+    python -m bench.kafka_fencing [--rounds N] [--claims N] [--size BYTES] [--quick]
 
 The broker is Tansu from the kafka storage's test helpers, or
 ``DSTL_TEST_KAFKA_BOOTSTRAP``. Prints a table; writes a Markdown report.
@@ -123,6 +128,55 @@ def measure(bootstrap: str, rounds: int, size: int, progress: Progress) -> tuple
     return samples, requests
 
 
+CLAIM_COLUMNS = ["writer creation", "n", *(f"p{q:g}" for q in PERCENTILES), "p50 / fresh p50"]
+CLAIM_WAYS = {"fresh producer per claim": "0", "kept producer": None}  # None: the declared default
+
+
+def measure_claims(bootstrap: str, rounds: int, progress: Progress) -> dict[str, list[float]]:
+    """Latency samples (seconds) of ``create_writer`` on a log claimed every round, both ways."""
+    topic = f"claims-{uuid.uuid4().hex[:8]}"
+    samples: dict[str, list[float]] = {way: [] for way in CLAIM_WAYS}
+    task = progress.add_task("writer creation", total=rounds)
+    storages = {}
+    try:
+        for way, kept in CLAIM_WAYS.items():
+            config = {
+                "dstl.storage": "kafka",
+                "dstl.kafka.bootstrap.servers": bootstrap,
+                "dstl.kafka.topic": topic,
+            }
+            if kept is not None:
+                config["dstl.kafka.claims.kept-producers"] = kept
+            storages[way] = load_storage(config, job_id=f"claims-{len(storages)}")
+        for round_ in range(-2, rounds):  # two rounds to connect and warm up, not recorded
+            ways = list(CLAIM_WAYS) if round_ % 2 == 0 else list(reversed(CLAIM_WAYS))
+            for way in ways:
+                started = time.perf_counter()
+                storages[way].create_writer("claimed", KEY_GROUPS, epoch=round_ + 3).close()
+                if round_ >= 0:
+                    samples[way].append(time.perf_counter() - started)
+            if round_ >= 0:
+                progress.advance(task)
+    finally:
+        for storage in storages.values():
+            storage.close()
+    return samples
+
+
+def claim_rows(samples: dict[str, list[float]]) -> list[list[str]]:
+    """One row per way of claiming, the p50 ratio against a fresh producer per claim."""
+    fresh50 = percentile(samples["fresh producer per claim"], 50)
+    return [
+        [
+            way,
+            str(len(values)),
+            *(f"{percentile(values, q) * 1000:.3f}" for q in PERCENTILES),
+            f"{percentile(values, 50) / fresh50:.2f}",
+        ]
+        for way, values in samples.items()
+    ]
+
+
 def rows(samples: dict[str, list[float]]) -> list[list[str]]:
     """One table row per design, the p99 ratio against the raw floor."""
     floor99 = percentile(samples["raw produce+flush"], 99)
@@ -140,24 +194,31 @@ def rows(samples: dict[str, list[float]]) -> list[list[str]]:
 def main(argv: list[str] | None = None) -> int:
     parser = bench_parser(__doc__)
     parser.add_argument("--rounds", type=int, default=2000)
+    parser.add_argument("--claims", type=int, default=200, help="writer creations per way")
     parser.add_argument("--size", type=int, default=54_000, help="bytes per persist")
     args = parser.parse_args(argv)
     from dstl.kafka.testing import kafka_broker
 
     console = Console()
     rounds = 50 if args.quick else args.rounds
+    claims = 10 if args.quick else args.claims
     with kafka_broker() as bootstrap, Progress(console=console) as progress:
         samples, requests = measure(bootstrap, rounds, args.size, progress)
+        claim_samples = measure_claims(bootstrap, claims, progress)
     table_rows = rows(samples)
     title = f"persist latency (ms) of {args.size:,} bytes by fencing design"
     console.print(_table(title, COLUMNS, table_rows))
     asked = f"claims requests by dstl's {rounds} measured persists: {requests}"
     console.print(asked)
+    claim_table = claim_rows(claim_samples)
+    claim_title = "writer creation latency (ms): the claim of a log created again every round"
+    console.print(_table(claim_title, CLAIM_COLUMNS, claim_table))
     results = Path(args.results)
     results.mkdir(parents=True, exist_ok=True)
     report = results / "kafka-fencing.md"
     lines = [f"# Kafka fencing designs: {title}", "", f"- cpus: {os.cpu_count()}", f"- {asked}", ""]
-    report.write_text("\n".join([*lines, *_markdown(COLUMNS, table_rows), ""]))
+    claim_lines = ["", f"## {claim_title}", "", *_markdown(CLAIM_COLUMNS, claim_table)]
+    report.write_text("\n".join([*lines, *_markdown(COLUMNS, table_rows), *claim_lines, ""]))
     console.print(f"report: {report}")
     return 0
 

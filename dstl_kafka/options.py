@@ -52,6 +52,15 @@ KAFKA_OPTIONS = (
         minimum=1024,
     ),
     ConfigOption(
+        "dstl.kafka.claims.kept-producers",
+        OptionType.INT,
+        16,
+        "Transactional producers kept per storage so the next writer of the same log claims it without "
+        "init_transactions (most of a writer's creation cost). Each holds a broker connection and "
+        "librdkafka threads; 0 keeps none. Set it to the logs an executor writes for the full saving.",
+        minimum=0,
+    ),
+    ConfigOption(
         "dstl.kafka.request.timeout",
         OptionType.DURATION,
         parse_duration("30s"),

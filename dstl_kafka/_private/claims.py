@@ -8,6 +8,15 @@ the commit the storage leaves a marker in the log's data partition (see
 landed in its partition. Asking means: the claims partition's end offset, and
 only if it grew, the new claims. The greatest ``(epoch, token)`` claimed for a log
 owns it.
+
+``init_transactions`` is most of a claim's cost (one round trip to find the
+coordinator and one to bump the producer epoch: 50 ms on loopback, more on a busy
+broker), and a Spark task claims its log every batch. So the producer of a log's
+last claim is kept (a few, least recently used out) and the next claim of that log
+commits on it directly. That fences exactly as a fresh one would: while the kept
+producer is the transactional id's current one, nobody else has initialised it, so
+no other claimer's transaction is open; once another process has, the kept
+producer's commit fails as fenced and the claim starts over with a fresh producer.
 """
 
 from __future__ import annotations
@@ -15,6 +24,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import warnings
+from collections import OrderedDict
+from typing import Any
 
 from dstl.spi import FencedError, StorageError
 
@@ -26,10 +38,15 @@ log = logging.getLogger(__name__)
 class ClaimsTracker:
     """Reads claim partitions (one consumer, serialised) and remembers the owners."""
 
-    def __init__(self, factory: ClientFactory, topic: str, job_id: str) -> None:
+    def __init__(self, factory: ClientFactory, topic: str, job_id: str, kept_producers: int = 0) -> None:
+        """:param kept_producers: claim producers kept for the next claim of their log (0: none)."""
         from confluent_kafka import Consumer
 
         self._factory = factory
+        self._kept_producers = kept_producers
+        self._producers: OrderedDict[str, Any] = OrderedDict()  # log id -> initialised claim producer
+        self._producers_lock = threading.Lock()
+        self.producers_initialised = 0
         self._topic = topic
         self._job = job_id
         self._consumer = Consumer(factory.consumer_config(), logger=log)
@@ -143,34 +160,86 @@ class ClaimsTracker:
 
     def claim(self, partition: int, log_id: str, epoch: int) -> str:
         """Claim ``log_id`` at ``epoch``; returns the writer token."""
-        from confluent_kafka import KafkaException, Producer
-
         self.refresh(partition)
         owner = self.owners.get(log_id)
         if owner is not None and owner[0] > epoch:
             msg = f"log {log_id!r} already has a writer with epoch {owner[0]} > {epoch}"
             raise FencedError(msg)
         token = f"{epoch:020d}-{time.time_ns():020d}"
-        producer = Producer(
-            self._factory.producer_config(**{"transactional.id": f"dstl.{self._job}.{log_id}"})
-        )
-        try:
-            producer.init_transactions(self._factory.timeout)
-            producer.begin_transaction()
-            producer.produce(
-                self._topic,
-                key=f"{self._job}/{log_id}".encode(),
-                value=f"{epoch} {token}".encode(),
-                partition=partition,
-            )
-            producer.commit_transaction(self._factory.timeout)
-        except KafkaException as exc:
-            msg = f"claiming log {log_id!r} failed: {exc}"
-            raise StorageError(msg, retriable=True) from exc
-        finally:
-            producer.flush(1)
+        record = {
+            "topic": self._topic,
+            "key": f"{self._job}/{log_id}".encode(),
+            "value": f"{epoch} {token}".encode(),
+            "partition": partition,
+        }
+        producer = self._take_producer(log_id)
+        if producer is None or not self._commit(producer, record, fresh=False):
+            producer = self._new_producer(log_id)
+            self._commit(producer, record, fresh=True)
+        self._keep_producer(log_id, producer)
         self._await_own_claim(partition, log_id, epoch, token)
         return token
+
+    @property
+    def kept(self) -> int:
+        """Claim producers kept for their log's next claim."""
+        with self._producers_lock:
+            return len(self._producers)
+
+    def _new_producer(self, log_id: str) -> Any:  # noqa: ANN401 - confluent_kafka.Producer
+        """A producer of the log's transactional id, not yet initialised."""
+        from confluent_kafka import Producer
+
+        return Producer(self._factory.producer_config(**{"transactional.id": f"dstl.{self._job}.{log_id}"}))
+
+    def _commit(self, producer: Any, record: dict[str, Any], *, fresh: bool) -> bool:  # noqa: ANN401
+        """Commit ``record`` in a transaction of ``producer``; initialise it first when ``fresh``.
+
+        :returns: whether it committed; ``False`` only for a kept producer (fenced
+            or failed: the caller starts over with a fresh one).
+        :raises StorageError: (retriable) when a fresh producer fails.
+        """
+        from confluent_kafka import KafkaException
+
+        try:
+            if fresh:
+                producer.init_transactions(self._factory.timeout)
+                self.producers_initialised += 1
+            producer.begin_transaction()
+            producer.produce(**record)
+            producer.commit_transaction(self._factory.timeout)
+        except KafkaException as exc:
+            with warnings.catch_warnings():
+                # A fenced producer cannot abort its transaction; close() says so, then frees it.
+                warnings.simplefilter("ignore", RuntimeWarning)
+                producer.close()
+            if not fresh:
+                log.debug(
+                    "kept claim producer of %s failed (%s): initialising a fresh one", record["key"], exc
+                )
+                return False
+            msg = f"claiming log {record['key'].decode()!r} failed: {exc}"
+            raise StorageError(msg, retriable=True) from exc
+        return True
+
+    def _take_producer(self, log_id: str) -> Any:  # noqa: ANN401
+        """The kept producer of ``log_id``'s last claim, now this caller's alone; or ``None``."""
+        with self._producers_lock:
+            return self._producers.pop(log_id, None)
+
+    def _keep_producer(self, log_id: str, producer: Any) -> None:  # noqa: ANN401
+        """Keep ``producer`` for the next claim of ``log_id``; close what falls out."""
+        dropped = [producer] if self._kept_producers == 0 else []
+        with self._producers_lock:
+            if self._kept_producers > 0:
+                previous = self._producers.pop(log_id, None)  # a concurrent claim's: the newer one wins
+                if previous is not None:
+                    dropped.append(previous)
+                self._producers[log_id] = producer
+                while len(self._producers) > self._kept_producers:
+                    dropped.append(self._producers.popitem(last=False)[1])
+        for old in dropped:
+            old.close()
 
     def _await_own_claim(self, partition: int, log_id: str, epoch: int, token: str) -> None:
         """Return once the check that later fences this writer sees its own claim.
@@ -203,7 +272,12 @@ class ClaimsTracker:
             pause = min(pause * 2, 0.2)
 
     def close(self) -> None:
-        """Close the consumer."""
+        """Close the consumers and the kept claim producers."""
+        with self._producers_lock:
+            producers = list(self._producers.values())
+            self._producers.clear()
+        for producer in producers:
+            producer.close()
         with self._lock:
             self._consumer.close()
             self._offsets.close()

@@ -213,7 +213,9 @@ class KafkaStorage(ChangeSetStorage):
             self.factory, config, [self.topic, self.claims_topic], compacted=frozenset({self.claims_topic})
         )
         self.chunk_size = self.factory.max_message
-        self.claims = ClaimsTracker(self.factory, self.claims_topic, self.job_id)
+        self.claims = ClaimsTracker(
+            self.factory, self.claims_topic, self.job_id, int(config["dstl.kafka.claims.kept-producers"])
+        )
         self._fatal = threading.Event()
         self._producer_lock = threading.Lock()
         self._producer = self._new_producer()

@@ -112,6 +112,7 @@ def test_kafka_fencing_bench_compares_the_designs(tmp_path):
     for design in ("raw produce+flush", "transaction per persist", "claims end offset", "dstl persist"):
         assert f"| {design}" in report
     assert "measured persists: 0" in report  # its partition is its own: no request
+    assert "| fresh producer per claim | 10 |" in report and "| kept producer | 10 |" in report
 
 
 def test_lmdb_materialization_and_restore_memory_do_not_grow_with_the_state():

@@ -146,6 +146,44 @@ def test_logs_sharing_a_partition_ask_for_claims_and_are_still_fenced(kafka_conf
         assert read_data(second, persist(theirs, 0, 9))[-1] == b"unaffected"
 
 
+def test_a_kept_claim_producer_saves_init_and_still_fences(kafka_config):
+    """The next writer of a log commits its claim on the kept producer; a foreign claim fences it."""
+    config = {**kafka_config, "dstl.kafka.claims.kept-producers": "2"}
+    with load_storage(config, job_id="kept") as here, load_storage(config, job_id="kept") as there:
+        for epoch in (1, 2, 3):
+            writer = here.create_writer("op", KG, epoch=epoch)
+            writer.append(0, f"epoch {epoch}".encode())
+            persist(writer, 0, epoch)
+            writer.close()
+        assert here.claims.producers_initialised == 1  # epochs 2 and 3 reused the first producer
+
+        zombie = here.create_writer("op", KG, epoch=4)
+        newer = there.create_writer("op", KG, epoch=5)  # its init fences the kept producer's id
+        zombie.append(0, b"zombie")
+        with pytest.raises(FencedError, match="epoch 5"):
+            zombie.persist(0, 9).result(timeout=30)
+        zombie.close()
+
+        latest = here.create_writer("op", KG, epoch=6)  # the kept producer is fenced: a fresh one claims
+        assert here.claims.producers_initialised == 2
+        newer.append(0, b"now a zombie")
+        with pytest.raises(FencedError, match="epoch 6"):
+            newer.persist(0, 10).result(timeout=30)
+        latest.append(0, b"owner")
+        assert read_data(here, persist(latest, 0, 11)) == [b"owner"]
+
+        for log_id in ("a", "b", "c", "op"):  # least recently used out: never more than two kept
+            here.create_writer(log_id, KG, epoch=7).close()
+            assert here.claims.kept <= 2
+
+
+def test_no_claim_producer_is_kept_when_asked_not_to(kafka_config):
+    with load_storage({**kafka_config, "dstl.kafka.claims.kept-producers": "0"}, job_id="unkept") as storage:
+        for epoch in (1, 2):
+            storage.create_writer("op", KG, epoch=epoch).close()
+        assert (storage.claims.producers_initialised, storage.claims.kept) == (2, 0)
+
+
 def test_a_claim_committed_behind_an_open_transaction_is_waited_for(kafka_config):
     """read_committed stops at the open transaction; the committed claim behind it still fences."""
     from confluent_kafka import Producer
