@@ -22,6 +22,7 @@ from .coordinator import CompletedCheckpoint, read_checkpoints
 from .filesystems import checkpoint_fs
 from .keygroups import parse_instance_name
 from .materialization import MaterializationRef, read_sections
+from .options import backend_option
 from .state import map_key_from_bytes
 from .timers import RESERVED_PREFIX
 
@@ -36,8 +37,8 @@ __all__ = [
     "state_entries",
 ]
 
-#: Where a Spark query keeps dstl's state checkpoints and the ``local`` log, under its checkpoint location.
-SPARK_STATE_DIR, SPARK_LOCAL_LOG_DIR = "dstl-state", "dstl-changelog"
+#: Where a Spark query keeps dstl's state checkpoints, under its checkpoint location.
+SPARK_STATE_DIR = backend_option("state.checkpoints.dir").under_checkpoint.directory  # type: ignore[union-attr]
 
 
 class CheckpointLocation:
@@ -83,11 +84,11 @@ class CheckpointLocation:
         return read_checkpoints(self.fs, f"{self.root}/{self.job}/checkpoints")
 
     def config(self, extra: Mapping[str, Any]) -> Config:
-        """What opens the storages of the handles: ``extra``, plus the Spark layout's local log dir."""
-        values = dict(extra)
-        if self.spark_location is not None and "dstl.local.dir" not in values:
-            values["dstl.local.dir"] = f"{self.spark_location}/{SPARK_LOCAL_LOG_DIR}"
-        return Config.of(values)
+        """What opens the storages of the handles: ``extra``, plus the Spark layout's defaults."""
+        config = Config.of(extra)
+        if self.spark_location is None:
+            return config
+        return config.under_checkpoint(str(self.fs.unstrip_protocol(self.spark_location)))
 
     def snapshot_meta(self, ref: MaterializationRef) -> dict[str, Any]:
         """The meta of a snapshot object (registrations, SQN, key groups), reading only its tail."""

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from dstl.spi import ConfigOption, OptionType, hookimpl, parse_duration, parse_size
+from dstl.spi import ConfigOption, OptionType, UnderCheckpoint, hookimpl, parse_duration, parse_size
 
 from .keygroups import MAX_KEY_GROUPS
 from .materialization.codecs import CODEC_IDS
 
-__all__ = ["BACKEND_OPTIONS", "option_default"]
+__all__ = ["BACKEND_OPTIONS", "backend_option", "option_default"]
 
 BACKEND_OPTIONS = (
     ConfigOption(
@@ -18,6 +18,7 @@ BACKEND_OPTIONS = (
         None,
         "fsspec URL where materialized snapshots (and checkpoint metadata) are written.",
         aliases=("execution.checkpointing.dir",),
+        under_checkpoint=UnderCheckpoint("dstl-state", as_url=True),
     ),
     ConfigOption(
         "state.checkpoints.storage-options.*",
@@ -209,12 +210,20 @@ def dstl_config_options() -> list[ConfigOption]:
     return list(BACKEND_OPTIONS)
 
 
-def option_default(name: str) -> Any:  # noqa: ANN401 - the option's typed default
-    """The declared default of backend option ``name``: constructors use it too (one source).
+def backend_option(name: str) -> ConfigOption:
+    """The declaration of backend option ``name``.
 
     :raises KeyError: for a name no backend option has.
     """
     for option in BACKEND_OPTIONS:
         if option.name == name:
-            return option.default
+            return option
     raise KeyError(name)
+
+
+def option_default(name: str) -> Any:  # noqa: ANN401 - the option's typed default
+    """The declared default of backend option ``name``: constructors use it too (one source).
+
+    :raises KeyError: for a name no backend option has.
+    """
+    return backend_option(name).default

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from dstl.spi import ConfigOption, OptionType, parse_duration, parse_size
+from dstl.spi import ConfigOption, OptionType, UnderCheckpoint, parse_duration, parse_size
 
 __all__ = ["DFS_OPTIONS"]
 
@@ -23,8 +23,8 @@ _DECLARED = (
         "dstl.dfs.base-path",
         OptionType.STRING,
         None,
-        "fsspec URL under which change-set objects are written: file://, s3://, memory://, gs://. "
-        "Under Spark it defaults to dstl-dfs under the query's checkpoint location.",
+        "fsspec URL under which change-set objects are written: file://, s3://, memory://, gs://.",
+        under_checkpoint=UnderCheckpoint("dstl-dfs", as_url=True),
     ),
     ConfigOption(
         "dstl.dfs.batch.persist-delay",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dstl.spi import ConfigOption, OptionType, parse_size
+from dstl.spi import ConfigOption, OptionType, UnderCheckpoint, parse_size
 
 __all__ = ["LOCAL_OPTIONS"]
 
@@ -11,8 +11,8 @@ LOCAL_OPTIONS = (
         "dstl.local.dir",
         OptionType.STRING,
         None,
-        "Directory on a local disk holding the segment files (one sub-directory per job). Required; "
-        "under Spark it defaults to dstl-changelog under the query's checkpoint location.",
+        "Directory on a local disk holding the segment files (one sub-directory per job). Required.",
+        under_checkpoint=UnderCheckpoint("dstl-changelog"),
     ),
     ConfigOption(
         "dstl.local.segment-size",

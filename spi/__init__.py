@@ -35,7 +35,7 @@ from .handle import HANDLE_SCHEMA_VERSION, ChangelogHandle
 from .hookspecs import hookimpl
 from .metrics import REQUIRED_COUNTERS, StorageMetrics
 from .names import check_relative_path, validate_name
-from .options import ConfigOption, OptionType, parse_duration, parse_size
+from .options import ConfigOption, OptionType, UnderCheckpoint, parse_duration, parse_size
 from .plugins import get_registry, load_storage, refresh_plugins, storage_for_handle
 from .reader import StateChangelogReader
 from .registry import KNOWN_CAPABILITIES, StorageRegistry, StorageSpec
@@ -80,6 +80,7 @@ __all__ = [
     "StorageSpec",
     "StoragePlugin",
     "TruncatedError",
+    "UnderCheckpoint",
     "UnknownStorageError",
     "WriterState",
     "check_relative_path",

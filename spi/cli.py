@@ -60,7 +60,7 @@ def _option_rows() -> list[tuple[str, ...]]:
     registry = get_registry()
     owner = {opt.name: spec.identifier for spec in registry for opt in spec.options}
     return [
-        (opt.name, opt.type_name, opt.default_text(), owner.get(opt.name, "-"), opt.doc + _aliases(opt))
+        (opt.name, opt.type_name, opt.default_text(), owner.get(opt.name, "-"), opt.full_doc + _aliases(opt))
         for opt in sorted(registry.options(), key=lambda o: o.name)
     ]
 

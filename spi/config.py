@@ -137,6 +137,22 @@ class Config(Mapping[str, Any]):
         """A new config with ``values`` set on top of this one's raw values."""
         return Config({**self._raw, **values}, options=self.declared_options())
 
+    def under_checkpoint(self, location: str) -> Config:
+        """This config with every unset option that defaults into a checkpoint location set there.
+
+        Every storage's options are set, not only the chosen one's: handles written
+        before a job switched storages stay readable.
+
+        :param location: the job's checkpoint location (a path or fsspec URL).
+        """
+        defaults = {}
+        for opt in self._options.values():
+            if opt.under_checkpoint is not None and not self.get(opt.name):
+                value = opt.under_checkpoint.value(location)
+                if value is not None:
+                    defaults[opt.name] = value
+        return self.with_values(defaults) if defaults else self
+
     # -- lookup -----------------------------------------------------------------------------
     def option(self, key: str) -> ConfigOption:
         """The declared option for ``key`` (or an alias of it), or :class:`ConfigError` with a suggestion."""

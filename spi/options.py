@@ -8,11 +8,20 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
 
-__all__ = ["ConfigOption", "OptionType", "format_duration", "format_size", "parse_duration", "parse_size"]
+__all__ = [
+    "ConfigOption",
+    "OptionType",
+    "UnderCheckpoint",
+    "format_duration",
+    "format_size",
+    "parse_duration",
+    "parse_size",
+]
 
 _DURATION_UNITS = {
     "ns": 1e-9,
@@ -171,6 +180,34 @@ TYPE_MAXIMUM: dict[OptionType, float] = {
 
 
 @dataclass(frozen=True)
+class UnderCheckpoint:
+    """Where an unset option defaults to inside a job's checkpoint location (a Spark query's).
+
+    :ivar directory: the sub-directory of the checkpoint location.
+    :ivar as_url: the value is an fsspec URL (``file://`` for a local location);
+        otherwise a local path, and no default exists for a remote location.
+    """
+
+    directory: str
+    as_url: bool = False
+
+    def value(self, location: str) -> str | None:
+        """The option's value for checkpoint ``location`` (a path or URL); ``None`` when it has none."""
+        remote = "://" in location and not location.startswith("file://")
+        if self.as_url:
+            base = location if "://" in location else Path(location).resolve().as_uri()
+            return f"{base.rstrip('/')}/{self.directory}"
+        if remote:
+            return None
+        path = Path(location.removeprefix("file://")) if location.startswith("file://") else Path(location)
+        return str(path.resolve() / self.directory)
+
+    def describe(self) -> str:
+        """The sentence the option's documentation ends with."""
+        return f"Under Spark, unset, it is {self.directory} in the query's checkpoint location."
+
+
+@dataclass(frozen=True)
 class ConfigOption:
     """One declared configuration option.
 
@@ -192,6 +229,15 @@ class ConfigOption:
     maximum: float | None = None
     #: Other names the option is accepted under (Flink's current or deprecated keys).
     aliases: Sequence[str] = ()
+    #: Where the option defaults to in a job's checkpoint location, when it has such a default.
+    under_checkpoint: UnderCheckpoint | None = None
+
+    @property
+    def full_doc(self) -> str:
+        """The documentation, with where it defaults to in a checkpoint location."""
+        if self.under_checkpoint is None:
+            return self.doc
+        return f"{self.doc} {self.under_checkpoint.describe()}"
 
     @property
     def is_prefix(self) -> bool:

@@ -25,7 +25,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dstl.spi import Config, ConfigError, CorruptedError
@@ -75,22 +74,11 @@ _LINEAGE_DEPTH = 64
 RECENT_BATCHES = 1000
 
 
-def _uri(path: str) -> str:
-    return path if "://" in path else Path(path).resolve().as_uri()
-
-
 def _job_config(spark_conf: Any, config: Mapping[str, Any] | None, checkpoint_location: str) -> Config:  # noqa: ANN401
     """The Spark conf's ``spark.dstl.*``/``spark.state.*``, then ``config``; defaults under the checkpoint."""
     cfg = Config.from_spark_conf(spark_conf, extra=dict(config or {}))
     check_storage_for_spark(cfg)
-    defaults: dict[str, Any] = {}
-    if not cfg.get("state.checkpoints.dir"):
-        defaults["state.checkpoints.dir"] = _uri(f"{checkpoint_location}/dstl-state")
-    if not cfg.get("dstl.local.dir"):  # also after a switch away from local: its handles stay readable
-        defaults["dstl.local.dir"] = str(Path(checkpoint_location).resolve() / "dstl-changelog")
-    if cfg["dstl.storage"] == "filesystem" and not cfg.get("dstl.dfs.base-path"):
-        defaults["dstl.dfs.base-path"] = _uri(f"{checkpoint_location}/dstl-dfs")
-    return cfg.with_values(defaults) if defaults else cfg
+    return cfg.under_checkpoint(checkpoint_location)
 
 
 def check_storage_for_spark(cfg: Config) -> None:

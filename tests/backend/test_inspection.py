@@ -17,7 +17,11 @@ ALL = KeyGroupRange(0, 128)
 def job(tmp_path):
     """Three checkpoints of a job on local storage: a materialization after the first, then log only."""
     config = {"dstl.storage": "local", "dstl.local.dir": str(tmp_path / "log")}
-    checkpoints = (tmp_path / "chk").as_uri()
+    _run_job(config, (tmp_path / "chk").as_uri())
+    return config, tmp_path / "chk"
+
+
+def _run_job(config, checkpoints):
     with load_storage(config, job_id="job") as storage:
         coordinator = CheckpointCoordinator(checkpoints, "job", num_retained=2, config=config)
         backend = ChangelogKeyedStateBackend(storage, "op", ALL, snapshot_dir=checkpoints)
@@ -37,7 +41,6 @@ def job(tmp_path):
             )
             backend.notify_checkpoint_complete(snapshot)
         backend.close()
-    return config, tmp_path / "chk"
 
 
 def test_a_checkpoint_shows_its_snapshots_log_handles_and_states(job):
@@ -148,3 +151,22 @@ def test_a_spark_checkpoint_location_finds_its_state_and_local_log(job, tmp_path
     assert [c.checkpoint_id for c in location.checkpoints()[0]] == [2, 3]
     assert location.config({})["dstl.local.dir"] == f"{spark_location}/dstl-changelog"
     assert location.config({"dstl.local.dir": "/elsewhere"})["dstl.local.dir"] == "/elsewhere"
+
+
+def test_a_spark_checkpoint_location_on_filesystem_reads_its_log_where_the_job_put_it(tmp_path, capsys):
+    """A Spark job on ``filesystem`` without a base path logs to dstl-dfs: inspect finds it there."""
+    spark_location = tmp_path / "query"
+    config = {"dstl.storage": "filesystem", "dstl.dfs.base-path": (spark_location / "dstl-dfs").as_uri()}
+    _run_job(config, (spark_location / "dstl-state").as_uri())
+    assert (
+        CheckpointLocation(str(spark_location)).config({})["dstl.dfs.base-path"]
+        == config["dstl.dfs.base-path"]
+    )
+
+    assert main(["inspect", str(spark_location), "--log", "--json"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    records = [json.loads(line) for line in lines[1:]]
+    assert {r["key"] for r in records if r["state"] == "counts" and r["op"] == "value_put"} == {
+        "alice",
+        "bob",
+    }

@@ -225,3 +225,28 @@ def test_a_config_is_a_value_it_discovers_no_plugins(monkeypatch):
     monkeypatch.setattr(config_module, "_declared", None)
     with pytest.raises(ConfigError, match="no declared options"):
         Config({})
+
+
+def test_options_default_into_a_checkpoint_location_as_paths_or_urls(tmp_path):
+    from dstl.spi import UnderCheckpoint
+
+    as_path, as_url = UnderCheckpoint("logs"), UnderCheckpoint("objects", as_url=True)
+    assert as_path.value(str(tmp_path)) == str(tmp_path / "logs")
+    assert as_path.value(tmp_path.as_uri()) == str(tmp_path / "logs")
+    assert as_path.value("s3://bucket/query") is None  # a local directory has no place on S3
+    assert as_url.value(str(tmp_path)) == (tmp_path / "objects").as_uri()
+    assert as_url.value("s3://bucket/query/") == "s3://bucket/query/objects"
+
+    options = [
+        ConfigOption("x.dir", OptionType.STRING, None, "A directory.", under_checkpoint=as_path),
+        ConfigOption("x.url", OptionType.STRING, None, "A URL.", under_checkpoint=as_url),
+        ConfigOption("x.other", OptionType.STRING, None, "No default location."),
+    ]
+    placed = Config({"x.url": "memory://set"}, options=options).under_checkpoint(str(tmp_path))
+    assert dict(placed) == {"x.dir": str(tmp_path / "logs"), "x.url": "memory://set"}
+    assert (
+        "in the query's checkpoint location" in options[0].full_doc
+        and options[2].full_doc == "No default location."
+    )
+    on_s3 = Config({}, options=options).under_checkpoint("s3://bucket/query")
+    assert dict(on_s3) == {"x.url": "s3://bucket/query/objects"}
