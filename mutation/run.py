@@ -327,51 +327,84 @@ def explain(mutants: list[Mutant], explained: dict[str, list[dict[str, str | int
     (optionally in one file, optionally only mutants whose mutated line matches ``mutated``),
     for mutants that are equivalent wherever they occur.
     """
-    rules = [
-        (re.compile(str(rule["pattern"])), re.compile(str(rule.get("mutated", ""))), rule)
-        for rule in explained.get("rule", [])
+    return [
+        Mutant(**{**asdict(m), "explanation": _explanation(m, explained) if m.status == "survived" else None})
+        for m in mutants
     ]
-    out = []
-    for mutant in mutants:
-        reason = None
-        if mutant.status == "survived":
-            for entry in explained.get("mutant", []):
-                if (
-                    entry["file"] == mutant.file
-                    and entry["line"] == mutant.line
-                    and entry.get("index", mutant.index) == mutant.index
-                ):
-                    reason = f"{entry['kind']}: {entry['reason']}"
-                    break
-            else:
-                for pattern, mutated, rule in rules:
-                    if (
-                        rule.get("file", mutant.file) == mutant.file
-                        and pattern.search(mutant.line)
-                        and mutated.search(mutant.mutated)
-                    ):
-                        reason = f"{rule['kind']}: {rule['reason']}"
-                        break
-        out.append(Mutant(**{**asdict(mutant), "explanation": reason}))
-    return out
+
+
+def _matching_entry(
+    mutant: Mutant, explained: dict[str, list[dict[str, str | int]]]
+) -> dict[str, str | int] | None:
+    """The ``explained.toml`` entry that explains ``mutant`` (a mutant entry before any rule)."""
+    for entry in explained.get("mutant", []):
+        if (
+            entry["file"] == mutant.file
+            and entry["line"] == mutant.line
+            and entry.get("index", mutant.index) == mutant.index
+        ):
+            return entry
+    for rule in explained.get("rule", []):
+        if (
+            rule.get("file", mutant.file) == mutant.file
+            and re.search(str(rule["pattern"]), mutant.line)
+            and re.search(str(rule.get("mutated", "")), mutant.mutated)
+        ):
+            return rule
+    return None
+
+
+def _explanation(mutant: Mutant, explained: dict[str, list[dict[str, str | int]]]) -> str | None:
+    entry = _matching_entry(mutant, explained)
+    return None if entry is None else f"{entry['kind']}: {entry['reason']}"
+
+
+def unused_explanations(
+    mutants: list[Mutant], explained: dict[str, list[dict[str, str | int]]], paths: tuple[str, ...]
+) -> list[str]:
+    """Entries of ``explained.toml`` for the target's files that explain no survivor: prune them."""
+    used = {id(_matching_entry(m, explained)) for m in mutants if m.status == "survived"}
+    return [
+        str(entry.get("line") or entry.get("pattern"))
+        for section in ("mutant", "rule")
+        for entry in explained.get(section, [])
+        if id(entry) not in used and entry.get("file", paths[0]) in paths
+    ]
 
 
 def score(mutants: list[Mutant]) -> dict[str, float | int]:
-    """Killed (timeouts included) over the mutants that are not explained survivors."""
+    """Killed (timeouts included) over all mutants, over those not equivalent, over those not explained.
+
+    The middle one is the textbook mutation score: an equivalent mutant behaves as the
+    original for every input, so no test can kill it. Every other explanation (wording,
+    unreachable from these storages...) still counts against it.
+    """
     detected = sum(1 for m in mutants if m.status in ("killed", "timeout"))
     explained = sum(1 for m in mutants if m.explanation)
-    counted = len(mutants) - explained
+    equivalent = sum(1 for m in mutants if (m.explanation or "").startswith("equivalent:"))
     return {
         "mutants": len(mutants),
         "killed": detected,
         "survived": sum(1 for m in mutants if m.status == "survived"),
         "explained": explained,
-        "raw_score": round(detected / len(mutants), 4) if mutants else 0.0,
-        "score": round(detected / counted, 4) if counted else 1.0,
+        "equivalent": equivalent,
+        "raw_score": _ratio(detected, len(mutants)),
+        "score_without_equivalent": _ratio(detected, len(mutants) - equivalent),
+        "score": _ratio(detected, len(mutants) - explained),
     }
 
 
-def report(target: Target, mutants: list[Mutant], seconds: float, out: Path) -> dict[str, object]:
+def _ratio(part: int, whole: int) -> float:
+    return round(part / whole, 4) if whole else 1.0
+
+
+def report(
+    target: Target,
+    mutants: list[Mutant],
+    seconds: float,
+    out: Path,
+    explained: dict[str, list[dict[str, str | int]]],
+) -> dict[str, object]:
     """Write ``out/<target>.md`` and ``.json``; returns the figures."""
     out.mkdir(parents=True, exist_ok=True)
     per_file = {path: score([m for m in mutants if m.file == path]) for path in target.paths}
@@ -382,19 +415,28 @@ def report(target: Target, mutants: list[Mutant], seconds: float, out: Path) -> 
         "",
         f"mutmut 2.5.1; tests: {'; then '.join(target.commands)}; {seconds / 60:.1f} min.",
         "",
-        "| file | mutants | killed | survived | explained | raw score | score |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "Scores: killed over all mutants (raw), over the mutants that are not equivalent, and over",
+        "the mutants that are not explained survivors.",
+        "",
+        "| file | mutants | killed | survived | explained | of them equivalent | raw score "
+        "| score without equivalent | score |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for path, s in [*per_file.items(), ("**total**", total)]:
         lines.append(
             f"| {path} | {s['mutants']} | {s['killed']} | {s['survived']} | {s['explained']} "
-            f"| {s['raw_score']:.1%} | {s['score']:.1%} |"
+            f"| {s['equivalent']} | {s['raw_score']:.1%} | {s['score_without_equivalent']:.1%} "
+            f"| {s['score']:.1%} |"
         )
     survivors = [m for m in mutants if m.status == "survived"]
     lines += ["", "## Surviving mutants", ""]
     for m in survivors:
         note = f" — {m.explanation}" if m.explanation else " — **unexplained**"
         lines.append(f"- `{m.file}:{m.line_number}` `{m.line}` → `{m.mutated}`{note}")
+    unused = unused_explanations(mutants, explained, target.paths)
+    if unused:
+        lines += ["", "## Explanations that explained no survivor (prune them)", ""]
+        lines += [f"- `{text}`" for text in unused]
     (out / f"{target.name}.md").write_text("\n".join(lines) + "\n")
     records = {**figures, "mutants": [asdict(m) for m in mutants]}
     (out / f"{target.name}.json").write_text(json.dumps(records, indent=1))
@@ -442,13 +484,14 @@ def main(argv: list[str] | None = None) -> int:
             found = run_target(target, console, keep, args.at, args.jobs)
             seconds = time.monotonic() - began
         mutants = explain(found, explained)
-        figures = report(target, mutants, seconds, Path(args.results))
+        figures = report(target, mutants, seconds, Path(args.results), explained)
         total = figures["total"]
         assert isinstance(total, dict)
         console.print(
             f"{target.name}: {total['mutants']} mutants, {total['killed']} killed, "
-            f"{total['survived']} survived ({total['explained']} explained): score {total['score']:.1%} "
-            f"(raw {total['raw_score']:.1%}), {figures['seconds'] / 60:.1f} min"
+            f"{total['survived']} survived ({total['explained']} explained, {total['equivalent']} of them "
+            f"equivalent): score {total['score']:.1%} (raw {total['raw_score']:.1%}, without equivalent "
+            f"{total['score_without_equivalent']:.1%}), {figures['seconds'] / 60:.1f} min"
         )
         unexplained = [m for m in mutants if m.status == "survived" and not m.explanation]
         if total["score"] < target.threshold:  # type: ignore[operator]

@@ -3,7 +3,7 @@
 import subprocess
 import sys
 
-from mutation.run import Mutant, explain, score, scratch_copy
+from mutation.run import Mutant, explain, score, scratch_copy, unused_explanations
 
 
 def _mutant(status, line="x = 1", file="spi/a.py", index=0):
@@ -49,9 +49,13 @@ def test_survivors_are_explained_by_entry_or_rule_and_leave_the_score():
         "killed": 2,
         "survived": 4,
         "explained": 2,
+        "equivalent": 1,
         "raw_score": round(2 / 6, 4),
+        "score_without_equivalent": 0.4,
         "score": 0.5,
     }
+    unused = {**explained, "rule": [*explained["rule"], {"pattern": "^never$", "kind": "k", "reason": "r"}]}
+    assert unused_explanations(explain(mutants, unused), unused, ("spi/a.py",)) == ["^never$"]
 
 
 def test_an_entry_for_another_index_or_file_does_not_explain():
