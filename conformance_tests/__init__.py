@@ -24,7 +24,7 @@ from ._private.pytest_plugin import (
     storage,
     sut,
 )
-from .backdoor import ConformanceBackdoor
+from .backdoor import FORGERY_PADDING, ConformanceBackdoor
 
 
 def requires(*capabilities: str) -> pytest.MarkDecorator:
@@ -36,6 +36,7 @@ def requires(*capabilities: str) -> pytest.MarkDecorator:
 
 
 __all__ = [
+    "FORGERY_PADDING",
     "ConformanceBackdoor",
     "StorageUnderTest",
     "dstl_environment",

@@ -8,7 +8,11 @@ from contextlib import AbstractContextManager
 
 from dstl.spi import ChangelogHandle, StateChangelogStorage
 
-__all__ = ["ConformanceBackdoor"]
+__all__ = ["FORGERY_PADDING", "ConformanceBackdoor"]
+
+#: Bytes a backdoor's :meth:`ConformanceBackdoor.forge` puts before the forged change
+#: set, so an error that reports offset 0 instead of the change set's is caught.
+FORGERY_PADDING = b"padding"
 
 
 class ConformanceBackdoor(ABC):  # noqa: B024 - every method is optional, by capability
@@ -34,6 +38,23 @@ class ConformanceBackdoor(ABC):  # noqa: B024 - every method is optional, by cap
         reader verifies (not in a file name or an index the storage rebuilds).
         """
         msg = "corruption_injection declared but corrupt() not implemented"
+        raise NotImplementedError(msg)
+
+    def forge(
+        self, storage: StateChangelogStorage, handle: ChangelogHandle, data: bytes
+    ) -> tuple[ChangelogHandle, int]:
+        """Store ``data`` as the bytes of a change set of ``handle``'s log; return a handle to them.
+
+        Capability ``forgery_injection``, for storages that keep each change set in
+        dstl's change-set format (:mod:`dstl.spi.changeset_format`). ``handle`` has
+        one change set; ``data`` may be anything (a cut header, a body whose count
+        or framing lies, under a valid checksum). It goes into a new object, file or
+        record behind :data:`FORGERY_PADDING` bytes of padding, and the returned handle
+        (``handle`` with one location) reads it. Also returns the offset a
+        :class:`~dstl.spi.CorruptedError` about ``data`` must report: where it starts
+        in what holds it.
+        """
+        msg = "forgery_injection declared but forge() not implemented"
         raise NotImplementedError(msg)
 
     def unreachable_config(self, config: Mapping[str, str]) -> tuple[dict[str, str], float]:

@@ -34,6 +34,7 @@ __all__ = [
     "decode_body",
     "decode_change_set",
     "encode_change_set",
+    "forge_change_set",
     "frame_change_set",
     "framed_size",
     "iter_change_sets",
@@ -43,6 +44,8 @@ _MAGIC = b"DSTC"
 _VERSION = 1
 _FLAG_ZLIB = 1
 _FLAG_ZSTD = 2
+#: A body is stored plain, as a zlib stream (written by earlier releases) or as one zstd frame.
+_KNOWN_FLAGS = (0, _FLAG_ZLIB, _FLAG_ZSTD)
 #: Compression a writer may choose for change-set bodies (``dstl.changelog.compression``).
 CHANGE_SET_CODECS = ("zstd", "none")
 #: A body, decompressed, may not be larger than an uncompressed body could be (its length is a u32).
@@ -101,10 +104,31 @@ def frame_change_set(
     elif codec != "none":
         msg = f"unknown change-set codec {codec!r}: one of {', '.join(CHANGE_SET_CODECS)}"
         raise ValueError(msg)
-    log = log_id.encode()
-    header = _HEADER.pack(_MAGIC, _VERSION, flags, len(log), epoch, sqn, count, len(body))
-    crc = google_crc32c.extend(google_crc32c.extend(google_crc32c.value(header), log), body)
-    return b"".join((header, _CRC.pack(crc), log, body))
+    return forge_change_set(log_id, epoch, sqn, count, body, flags=flags)
+
+
+def forge_change_set(
+    log_id: str | bytes,
+    epoch: int,
+    sqn: int,
+    count: int,
+    stored_body: bytes | bytearray,
+    *,
+    flags: int = 0,
+    magic: bytes = _MAGIC,
+    version: int = _VERSION,
+) -> bytes:
+    """Frame ``stored_body`` exactly as given, under a valid checksum, whatever the fields say.
+
+    What :func:`frame_change_set` stores, without its care: anyone who can write an
+    object can checksum it, so a reader must survive every field lying (the count,
+    the flags, the body's own framing, a log id that is not UTF-8). Tests build
+    hostile change sets with it.
+    """
+    log = log_id.encode() if isinstance(log_id, str) else log_id
+    header = _HEADER.pack(magic, version, flags, len(log), epoch, sqn, count, len(stored_body))
+    crc = google_crc32c.extend(google_crc32c.extend(google_crc32c.value(header), log), stored_body)
+    return b"".join((header, _CRC.pack(crc), log, stored_body))
 
 
 def framed_size(header: bytes | memoryview, *, location: str, offset: int = 0) -> int:
@@ -178,12 +202,15 @@ def _decode(
     if actual != crc:
         msg = "change-set checksum mismatch"
         raise CorruptedError(msg, location=location, offset=offset)
+    if flags not in _KNOWN_FLAGS:
+        msg = f"unknown change-set flags {flags:#04x} (a codec of a newer release?)"
+        raise CorruptedError(msg, location=location, offset=offset)
     try:
         log_id = bytes(view[log_start:body_start]).decode()
         body = bytes(view[body_start:body_end])
-        if flags & _FLAG_ZSTD:
+        if flags == _FLAG_ZSTD:
             body = _zstd_body(body)
-        elif flags & _FLAG_ZLIB:
+        elif flags == _FLAG_ZLIB:
             body = _zlib_body(body)
     except (UnicodeDecodeError, zlib.error, zstandard.ZstdError) as exc:
         msg = f"change set undecodable after checksum: {exc}"
@@ -232,6 +259,9 @@ def _zlib_body(stored: bytes) -> bytes:
     body = inflater.decompress(stored, _MAX_BODY)
     if inflater.unconsumed_tail or not inflater.eof:
         msg = "zlib stream longer than a change-set body may be, or cut short"
+        raise zlib.error(msg)
+    if inflater.unused_data:
+        msg = f"{len(inflater.unused_data)} bytes follow the zlib stream"
         raise zlib.error(msg)
     return body
 

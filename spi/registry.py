@@ -31,6 +31,7 @@ KNOWN_CAPABILITIES = frozenset(
         "survives_power_loss",  # acknowledged data outlives a host crash (synced before acknowledged)
         "multi_process",  # several processes share one log (fencing across processes)
         "corruption_injection",  # the backdoor can damage stored bytes
+        "forgery_injection",  # the backdoor can store forged change sets (dstl's format, valid checksums)
         "failure_injection",  # the backdoor can make the backing service unreachable
         "orphan_collection",  # collect_orphans deletes change data no live handle needs
         "metadata_check",  # the backdoor lists metadata (epoch files, markers, claims)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
 
-from dstl.conformance import ConformanceBackdoor
-from dstl.conformance.testing import failing_os_sync, unsynced_writes_lost
+from dstl.conformance import FORGERY_PADDING, ConformanceBackdoor
+from dstl.conformance.testing import failing_os_sync, restricted_handle, unsynced_writes_lost
 from dstl.spi import ChangelogHandle, StateChangelogStorage, StorageError
 
 from .object_store import FsspecStore, S3Store
@@ -52,12 +53,19 @@ class DfsBackdoor(ConformanceBackdoor):
         key = str(first["object"])
         data = bytearray(storage.store.get(key))
         data[int(first["offset"]) + int(first["length"]) - 1] ^= 0x5A  # type: ignore[arg-type]
-        store = storage.store
-        if isinstance(store, S3Store):
-            store.client.put_object(Bucket=store.bucket, Key=store._key(key), Body=bytes(data))
-        elif isinstance(store, FsspecStore):
-            store.fs.pipe_file(store._path(key), bytes(data))
-        storage._cache.invalidate(key)
+        _put_raw(storage, key, bytes(data))
+
+    def forge(
+        self, storage: StateChangelogStorage, handle: ChangelogHandle, data: bytes
+    ) -> tuple[ChangelogHandle, int]:
+        """A new data object of the job holding padding, then ``data``."""
+        assert isinstance(storage, DfsStorage)
+        (location,) = handle.location_dicts
+        key = f"{storage.job_id}/data/forged-{uuid.uuid4().hex}"
+        _put_raw(storage, key, FORGERY_PADDING + data)
+        offset = len(FORGERY_PADDING)
+        forged = {"object": key, "offset": offset, "length": len(data), "sqn": location["sqn"]}
+        return restricted_handle(handle, [forged]), offset
 
     def unreachable_config(self, config: Mapping[str, str]) -> tuple[dict[str, str], float]:
         """A base path that cannot be written (file) or an endpoint nobody listens on (s3)."""
@@ -85,6 +93,16 @@ class DfsBackdoor(ConformanceBackdoor):
         """Epoch markers of the job."""
         assert isinstance(storage, DfsStorage)
         return storage.markers.list(f"{storage.job_id}/epochs/")
+
+
+def _put_raw(storage: DfsStorage, key: str, data: bytes) -> None:
+    """Write object ``key`` past the storage (no conditional put, no cache)."""
+    store = storage.store
+    if isinstance(store, S3Store):
+        store.client.put_object(Bucket=store.bucket, Key=store._key(key), Body=data)
+    elif isinstance(store, FsspecStore):
+        store.fs.pipe_file(store._path(key), data)
+    storage._cache.invalidate(key)
 
 
 @contextlib.contextmanager

@@ -31,7 +31,14 @@ plugin = StoragePlugin(
         description="In-process reference storage (not durable); proves the conformance suite.",
         options=MEMORY_OPTIONS,
         capabilities=frozenset(
-            {"fencing", "physical_truncation", "leak_check", "corruption_injection", "orphan_collection"}
+            {
+                "fencing",
+                "physical_truncation",
+                "leak_check",
+                "corruption_injection",
+                "forgery_injection",
+                "orphan_collection",
+            }
         ),
     ),
     environment="dstl.spi.memory._private.conformance:memory_environment",

@@ -21,6 +21,7 @@ from dstl.spi import (
     ConfigOption,
     CorruptedError,
     FencedError,
+    FetchedChangeSet,
     OptionType,
     StateChange,
     StorageRegistry,
@@ -295,6 +296,23 @@ class RestoreIgnoresFilterStorage(MemoryStorage):
     reader_class = RestoreIgnoresFilterReader
 
 
+class SlicingReader(MemoryStorageReader):
+    """Hands the decoder only the change set's own bytes, and forgets where they lie."""
+
+    def _fetch(self, handle, location):
+        whole = super()._fetch(handle, location)
+        start = whole.offset
+        own = whole.buffer[start : start + int(location["length"])]
+        return FetchedChangeSet(own, 0, whole.location)  # should be base_offset=start
+
+
+class MisplacesDamageStorage(MemoryStorage):
+    """Bug: errors about a damaged change set report offset 0 of its object, not where it lies."""
+
+    storage_id = "broken-misplaces-damage"
+    reader_class = SlicingReader
+
+
 class AcksBeforeSyncStorage(LocalStorage):
     """Bug: writes segments and acknowledges without syncing them (fsync 'for speed')."""
 
@@ -320,6 +338,7 @@ BROKEN = {
     PackedDiscardStorage.storage_id: (PackedDiscardStorage, frozenset({"fencing", "corruption_injection"})),
     EmptyIsNothingStorage.storage_id: (EmptyIsNothingStorage, MEMORY_CAPABILITIES),
     RestoreIgnoresFilterStorage.storage_id: (RestoreIgnoresFilterStorage, MEMORY_CAPABILITIES),
+    MisplacesDamageStorage.storage_id: (MisplacesDamageStorage, MEMORY_CAPABILITIES | {"forgery_injection"}),
     AcksBeforeSyncStorage.storage_id: (
         AcksBeforeSyncStorage,
         KNOWN_CAPABILITIES - {"multi_process", "sync_failure_injection"},

@@ -83,6 +83,11 @@ def test_built_in_storage_conforms(tmp_path, identifier, backend):
             "broken-acks-before-sync",
             "test_durability.py::test_nothing_acknowledged_is_lost_when_the_power_fails",
         ),
+        # Found by mutation testing: errors about forged change sets must say where they lie.
+        (
+            "broken-misplaces-damage",
+            "test_forgery.py::test_a_forged_change_set_is_reported_where_it_lies_and_nothing_of_it_returned",
+        ),
     ],
 )
 def test_broken_storage_is_caught(identifier, caught_by):

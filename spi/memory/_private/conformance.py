@@ -7,7 +7,8 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-from dstl.conformance import ConformanceBackdoor
+from dstl.conformance import FORGERY_PADDING, ConformanceBackdoor
+from dstl.conformance.testing import restricted_handle
 
 from ...handle import ChangelogHandle
 from ...storage import StateChangelogStorage
@@ -37,3 +38,15 @@ class MemoryBackdoor(ConformanceBackdoor):
         first = min(handle.location_dicts, key=lambda loc: loc["sqn"])  # type: ignore[arg-type,return-value]
         blob = namespace_objects(storage.namespace)[str(first["object"])]
         blob[int(first["offset"]) + int(first["length"]) - 1] ^= 0x5A  # type: ignore[arg-type]
+
+    def forge(
+        self, storage: StateChangelogStorage, handle: ChangelogHandle, data: bytes
+    ) -> tuple[ChangelogHandle, int]:
+        """A new object of the log holding padding, then ``data``."""
+        assert isinstance(storage, MemoryStorage)
+        (location,) = handle.location_dicts
+        name = f"{storage.job_id}/{handle.log_id}/forged-{uuid.uuid4().hex}"
+        namespace_objects(storage.namespace)[name] = bytearray(FORGERY_PADDING + data)
+        offset = len(FORGERY_PADDING)
+        forged = {"object": name, "offset": offset, "length": len(data), "sqn": location["sqn"]}
+        return restricted_handle(handle, [forged]), offset
