@@ -22,6 +22,15 @@ MEMORY_OPTIONS = (
         "(none: only at persist). The conformance run sets it, so the suite covers uploads ahead.",
         minimum=1,
     ),
+    ConfigOption(
+        "dstl.memory.upload-delay",
+        OptionType.DURATION,
+        0.0,
+        "Complete each upload this long after it starts, on another thread, as a remote store does "
+        "(0: at once, in the caller). The conformance run sets it, so the suite covers persists that "
+        "overlap uploads still in flight.",
+        minimum=0.0,
+    ),
 )
 
 plugin = StoragePlugin(

@@ -21,6 +21,7 @@ def memory_environment(workdir: Path) -> Iterator[dict[str, str]]:
     yield {
         "dstl.memory.namespace": f"conformance-{uuid.uuid4().hex}",
         "dstl.memory.preemptive-persist-threshold": "16kb",
+        "dstl.memory.upload-delay": "1ms",
     }
 
 

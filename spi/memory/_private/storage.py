@@ -5,8 +5,8 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Iterable, Sequence
-from concurrent.futures import Future
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from ...changeset_reader import (
@@ -54,6 +54,28 @@ def namespace_objects(name: str) -> dict[str, bytearray]:
     return _namespace(name).objects
 
 
+class _DelayedUploads:
+    """Runs each upload ``delay`` seconds after it was handed over, on worker threads."""
+
+    def __init__(self, delay: float) -> None:
+        self._delay = delay
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="dstl-memory-upload")
+
+    def submit(self, store: Callable[..., None], *args: object) -> None:
+        """Run ``store(*args)`` once the delay has passed."""
+        due = time.monotonic() + self._delay
+
+        def run() -> None:
+            time.sleep(max(0.0, due - time.monotonic()))
+            store(*args)
+
+        self._pool.submit(run)
+
+    def shutdown(self) -> None:
+        """Wait for the uploads handed over so far."""
+        self._pool.shutdown(wait=True)
+
+
 class MemoryWriter(ChangeSetWriter):
     """Writer whose uploads become objects in the namespace."""
 
@@ -61,9 +83,19 @@ class MemoryWriter(ChangeSetWriter):
 
     def _upload(self, change_sets: Sequence[ChangeSet], checkpoint_id: int) -> Future[list[Location]]:
         future: Future[list[Location]] = Future()
+        blobs = [self._encoded(cs) for cs in change_sets]
+        sqns = [cs.sqn for cs in change_sets]
+        uploads = self._storage.delayed_uploads
+        if uploads is None:
+            self._store(sqns, blobs, future)
+        else:
+            uploads.submit(self._store, sqns, blobs, future)
+        return future
+
+    def _store(self, sqns: list[int], blobs: list[bytes], future: Future[list[Location]]) -> None:
+        """Write the upload's object if this writer still owns the log, then settle ``future``."""
         storage = self._storage
         ns = storage._ns
-        blobs = [self._encoded(cs) for cs in change_sets]
         with ns.lock:
             owner = ns.owners.get((storage.job_id, self.log_id))
             if owner != (self.epoch, self._token):
@@ -71,7 +103,7 @@ class MemoryWriter(ChangeSetWriter):
                 future.set_exception(
                     FencedError.by_owner(self.log_id, self.epoch, owner[0] if owner else None)
                 )
-                return future
+                return
             name = f"{storage.job_id}/{self.log_id}/{next(ns.tokens):012d}"
             ns.objects[name] = bytearray(b"".join(blobs))
             ns.created[name] = time.time()
@@ -84,11 +116,10 @@ class MemoryWriter(ChangeSetWriter):
         storage.metrics.inc("uploaded_bytes", sum(len(b) for b in blobs))
         locations: list[Location] = []
         offset = 0
-        for cs, blob in zip(change_sets, blobs, strict=True):
-            locations.append({"object": name, "offset": offset, "length": len(blob), "sqn": cs.sqn})
+        for sqn, blob in zip(sqns, blobs, strict=True):
+            locations.append({"object": name, "offset": offset, "length": len(blob), "sqn": sqn})
             offset += len(blob)
         future.set_result(locations)
-        return future
 
 
 class MemoryStorageReader(ChangeSetReader):
@@ -126,6 +157,13 @@ class MemoryStorage(ChangeSetStorage):
             self.preemptive_threshold = int(config["dstl.memory.preemptive-persist-threshold"])
         self.namespace = str(config["dstl.memory.namespace"])
         self._ns = _namespace(self.namespace)
+        delay = float(config["dstl.memory.upload-delay"])
+        self.delayed_uploads = _DelayedUploads(delay) if delay > 0 else None
+
+    def _close_resources(self) -> None:
+        """Let uploads in flight finish (their persists are waited for)."""
+        if self.delayed_uploads is not None:
+            self.delayed_uploads.shutdown()
 
     @property
     def identifier(self) -> str:
