@@ -163,29 +163,17 @@ def measure_claims(bootstrap: str, rounds: int, progress: Progress) -> dict[str,
     return samples
 
 
-def claim_rows(samples: dict[str, list[float]]) -> list[list[str]]:
-    """One row per way of claiming, the p50 ratio against a fresh producer per claim."""
-    fresh50 = percentile(samples["fresh producer per claim"], 50)
-    return [
-        [
-            way,
-            str(len(values)),
-            *(f"{percentile(values, q) * 1000:.3f}" for q in PERCENTILES),
-            f"{percentile(values, 50) / fresh50:.2f}",
-        ]
-        for way, values in samples.items()
-    ]
-
-
-def rows(samples: dict[str, list[float]]) -> list[list[str]]:
-    """One table row per design, the p99 ratio against the raw floor."""
-    floor99 = percentile(samples["raw produce+flush"], 99)
+def rows(
+    samples: dict[str, list[float]], baseline: str = "raw produce+flush", q: float = 99
+) -> list[list[str]]:
+    """One table row per design, with its ``q``-th percentile over the ``baseline``'s."""
+    base = percentile(samples[baseline], q)
     return [
         [
             name,
             str(len(values)),
-            *(f"{percentile(values, q) * 1000:.3f}" for q in PERCENTILES),
-            f"{percentile(values, 99) / floor99:.2f}",
+            *(f"{percentile(values, p) * 1000:.3f}" for p in PERCENTILES),
+            f"{percentile(values, q) / base:.2f}",
         ]
         for name, values in samples.items()
     ]
@@ -210,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     console.print(_table(title, COLUMNS, table_rows))
     asked = f"claims requests by dstl's {rounds} measured persists: {requests}"
     console.print(asked)
-    claim_table = claim_rows(claim_samples)
+    claim_table = rows(claim_samples, "fresh producer per claim", 50)
     claim_title = "writer creation latency (ms): the claim of a log created again every round"
     console.print(_table(claim_title, CLAIM_COLUMNS, claim_table))
     results = Path(args.results)

@@ -52,7 +52,8 @@ class ConformanceBackdoor(ABC):  # noqa: B024 - every method is optional, by cap
         record behind :data:`FORGERY_PADDING` bytes of padding, and the returned handle
         (``handle`` with one location) reads it. Also returns the offset a
         :class:`~dstl.spi.CorruptedError` about ``data`` must report: where it starts
-        in what holds it.
+        in what holds it. :func:`~dstl.conformance.testing.place_forgery` builds both
+        around the write.
         """
         msg = "forgery_injection declared but forge() not implemented"
         raise NotImplementedError(msg)

@@ -6,12 +6,13 @@ import errno
 import os
 import stat
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from dstl.spi import ChangelogHandle, KeyGroupRange, StateChangelogStorage, StateChangelogWriter
+from dstl.spi.handle import LocationValue
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -19,6 +20,7 @@ __all__ = [
     "PowerCut",
     "failing_os_sync",
     "persist",
+    "place_forgery",
     "read_changes",
     "read_data",
     "restricted_handle",
@@ -70,6 +72,25 @@ def restricted_handle(handle: ChangelogHandle, locations: list[dict]) -> Changel
         epoch=handle.epoch,
         locations=locations,
     )
+
+
+def place_forgery(
+    handle: ChangelogHandle, data: bytes, store: Callable[[bytes], dict[str, LocationValue]]
+) -> tuple[ChangelogHandle, int]:
+    """What a backdoor's ``forge()`` returns, once ``store`` has written padding and ``data``.
+
+    :param store: writes the bytes it is given (:data:`FORGERY_PADDING`, then ``data``)
+        into a new object, file or record and returns the location fields that name
+        it (``{"object": key}``); the offset and length are added here.
+    :returns: ``handle`` with that one location, and where ``data`` starts in it.
+    """
+    from .backdoor import FORGERY_PADDING
+
+    (original,) = handle.location_dicts
+    where = store(FORGERY_PADDING + data)
+    offset = len(FORGERY_PADDING)
+    location = {**where, "offset": offset, "length": len(data), "sqn": original["sqn"]}
+    return restricted_handle(handle, [location]), offset
 
 
 def change_bytes(tag: str, index: int, size: int = 0) -> bytes:

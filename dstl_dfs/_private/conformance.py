@@ -9,9 +9,10 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
 
-from dstl.conformance import FORGERY_PADDING, ConformanceBackdoor
-from dstl.conformance.testing import failing_os_sync, restricted_handle, unsynced_writes_lost
+from dstl.conformance import ConformanceBackdoor
+from dstl.conformance.testing import failing_os_sync, place_forgery, unsynced_writes_lost
 from dstl.spi import ChangelogHandle, StateChangelogStorage, StorageError
+from dstl.spi.handle import LocationValue
 
 from .object_store import FsspecStore, S3Store
 from .storage import DfsStorage
@@ -60,12 +61,13 @@ class DfsBackdoor(ConformanceBackdoor):
     ) -> tuple[ChangelogHandle, int]:
         """A new data object of the job holding padding, then ``data``."""
         assert isinstance(storage, DfsStorage)
-        (location,) = handle.location_dicts
         key = f"{storage.job_id}/data/forged-{uuid.uuid4().hex}"
-        _put_raw(storage, key, FORGERY_PADDING + data)
-        offset = len(FORGERY_PADDING)
-        forged = {"object": key, "offset": offset, "length": len(data), "sqn": location["sqn"]}
-        return restricted_handle(handle, [forged]), offset
+
+        def store(blob: bytes) -> dict[str, LocationValue]:
+            _put_raw(storage, key, blob)
+            return {"object": key}
+
+        return place_forgery(handle, data, store)
 
     def unreachable_config(self, config: Mapping[str, str]) -> tuple[dict[str, str], float]:
         """A base path that cannot be written (file) or an endpoint nobody listens on (s3)."""

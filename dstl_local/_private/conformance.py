@@ -8,9 +8,10 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
 
-from dstl.conformance import FORGERY_PADDING, ConformanceBackdoor
-from dstl.conformance.testing import failing_os_sync, restricted_handle, unsynced_writes_lost
+from dstl.conformance import ConformanceBackdoor
+from dstl.conformance.testing import failing_os_sync, place_forgery, unsynced_writes_lost
 from dstl.spi import ChangelogHandle, StateChangelogStorage
+from dstl.spi.handle import LocationValue
 
 from .storage import LocalStorage
 
@@ -47,13 +48,13 @@ class LocalBackdoor(ConformanceBackdoor):
     ) -> tuple[ChangelogHandle, int]:
         """A new segment file of the job holding padding, then ``data``."""
         assert isinstance(storage, LocalStorage)
-        (location,) = handle.location_dicts
         name = f"seg-forged-{uuid.uuid4().hex[:12]}.log"
-        (storage.segments_dir / name).write_bytes(FORGERY_PADDING + data)
-        offset = len(FORGERY_PADDING)
-        segment = f"{storage.job_id}/segments/{name}"
-        forged = {"segment": segment, "offset": offset, "length": len(data), "sqn": location["sqn"]}
-        return restricted_handle(handle, [forged]), offset
+
+        def store(blob: bytes) -> dict[str, LocationValue]:
+            (storage.segments_dir / name).write_bytes(blob)
+            return {"segment": f"{storage.job_id}/segments/{name}"}
+
+        return place_forgery(handle, data, store)
 
     def unreachable_config(self, config: Mapping[str, str]) -> tuple[dict[str, str], float]:
         """A directory below a regular file cannot be created."""

@@ -7,10 +7,10 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-from dstl.conformance import FORGERY_PADDING, ConformanceBackdoor
-from dstl.conformance.testing import restricted_handle
+from dstl.conformance import ConformanceBackdoor
+from dstl.conformance.testing import place_forgery
 
-from ...handle import ChangelogHandle
+from ...handle import ChangelogHandle, LocationValue
 from ...storage import StateChangelogStorage
 from .storage import MemoryStorage, namespace_objects
 
@@ -45,9 +45,10 @@ class MemoryBackdoor(ConformanceBackdoor):
     ) -> tuple[ChangelogHandle, int]:
         """A new object of the log holding padding, then ``data``."""
         assert isinstance(storage, MemoryStorage)
-        (location,) = handle.location_dicts
         name = f"{storage.job_id}/{handle.log_id}/forged-{uuid.uuid4().hex}"
-        namespace_objects(storage.namespace)[name] = bytearray(FORGERY_PADDING + data)
-        offset = len(FORGERY_PADDING)
-        forged = {"object": name, "offset": offset, "length": len(data), "sqn": location["sqn"]}
-        return restricted_handle(handle, [forged]), offset
+
+        def store(blob: bytes) -> dict[str, LocationValue]:
+            namespace_objects(storage.namespace)[name] = bytearray(blob)
+            return {"object": name}
+
+        return place_forgery(handle, data, store)
