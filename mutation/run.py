@@ -151,6 +151,10 @@ def _link_packages(into: Path, source: Path) -> None:
         link.symlink_to(source / folder, target_is_directory=True)
 
 
+#: Seconds one test command may run against a mutant (the suites take seconds to a minute).
+COMMAND_BOUND_S = 300
+
+
 def runner_script(scratch: Path, source: Path, target: Target) -> Path:
     """A shell script running the target's tests against the scratch copy; exit 0 = mutant survived."""
     python = shlex.quote(sys.executable)
@@ -164,7 +168,12 @@ def runner_script(scratch: Path, source: Path, target: Target) -> Path:
         "export PYTHONDONTWRITEBYTECODE=1",
         # mutmut counts only exit code 1 as "killed"; pytest says 2, 3 or 4 when a mutant breaks
         # collection or a plugin's import, which kills it just as well
-        *(f"{python} {command} >/dev/null 2>&1 || exit 1" for command in target.commands),
+        # mutmut's own timeout kills this shell, not the test process under it: the bound
+        # here ends that process too, so hanging mutants do not pile up as orphans
+        *(
+            f"timeout -k 5 {COMMAND_BOUND_S} {python} {command} >/dev/null 2>&1 || exit 1"
+            for command in target.commands
+        ),
     ]
     script = scratch / f"run-{target.name}.sh"
     script.write_text("\n".join(lines) + "\n")
