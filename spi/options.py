@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
+from urllib.request import url2pathname
 
 from .errors import ConfigError
 
@@ -193,14 +195,13 @@ class UnderCheckpoint:
 
     def value(self, location: str) -> str | None:
         """The option's value for checkpoint ``location`` (a path or URL); ``None`` when it has none."""
-        remote = "://" in location and not location.startswith("file://")
-        if self.as_url:
-            base = location if "://" in location else Path(location).resolve().as_uri()
-            return f"{base.rstrip('/')}/{self.directory}"
-        if remote:
-            return None
-        path = Path(location.removeprefix("file://")) if location.startswith("file://") else Path(location)
-        return str(path.resolve() / self.directory)
+        parsed = urlparse(location)
+        if len(parsed.scheme) > 1 and parsed.scheme != "file":  # remote (a one-letter scheme is a drive)
+            return f"{location.rstrip('/')}/{self.directory}" if self.as_url else None
+        # file:///x, file:/x (Spark's spelling) and plain paths; URL escapes such as %20 decoded
+        local = Path(url2pathname(parsed.path)) if parsed.scheme == "file" else Path(location)
+        path = local.resolve() / self.directory
+        return path.as_uri() if self.as_url else str(path)
 
     def describe(self) -> str:
         """The sentence the option's documentation ends with."""

@@ -236,6 +236,10 @@ def test_options_default_into_a_checkpoint_location_as_paths_or_urls(tmp_path):
     assert as_path.value("s3://bucket/query") is None  # a local directory has no place on S3
     assert as_url.value(str(tmp_path)) == (tmp_path / "objects").as_uri()
     assert as_url.value("s3://bucket/query/") == "s3://bucket/query/objects"
+    spaced = tmp_path / "a query"
+    assert as_path.value(spaced.as_uri()) == str(spaced / "logs")  # %20 decoded
+    assert as_path.value(f"file:{spaced}") == str(spaced / "logs")  # Spark's file:/ spelling
+    assert as_url.value(f"file:{spaced}") == (spaced / "objects").as_uri()
 
     options = [
         ConfigOption("x.dir", OptionType.STRING, None, "A directory.", under_checkpoint=as_path),
