@@ -67,7 +67,7 @@ class _DelayedUploads:
 
         def run() -> None:
             time.sleep(max(0.0, due - time.monotonic()))
-            store(*args)
+            store(*args)  # settles its upload's future, failures included (see MemoryWriter._store)
 
         self._pool.submit(run)
 
@@ -93,7 +93,18 @@ class MemoryWriter(ChangeSetWriter):
         return future
 
     def _store(self, sqns: list[int], blobs: list[bytes], future: Future[list[Location]]) -> None:
-        """Write the upload's object if this writer still owns the log, then settle ``future``."""
+        """Write the upload's object if this writer still owns the log, then settle ``future``.
+
+        On a worker thread nothing would see an exception: it fails the future instead,
+        so the persist waiting for it fails rather than waits.
+        """
+        try:
+            self._write_object(sqns, blobs, future)
+        except BaseException as exc:  # noqa: BLE001 - surfaced through the future
+            if not future.done():
+                future.set_exception(exc)
+
+    def _write_object(self, sqns: list[int], blobs: list[bytes], future: Future[list[Location]]) -> None:
         storage = self._storage
         ns = storage._ns
         with ns.lock:

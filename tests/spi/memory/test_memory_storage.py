@@ -216,3 +216,25 @@ def test_an_object_is_deleted_only_when_all_its_change_sets_are_discarded(storag
     assert read_all(storage, later) == [(2, 0, b"cs2")]
     storage.discard([later])
     assert storage.list_objects() == []
+
+
+def test_a_delayed_upload_that_fails_on_its_worker_fails_the_persist(monkeypatch):
+    """Uploads run on worker threads when delayed: a failure there reaches the persist, never a hang."""
+    from dstl.spi.memory import MemoryWriter
+
+    def broken(*_args):
+        raise OSError("injected: the object store went away")
+
+    config = {
+        "dstl.storage": "memory",
+        "dstl.memory.namespace": "delayed-failure",
+        "dstl.memory.upload-delay": "5ms",
+    }
+    with load_storage(config, job_id="delayed") as storage:
+        writer = storage.create_writer("op", KG)
+        writer.append(0, b"before")
+        assert writer.persist(0, 1).result(timeout=5).sqn_range.end == 1  # delayed, and it lands
+        monkeypatch.setattr(MemoryWriter, "_write_object", broken)
+        writer.append(0, b"lost")
+        with pytest.raises(OSError, match="went away"):
+            writer.persist(1, 2).result(timeout=5)
