@@ -204,7 +204,8 @@ class ClaimsTracker:
         try:
             if fresh:
                 producer.init_transactions(self._factory.timeout)
-                self.producers_initialised += 1
+                with self._producers_lock:
+                    self.producers_initialised += 1
             producer.begin_transaction()
             producer.produce(**record)
             producer.commit_transaction(self._factory.timeout)
