@@ -23,6 +23,7 @@ from .filesystems import checkpoint_fs
 from .keygroups import parse_instance_name
 from .materialization import MaterializationRef, read_sections
 from .options import backend_option
+from .serialization import serializer_for, untrusted_serializer_for
 from .state import map_key_from_bytes
 from .timers import RESERVED_PREFIX
 
@@ -235,6 +236,7 @@ def restored_read_only(
     max_parallelism: int,
     snapshot_dir: str,
     job_id: str,
+    allow_pickle: bool = False,
 ) -> Iterator[ChangelogKeyedStateBackend]:
     """A backend holding ``snapshot``'s state, restored without touching the job's logs.
 
@@ -242,6 +244,8 @@ def restored_read_only(
     where the job keeps its state); the handles are read through their own
     storages, opened with ``config``. The state lives in a temporary LMDB file.
     ``job_id`` is the job whose snapshots it reads (references outside it are refused).
+    Values of pickle states read as ``{"bytes": n}`` unless ``allow_pickle`` (which
+    trusts whoever wrote the checkpoint: unpickling runs their code).
     """
     import tempfile
     import uuid
@@ -263,6 +267,7 @@ def restored_read_only(
             max_parallelism=max_parallelism,
             delegate=delegate,
             snapshot_dir=snapshot_dir,
+            serializers=serializer_for if allow_pickle else untrusted_serializer_for,
         )
         try:
             backend.restore(snapshot, config)

@@ -16,7 +16,14 @@ import msgpack
 
 from dstl.spi import ConfigError
 
-__all__ = ["MsgpackSerializer", "PickleSerializer", "Serializer", "serializer_for"]
+__all__ = [
+    "MsgpackSerializer",
+    "PickleSerializer",
+    "Serializer",
+    "SizeOnlySerializer",
+    "serializer_for",
+    "untrusted_serializer_for",
+]
 
 
 class Serializer(ABC):
@@ -78,3 +85,28 @@ def serializer_for(name: str) -> Serializer:
     except KeyError:
         msg = f"unknown serializer {name!r}: use one of {sorted(_SERIALIZERS)}"
         raise ConfigError(msg) from None
+
+
+class SizeOnlySerializer(Serializer):
+    """Shows a value it must not decode as ``{"bytes": n}``; cannot store anything.
+
+    Read-only tools use it for pickle values of a checkpoint they do not trust:
+    whoever can write the checkpoint could otherwise run code in the reader.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def dumps(self, value: Any) -> bytes:
+        """Refuse: values are only read here."""
+        msg = f"state values of serializer {self.name!r} are read by size only here; nothing can be stored"
+        raise ConfigError(msg)
+
+    def loads(self, data: bytes) -> Any:
+        """The stored size only."""
+        return {"bytes": len(data)}
+
+
+def untrusted_serializer_for(name: str) -> Serializer:
+    """:func:`serializer_for` for reading an untrusted checkpoint: pickle values show their size only."""
+    return serializer_for(name) if name == MsgpackSerializer.name else SizeOnlySerializer(name)

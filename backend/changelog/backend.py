@@ -40,7 +40,7 @@ from ..filesystems import storage_options
 from ..keygroups import DEFAULT_MAX_PARALLELISM, key_group_for
 from ..materialization import MaterializationRef
 from ..options import option_default
-from ..serialization import serializer_for
+from ..serialization import Serializer, serializer_for
 from ..state import (
     KeySet,
     ListState,
@@ -281,6 +281,8 @@ class ChangelogKeyedStateBackend:
 
     :param storage: the DSTL storage (shared by the operators of the process).
     :param epoch: the writer epoch (task attempt): a newer one fences this backend.
+    :param serializers: the value serializer of a serializer name (read-only tools
+        pass one that never unpickles what a checkpoint holds).
 
     Defaults are the declared options' (``dstl config``); :meth:`from_config` reads
     them from a config. Without ``materialization_interval`` the caller decides when
@@ -309,6 +311,7 @@ class ChangelogKeyedStateBackend:
         max_tracked_keys: int = option_default("state.changelog.materialization.max-tracked-keys"),
         ttl_cleanup_per_checkpoint: int = option_default("state.ttl.cleanup.keys-per-checkpoint"),
         snapshot_storage_options: Mapping[str, Any] | None = None,
+        serializers: Callable[[str], Serializer] = serializer_for,
     ) -> None:
         if not KeyGroupRange(0, max_parallelism).contains_range(key_groups):
             msg = f"key groups {key_groups} exceed max_parallelism {max_parallelism}"
@@ -321,6 +324,7 @@ class ChangelogKeyedStateBackend:
         self.writer = storage.create_writer(operator_id, key_groups, epoch=epoch)
         self._log_start = self.writer.initial_sqn()
         self._states: dict[str, Any] = {}
+        self._serializers = serializers  # read-only tools decode untrusted pickle by size only
         self._provisional: set[str] = set()  # registered by known_state, not by the caller
         self._timers: TimerService | None = None
         self._expired_queue: collections.deque[tuple[str, int, bytes]] = collections.deque()
@@ -509,7 +513,7 @@ class ChangelogKeyedStateBackend:
             # the caller's descriptor (its TTL, its reduce function) replaces the provisional one
             self._provisional.discard(descriptor.name)
             state = _STATE_CLASSES[descriptor.kind](
-                self, existing._id, descriptor, serializer_for(descriptor.serializer)
+                self, existing._id, descriptor, self._serializers(descriptor.serializer)
             )
             self._states[descriptor.name] = state
             return state
@@ -537,7 +541,7 @@ class ChangelogKeyedStateBackend:
             encode_registration(state_id, descriptor.name, descriptor.kind.value, descriptor.stored_format)
         )
         state = _STATE_CLASSES[descriptor.kind](
-            self, state_id, descriptor, serializer_for(descriptor.serializer)
+            self, state_id, descriptor, self._serializers(descriptor.serializer)
         )
         self._states[descriptor.name] = state
         return state

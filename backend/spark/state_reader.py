@@ -67,12 +67,17 @@ def read_state(
     config: Mapping[str, Any] | None = None,
     job_id: str | None = None,
     internal: bool = False,
+    allow_pickle: bool = False,
 ) -> DataFrame:
     """Every key's state at checkpoint ``batch_id`` (default: the newest): one row per key and state.
 
     Each operator instance is restored in a task of its own (into a temporary LMDB
     file on the executor), so reading costs a restore of the state, not the
     driver's memory. ``internal`` adds dstl's own states (timers).
+
+    Values of states stored with pickle show their size only (``{"bytes": n}``):
+    unpickling runs code chosen by whoever wrote the checkpoint. ``allow_pickle=True``
+    decodes them, and so trusts the checkpoint's author with the executors.
 
     :raises InvalidHandleError: when the checkpoint is not retained.
     """
@@ -83,9 +88,10 @@ def read_state(
         cfg.raw(),
         chosen.checkpoint_id,
         int(cfg["state.backend.max-parallelism"]),
-        cfg["state.checkpoints.dir"],
+        location.url,  # where the documents were found: a Spark location or a plain state directory
         location.job,
         internal=internal,
+        allow_pickle=allow_pickle,
     )
     rows = spark.sparkContext.parallelize(work, max(len(work), 1)).mapPartitions(read)
     return spark.createDataFrame(rows, STATE_SCHEMA)
@@ -160,6 +166,7 @@ def _state_reader(  # noqa: PLR0913
     job_id: str,
     *,
     internal: bool,
+    allow_pickle: bool,
 ) -> Callable[[Iterable[tuple[str, str]]], Iterator[tuple[Any, ...]]]:
     """The ``mapPartitions`` function restoring instances and yielding their state rows."""
 
@@ -173,6 +180,7 @@ def _state_reader(  # noqa: PLR0913
                 max_parallelism=max_parallelism,
                 snapshot_dir=snapshot_dir,
                 job_id=job_id,
+                allow_pickle=allow_pickle,
             ) as backend:
                 for key, state, kind, value in state_entries(backend, internal=internal):
                     yield batch_id, name, _json(key), state, kind, _json(value)

@@ -64,3 +64,43 @@ def test_read_changes_gives_the_change_feed_of_the_batches_still_logged(spark, f
         read_changes(spark, str(workdir / "checkpoint"), from_batch=0)
     with pytest.raises(InvalidHandleError, match="not retained"):
         read_state(spark, str(workdir / "checkpoint"), batch_id=0)
+
+
+class _RunsWhenUnpickled:
+    """A pickle payload that leaves a file behind when loaded: code a checkpoint's author chose."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        import pathlib
+
+        return pathlib.Path.touch, (pathlib.Path(self.marker),)
+
+
+def test_read_state_never_unpickles_a_checkpoints_values_unless_allowed(spark, tmp_path):
+    from dstl.backend.changelog import ChangelogKeyedStateBackend
+    from dstl.backend.coordinator import CheckpointCoordinator
+    from dstl.spi import KeyGroupRange, load_storage
+
+    marker = tmp_path / "ran"
+    config = {"dstl.storage": "local", "dstl.local.dir": str(tmp_path / "log")}
+    directory = (tmp_path / "state").as_uri()  # a plain state directory, not a Spark location
+    with load_storage(config, job_id="job") as storage:
+        coordinator = CheckpointCoordinator(directory, "job", config=config)
+        backend = ChangelogKeyedStateBackend(storage, "op", KeyGroupRange(0, 128), snapshot_dir=directory)
+        backend.set_current_key("alice")
+        backend.value_state("plain").update(7)
+        backend.value_state("payload", serializer="pickle").update(_RunsWhenUnpickled(str(marker)))
+        coordinator.complete(1, {"kg0-128": backend.checkpoint(1).result(timeout=30)})
+        backend.close()
+    assert not marker.exists()
+
+    rows = {r["state"]: r for r in read_state(spark, str(tmp_path / "state"), config=config).collect()}
+    assert json.loads(rows["plain"]["value"]) == 7 and json.loads(rows["plain"]["key"]) == "alice"
+    shown = json.loads(rows["payload"]["value"])
+    assert set(shown) == {"bytes"} and shown["bytes"] > 0
+    assert not marker.exists()  # the checkpoint's code did not run on the executors
+
+    read_state(spark, str(tmp_path / "state"), config=config, allow_pickle=True).collect()
+    assert marker.exists()  # opting in decodes (and so trusts the checkpoint's author)
