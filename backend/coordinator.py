@@ -237,6 +237,8 @@ class CheckpointCoordinator:
         self._orphans_collected_at = time.monotonic()
         self._retained: list[CompletedCheckpoint] = []
         self._counts: Counter[tuple[Any, ...]] = Counter()
+        #: Damaged documents found by :meth:`recover`: nothing they may reference is deleted while they exist.
+        self._damaged: list[str] = []
         self._fs.makedirs(self._dir, exist_ok=True)
 
     @classmethod
@@ -306,7 +308,14 @@ class CheckpointCoordinator:
             if self._counts[key] <= 0:
                 del self._counts[key]
                 released.append(key)
-        self._discard(released)
+        if self._damage_pending():
+            log.warning(
+                "checkpoint %d is subsumed but its objects are kept: a damaged checkpoint document may "
+                "reference them (orphan collection removes them once it is repaired or removed)",
+                old.checkpoint_id,
+            )
+        else:
+            self._discard(released)
         self._fs.rm_file(self._path(old.checkpoint_id))
 
     def _discard(self, keys: list[tuple[Any, ...]]) -> None:
@@ -374,6 +383,7 @@ class CheckpointCoordinator:
                 self._fs.rm_file(path)
         documents, damaged = read_checkpoints(self._fs, self._dir)
         self.rolled_back_from = None
+        self._damaged = [path for _, path, _ in damaged]
         if damaged:
             self._judge_damage(damaged, documents[-1].checkpoint_id if documents else None)
         else:
@@ -428,6 +438,14 @@ class CheckpointCoordinator:
         :returns: objects deleted.
         """
         self._orphans_collected_at = time.monotonic()
+        if self._damage_pending():
+            log.warning(
+                "orphan collection of job %s skipped: damaged checkpoint documents remain (%s); repair or "
+                "remove them",
+                self._job,
+                ", ".join(self._damaged),
+            )
+            return 0
         cutoff = time.time() - self.orphan_grace
         live: dict[str, list[ChangelogHandle]] = {}
         for completed in self._retained:
@@ -444,6 +462,12 @@ class CheckpointCoordinator:
         if deleted:
             log.info("orphan collection deleted %d objects of job %s", deleted, self._job)
         return deleted
+
+    def _damage_pending(self) -> bool:
+        """Whether a damaged document found at recovery is still there (not replaced by a completed one)."""
+        retained = {self._path(c.checkpoint_id) for c in self._retained}
+        self._damaged = [path for path in self._damaged if path not in retained and self._fs.exists(path)]
+        return bool(self._damaged)
 
     def _open_storage(self, storage_id: str, handles: list[ChangelogHandle] | None) -> StateChangelogStorage:
         if handles:

@@ -189,3 +189,35 @@ def test_a_forged_time_field_is_refused_naming_it(time_doc):
     doc["time"] = time_doc
     with pytest.raises(InvalidHandleError, match="'time'"):
         CompletedCheckpoint.from_json(json.dumps(doc))
+
+
+def test_after_a_rollback_nothing_the_damaged_checkpoint_needs_is_deleted_until_it_is_gone(
+    finished_job, tmp_path
+):
+    config, checkpoints_dir, expected = finished_job
+    latest = _metadata(tmp_path, 25)
+    original = latest.read_bytes()
+    latest.write_bytes(original[:10])
+    coordinator = CheckpointCoordinator(
+        checkpoints_dir,
+        "job",
+        num_retained=1,
+        config=config,
+        on_damaged="previous",
+        orphan_interval=0.0,  # collect at every completion
+        orphan_grace=60.0,
+    )
+    base = coordinator.recover()
+    assert base.checkpoint_id == 24
+    # The job goes on from 24 (Spark's own batch ids run ahead): completions subsume and collect.
+    for checkpoint_id in (30, 31, 32):
+        coordinator.complete(checkpoint_id, base.snapshots)
+    assert coordinator.collect_orphans() == 0
+    # Repaired, checkpoint 25 still restores in full.
+    latest.write_bytes(original)
+    repaired = CompletedCheckpoint.from_json(latest.read_bytes())
+    assert _restored_values(config, checkpoints_dir, repaired) == expected
+    # Once the damaged document is gone, collection resumes.
+    latest.unlink()
+    coordinator.collect_orphans()
+    assert not coordinator._damage_pending()
