@@ -42,6 +42,7 @@ from dstl.spi import (
 from .changelog import BackendSnapshot
 from .documents import check_fields, load_document
 from .filesystems import put_atomically, storage_options
+from .options import backend_option
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,8 @@ CHECKPOINT_VERSION = 1
 #: Longest operator-instance name a checkpoint document may hold.
 _MAX_NAME = 200
 ON_DAMAGED_CHOICES = ("fail", "previous")
+#: The shortest orphan-collection grace accepted: the option's declared minimum.
+MIN_ORPHAN_GRACE = float(backend_option("state.checkpoints.orphan-collection.grace").minimum or 0)
 
 
 _MAX_TIME_MS = 1 << 62  # epoch milliseconds a document may carry (either sign)
@@ -234,6 +237,13 @@ class CheckpointCoordinator:
             if orphan_grace is None
             else orphan_grace
         )
+        if self.orphan_grace < MIN_ORPHAN_GRACE:
+            msg = (
+                f"state.checkpoints.orphan-collection.grace={self.orphan_grace:g}s is too short: change data "
+                f"that young may belong to a checkpoint still being completed; use at least "
+                f"{MIN_ORPHAN_GRACE:g}s (the default is 10min)"
+            )
+            raise ConfigError(msg)
         self._orphans_collected_at = time.monotonic()
         self._retained: list[CompletedCheckpoint] = []
         self._counts: Counter[tuple[Any, ...]] = Counter()
@@ -456,12 +466,26 @@ class CheckpointCoordinator:
         for storage_id in sorted({*live, str(self._config["dstl.storage"])}):
             try:
                 with self._open_storage(storage_id, live.get(storage_id)) as storage:
+                    self._check_grace(storage)
                     deleted += storage.collect_orphans(live.get(storage_id, []), older_than=cutoff)
+            except ConfigError:
+                raise
             except DstlError as exc:
                 log.warning("orphan collection on storage %r skipped: %s", storage_id, exc)
         if deleted:
             log.info("orphan collection deleted %d objects of job %s", deleted, self._job)
         return deleted
+
+    def _check_grace(self, storage: StateChangelogStorage) -> None:
+        """Refuse a grace shorter than an upload of ``storage`` may legitimately take (it is in flight)."""
+        if self.orphan_grace < storage.longest_upload:
+            msg = (
+                f"state.checkpoints.orphan-collection.grace={self.orphan_grace:g}s is shorter than an upload "
+                f"of storage {storage.identifier!r} may take ({storage.longest_upload:g}s): orphan collection "
+                "would delete uploads in flight. Raise the grace or lower the storage's upload timeout and "
+                "attempts"
+            )
+            raise ConfigError(msg)
 
     def _damage_pending(self) -> bool:
         """Whether a damaged document found at recovery is still there (not replaced by a completed one)."""

@@ -67,8 +67,9 @@ BACKEND_OPTIONS = (
         OptionType.DURATION,
         parse_duration("10min"),
         "Change data younger than this is never collected as an orphan: longer than any attempt takes "
-        "from its persist to its checkpoint's completion.",
-        minimum=0,
+        "from its persist to its checkpoint's completion. At least 1s, and at least the longest an upload "
+        "of the storage may take (filesystem: upload.timeout x max-attempts plus the delays between).",
+        minimum=1,
     ),
     ConfigOption(
         "state.changelog.materialization.interval",

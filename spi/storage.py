@@ -61,6 +61,16 @@ class StateChangelogStorage(ABC):
         once every change set in it was discarded.
         """
 
+    @property
+    def longest_upload(self) -> float:
+        """Seconds an upload may legitimately take from its start to its acknowledgment.
+
+        Orphan collection must never be asked for a grace shorter than this (the
+        checkpoint coordinator refuses one): data younger than it may belong to a
+        persist still in flight.
+        """
+        return 0.0
+
     def collect_orphans(self, live: Iterable[ChangelogHandle], *, older_than: float) -> int:
         """Delete this job's change data that no ``live`` handle needs and that is older than ``older_than``.
 
@@ -70,6 +80,9 @@ class StateChangelogStorage(ABC):
         handles of every retained checkpoint and a cutoff (a :func:`time.time`
         value) older than any attempt still in flight: data written after the cutoff
         is never touched, so a checkpoint still being completed loses nothing.
+        ``time.time() - older_than`` is the grace the caller asks for; a storage whose
+        objects are dated by another clock (an object store's) measures that grace
+        in its own clock, never by a writer's.
 
         Storages that can do it declare the ``orphan_collection`` capability; the
         default collects nothing.

@@ -1,15 +1,18 @@
 """Object stores the DFS storage writes to: any fsspec URL, and boto3 for S3.
 
-Every store offers the same five operations on keys relative to the base path;
+Every store offers the same six operations on keys relative to the base path;
 ``put_new`` never overwrites (unique names, conditional puts for markers).
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
+import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 from urllib.parse import urlparse
 
 from dstl.spi import Config, ConfigError, DstlError, StorageError
@@ -47,6 +50,22 @@ class ObjectStore(ABC):
     @abstractmethod
     def list(self, prefix: str) -> list[str]:
         """Keys below ``prefix`` (recursive)."""
+
+    @abstractmethod
+    def list_modified(self, prefix: str) -> dict[str, float | None]:
+        """Keys below ``prefix`` with their modification time in the store's clock (``None``: unknown)."""
+
+    def store_now(self, probe_prefix: str) -> float | None:
+        """The store's clock now: the modification time of a probe object written under ``probe_prefix``.
+
+        Ages compared with it are measured by one clock, whatever the writers' clocks say.
+        """
+        key = f"{probe_prefix.rstrip('/')}/{uuid.uuid4().hex}"
+        self.put_new(key, b"")
+        try:
+            return self.list_modified(key).get(key)
+        finally:
+            self.delete(key)
 
     def close(self) -> None:  # noqa: B027 - optional
         """Release clients."""
@@ -132,6 +151,19 @@ class FsspecStore(ObjectStore):
                 return []
         root = self.root + "/"
         return sorted(p[len(root) :] if p.startswith(root) else p for p in found)
+
+    def list_modified(self, prefix: str) -> dict[str, float | None]:
+        base = self._path(prefix).rstrip("/")
+        with self._translate("listing", prefix):
+            try:
+                found = self.fs.find(base, detail=True)
+            except FileNotFoundError:
+                return {}
+        root = self.root + "/"
+        return {
+            (path[len(root) :] if path.startswith(root) else path): _modified(info)
+            for path, info in found.items()
+        }
 
 
 class S3Store(ObjectStore):
@@ -224,8 +256,34 @@ class S3Store(ObjectStore):
         strip = len(self.prefix) + 1 if self.prefix else 0
         return sorted(k[strip:] for k in keys)
 
+    def list_modified(self, prefix: str) -> dict[str, float | None]:
+        found: dict[str, float | None] = {}
+        strip = len(self.prefix) + 1 if self.prefix else 0
+        with self._translate("listing", prefix):
+            pages = self.client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=self._key(prefix)
+            )
+            for page in pages:
+                for item in page.get("Contents", ()):
+                    found[item["Key"][strip:]] = item["LastModified"].timestamp()
+        return found
+
     def close(self) -> None:
         self.client.close()
+
+
+def _modified(info: Mapping[str, Any]) -> float | None:
+    """A listing entry's modification time as epoch seconds, in whatever form the filesystem gives it."""
+    for field in ("mtime", "LastModified", "last_modified", "updated", "created"):
+        value = info.get(field)
+        if isinstance(value, datetime.datetime):
+            return value.timestamp()
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            with contextlib.suppress(ValueError):
+                return datetime.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    return None
 
 
 def open_store(config: Config, *, for_markers: bool = False) -> ObjectStore:

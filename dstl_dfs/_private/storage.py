@@ -389,22 +389,38 @@ class DfsStorage(ChangeSetStorage):
         self._cache.invalidate(key)
         self._metrics.inc("deleted_objects")
 
-    def collect_orphans(self, live: Iterable[ChangelogHandle], *, older_than: float) -> int:
-        """Delete this job's data objects that no ``live`` handle needs, created before ``older_than``.
+    @property
+    def longest_upload(self) -> float:
+        """Every attempt's timeout plus the delays between them: no upload is acknowledged later."""
+        policy = self._policy
+        return policy.timeout * policy.attempts + policy.next_attempt_delay * (policy.attempts - 1)
 
-        An object's creation time is part of its key (see :func:`data_key`); keys
-        without one are never deleted here. Objects an open writer still reuses stay.
+    def collect_orphans(self, live: Iterable[ChangelogHandle], *, older_than: float) -> int:
+        """Delete this job's data objects that no ``live`` handle needs, older than the asked grace.
+
+        Age is measured in the store's clock: the object's modification time against
+        the store's now (a probe object), so a writer whose clock runs behind cannot
+        have its in-flight upload taken for old. Where the store reports no
+        modification time, the creation time in the key (:func:`data_key`) is used.
+        Objects an open writer still reuses stay.
         """
+        grace = time.time() - older_than
         needed = {
             str(loc["object"])
             for handle in live
             if handle.storage_id == IDENTIFIER
             for loc in checked_locations(handle, DfsReader.location_fields)
         }
+        listed = self.store.list_modified(f"{self.job_id}/data/")
+        store_now = self.store.store_now(f"{self.job_id}/clock") if listed else None
         deleted = 0
-        for key in self.store.list(f"{self.job_id}/data/"):
-            created = data_key_time(key)
-            if key in needed or created is None or created >= older_than:
+        for key, modified in sorted(listed.items()):
+            if store_now is not None and modified is not None:
+                young = modified >= store_now - grace
+            else:
+                created = data_key_time(key)
+                young = created is None or created >= older_than
+            if key in needed or young:
                 continue
             with self._gc_lock:
                 if self._pinned_objects[key] > 0:

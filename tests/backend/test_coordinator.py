@@ -1,5 +1,6 @@
 """Checkpoint coordinator: retention, shared-state discard, recovery."""
 
+import time
 import uuid
 
 import pytest
@@ -110,7 +111,11 @@ def test_recovery_collects_what_failed_attempts_left(tmp_path, storage_id):
             "dstl.local.segment-size": "8kb",
             "dstl.changelog.compression": "none",  # segments roll by what is stored: keep it what is written
         },
-        "filesystem": {"dstl.storage": "filesystem", "dstl.dfs.base-path": (tmp_path / "dfs").as_uri()},
+        "filesystem": {
+            "dstl.storage": "filesystem",
+            "dstl.dfs.base-path": (tmp_path / "dfs").as_uri(),
+            "dstl.dfs.upload.max-attempts": "1",  # an upload takes at most 1s: the grace may be that short
+        },
     }[storage_id]
     checkpoints_dir = (tmp_path / "chk").as_uri()
     storage, coordinator, backend, expected = run_job(config, checkpoints_dir, checkpoints=12, every=5)
@@ -124,7 +129,8 @@ def test_recovery_collects_what_failed_attempts_left(tmp_path, storage_id):
     before = len(storage.list_objects())
     storage.close()  # the job stopped; a restarted one recovers
     storage = load_storage(config, job_id="job")
-    recovered = CheckpointCoordinator(checkpoints_dir, "job", num_retained=2, config=config, orphan_grace=0)
+    time.sleep(1.1)  # older than the shortest grace
+    recovered = CheckpointCoordinator(checkpoints_dir, "job", num_retained=2, config=config, orphan_grace=1)
     latest = recovered.recover()
     referenced = {
         loc.get("object") or loc.get("segment").rsplit("/", 1)[-1]
@@ -138,3 +144,24 @@ def test_recovery_collects_what_failed_attempts_left(tmp_path, storage_id):
     assert len(left) < before, "nothing was collected"
     assert restored_counts(storage, checkpoints_dir, latest.snapshots["op/0"], config, epoch=9) == expected
     storage.close()
+
+
+def test_a_grace_shorter_than_an_upload_may_take_is_refused(tmp_path):
+    from dstl.backend.coordinator import MIN_ORPHAN_GRACE
+
+    checkpoints_dir = (tmp_path / "chk").as_uri()
+    config = {"dstl.storage": "filesystem", "dstl.dfs.base-path": (tmp_path / "dfs").as_uri()}
+    for grace in (0, 0.5):
+        with pytest.raises(ConfigError, match="orphan-collection.grace"):
+            CheckpointCoordinator(checkpoints_dir, "job", config=config, orphan_grace=grace)
+    with pytest.raises(ConfigError, match="orphan-collection.grace"):
+        CheckpointCoordinator.from_config(
+            {**config, "state.checkpoints.dir": checkpoints_dir, "state.checkpoints.orphan-collection.grace": "0s"},
+            "job",
+        )
+    # filesystem's uploads may take timeout x attempts + delays (1s x 3 + 0.5s x 2 by default)
+    coordinator = CheckpointCoordinator(checkpoints_dir, "job", config=config, orphan_grace=MIN_ORPHAN_GRACE)
+    with pytest.raises(ConfigError, match=r"upload of storage 'filesystem' may take \(4s\)"):
+        coordinator.recover()
+    coordinator = CheckpointCoordinator(checkpoints_dir, "job", config=config, orphan_grace=4)
+    assert coordinator.recover() is None

@@ -385,3 +385,27 @@ def test_storage_options_pass_through_to_fsspec(tmp_path):
         config = Config({"dstl.dfs.base-path": tmp_path.as_uri(), key: "true"})
         store = open_store(config)
         assert store.fs.auto_mkdir is True, key
+
+
+@pytest.mark.parametrize("fast_path", ["true", "false"])
+def test_orphan_age_is_measured_by_the_stores_clock_not_the_writers(s3_config, monkeypatch, fast_path):
+    import dstl.dfs._private.storage as dfs_storage
+
+    with load_storage({**s3_config, "dstl.dfs.s3.fast-path": fast_path}, job_id="job") as storage:
+        old = storage.create_writer("old", KG)
+        old.append(0, b"failed attempt, long ago")
+        orphan = persist(old, 0, 1)
+        old.close()
+        time.sleep(3.2)  # S3 dates objects to the second: older than the 2 s grace however it rounds
+        # A writer whose clock runs an hour behind stamps its object key an hour old.
+        behind = time.time_ns() - 3_600 * 10**9
+        monkeypatch.setattr(dfs_storage.time, "time_ns", lambda: behind)
+        late = storage.create_writer("late", KG)
+        late.append(0, b"in flight: its checkpoint is not complete yet")
+        in_flight = persist(late, 0, 1)
+        monkeypatch.undo()
+        assert storage.collect_orphans([], older_than=time.time() - 2.0) == 1
+        assert read_data(storage, in_flight) == [b"in flight: its checkpoint is not complete yet"]
+        with pytest.raises(StorageError):
+            read_data(storage, orphan)
+        assert storage.longest_upload == pytest.approx(1.0 * 3 + 0.5 * 2)

@@ -170,6 +170,12 @@ class MemoryStorage(ChangeSetStorage):
         self._ns = _namespace(self.namespace)
         delay = float(config["dstl.memory.upload-delay"])
         self.delayed_uploads = _DelayedUploads(delay) if delay > 0 else None
+        self._upload_delay = delay
+
+    @property
+    def longest_upload(self) -> float:
+        """The configured upload delay (uploads are otherwise immediate)."""
+        return self._upload_delay
 
     def _close_resources(self) -> None:
         """Let uploads in flight finish (their persists are waited for)."""
