@@ -103,8 +103,22 @@ class DiscardTracker:
         return size > 0 and self._covered(self._dir / (segment + DISCARDED_SUFFIX)) >= size
 
     def _covered(self, discarded: Path) -> int:
-        """Bytes the discard file covers (each change set counted once)."""
-        return sum(self._ranges(discarded).values())
+        """Bytes the discard file covers (each change set counted once), counting only real change sets.
+
+        The file is read back from disk, so it is untrusted (a dead instance's file, or
+        one written by hand): a range counts only where the segment's chain of frames
+        has a change set of exactly that offset and length.
+        """
+        segment = discarded.name.removesuffix(DISCARDED_SUFFIX)
+        covered = 0
+        for offset, length in self._ranges(discarded).items():
+            try:
+                real = self.frames.length_at(segment, offset)
+            except FileNotFoundError:
+                return 0
+            if real == length:
+                covered += length
+        return covered
 
     def _ranges(self, discarded: Path) -> dict[int, int]:
         """The discard file's ranges (a copy); only lines appended since the last call are parsed.

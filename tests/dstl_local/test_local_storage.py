@@ -324,3 +324,19 @@ def test_a_discard_never_deletes_another_jobs_segments(tmp_path):
             storage.discard([handle])
         assert read_data(storage, handle) == [noise(5000, 4)]  # reading across jobs is the SPI's contract
     assert segment.exists()
+
+
+@pytest.mark.parametrize("claim", ["0 999999\n", "0 1\n64 999999\n", "garbage\n0 12\n"])
+def test_recovery_never_deletes_a_segment_on_a_dead_instances_forged_discards(local_config, tmp_path, claim):
+    storage = load_storage(local_config, job_id="job")
+    writer = storage.create_writer("op", KG)
+    handles = []
+    for n in range(6):
+        writer.append(n % 8, f"acknowledged {n}".encode())
+        handles.append(persist(writer, n, n + 1))
+    (segment,) = (tmp_path / "dstl" / "job" / "segments").glob("*.log")
+    segment.with_name(segment.name + ".discarded").write_text(claim)  # no real change set is that
+    storage._instance_lock.release()  # a crash: the segment was never sealed
+    with load_storage(local_config, job_id="job") as fresh:
+        assert segment.exists()
+        assert [read_data(fresh, h) for h in handles] == [[f"acknowledged {n}".encode()] for n in range(6)]
