@@ -30,9 +30,11 @@ __all__ = [
     "CHANGE_ITEM",
     "CHANGE_SET_CODECS",
     "CHANGE_SET_HEADER_SIZE",
+    "ChangeSetIdentity",
     "DecodedChangeSet",
     "decode_body",
     "decode_change_set",
+    "change_set_identity",
     "encode_change_set",
     "forge_change_set",
     "frame_change_set",
@@ -147,6 +149,46 @@ def framed_size(header: bytes | memoryview, *, location: str, offset: int = 0) -
         msg = "no change-set header"
         raise CorruptedError(msg, location=location, offset=offset)
     return CHANGE_SET_HEADER_SIZE + log_len + body_len
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeSetIdentity:
+    """Whose a stored change set is, as its header says: log, writer epoch and SQN."""
+
+    log_id: str
+    epoch: int
+    sqn: int
+
+    def differs_from(self, log_id: str, epoch: int, sqn: object = None) -> str | None:
+        """Why this change set is not the one a handle names (``None`` when it is).
+
+        :param sqn: the SQN the handle's location records, if it records one.
+        """
+        if self.log_id != log_id:
+            return f"it belongs to log {self.log_id!r:.80}, not {log_id!r}"
+        if self.epoch != epoch:
+            return f"it was written with epoch {self.epoch}, not {epoch}"
+        if sqn is not None and sqn != self.sqn:
+            return f"it holds SQN {self.sqn}, not {sqn}"
+        return None
+
+
+def change_set_identity(head: bytes | memoryview, *, location: str, offset: int = 0) -> ChangeSetIdentity:
+    """The identity in the header at the start of ``head`` (header and log id, the body is not needed).
+
+    Lets a storage check, before it frees a change set a handle names, that the
+    change set belongs to the handle's log (the body's checksum is not verified:
+    a discard must not cost a read of the body).
+
+    :raises CorruptedError: when ``head`` holds no whole header and log id.
+    """
+    framed_size(head, location=location, offset=offset)
+    _, _, _, log_len, epoch, sqn, _, _ = _HEADER.unpack_from(head, 0)
+    log_id = bytes(head[CHANGE_SET_HEADER_SIZE : CHANGE_SET_HEADER_SIZE + log_len])
+    if len(log_id) < log_len:
+        msg = "change set header truncated in its log id"
+        raise CorruptedError(msg, location=location, offset=offset)
+    return ChangeSetIdentity(log_id.decode(errors="replace"), epoch, sqn)
 
 
 def decode_change_set(

@@ -23,12 +23,15 @@ from dstl.spi import (
     CorruptedError,
     FencedError,
     FetchedChangeSet,
+    InvalidHandleError,
     KeyGroupRange,
     StorageError,
     check_relative_path,
 )
+from dstl.spi.changeset_format import CHANGE_SET_HEADER_SIZE, ChangeSetIdentity, change_set_identity
 from dstl.spi.changeset_reader import OFFSET_LENGTH_FIELDS, LocationField, checked_locations
 from dstl.spi.handle import Location, LocationValue
+from dstl.spi.names import MAX_NAME_LENGTH
 
 from .batch_format import HEADER_SIZE, build_object, index_size, read_index
 from .bounded import BoundedCalls
@@ -160,6 +163,8 @@ class DfsStorage(ChangeSetStorage):
         )
         self._gc_lock = threading.Lock()
         self._live: dict[str, set[int]] = {}
+        #: Per object this process uploaded or checked: whose change set lies at each offset.
+        self._identities: dict[str, dict[int, ChangeSetIdentity]] = {}
         self._pins: Counter[tuple[str, int]] = Counter()
         self._pinned_objects: Counter[str] = Counter()
 
@@ -288,6 +293,7 @@ class DfsStorage(ChangeSetStorage):
         self._metrics.inc("uploaded_bytes", size)
         self._metrics.observe("upload_bytes", size)
         live: set[int] = set()
+        identities: dict[int, ChangeSetIdentity] = {}
         outcomes: list[tuple[UploadRequest, Any]] = []
         for index, request in enumerate(batch):
             spots = [placed[(index, sqn)] for sqn, _ in request.blobs]
@@ -302,9 +308,14 @@ class DfsStorage(ChangeSetStorage):
                 )
                 continue
             live.update(offset for offset, _ in spots)
+            identities.update(
+                (offset, ChangeSetIdentity(request.log_id, request.epoch, sqn))
+                for (sqn, _), (offset, _) in zip(request.blobs, spots, strict=True)
+            )
             outcomes.append((request, [(key, offset, length) for offset, length in spots]))
         with self._gc_lock:
             self._live[key] = live
+            self._identities[key] = identities
         if not live:
             self._delete_object(key)
         for request, outcome in outcomes:
@@ -351,14 +362,23 @@ class DfsStorage(ChangeSetStorage):
         return {offset for offset, _ in read_index(head, location=where)}
 
     def discard(self, handles: Iterable[ChangelogHandle]) -> None:
-        """Forget the handles' change sets; delete objects none of whose change sets is needed."""
+        """Forget the handles' change sets; delete objects none of whose change sets is needed.
+
+        Only this job's objects are touched, and a change set is forgotten only when
+        its header names the handle's log, epoch and SQN (a forged or damaged handle
+        frees nothing).
+
+        :raises InvalidHandleError: for an object location outside this job.
+        """
         handles = list(handles)
         self._metrics.inc("discarded_change_sets", sum(len(h.locations) for h in handles))
         by_object: dict[str, set[int]] = {}
         for handle in handles:
             for loc in checked_locations(handle, DfsReader.location_fields):
-                key = check_relative_path(str(loc["object"]), "object location")
-                by_object.setdefault(key, set()).add(int(loc["offset"]))  # type: ignore[arg-type]
+                key = self._own_object(str(loc["object"]))
+                offset = int(loc["offset"])  # type: ignore[arg-type]
+                if self._holds(key, offset, handle, loc):
+                    by_object.setdefault(key, set()).add(offset)
         for key, offsets in by_object.items():
             with self._gc_lock:
                 known = key in self._live
@@ -372,12 +392,47 @@ class DfsStorage(ChangeSetStorage):
                 self._live[key] -= offsets
             self._collect(key)
 
+    def _own_object(self, key: str) -> str:
+        """``key`` if it names a data object of this storage's job; anything else is refused."""
+        check_relative_path(key, "object location")
+        if not key.startswith(f"{self.job_id}/data/") or "/" in key[len(f"{self.job_id}/data/") :]:
+            msg = (
+                f"object location {key!r:.120} does not belong to job {self.job_id!r} of this storage "
+                f"(expected {self.job_id}/data/<object>): a damaged or foreign handle"
+            )
+            raise InvalidHandleError(msg)
+        return key
+
+    def _holds(self, key: str, offset: int, handle: ChangelogHandle, loc: Location) -> bool:
+        """Whether the change set at ``offset`` of ``key`` is the handle's (its header says whose it is)."""
+        with self._gc_lock:
+            identity = self._identities.get(key, {}).get(offset)
+        try:
+            if identity is None:
+                head = self.store.get_range(key, offset, offset + CHANGE_SET_HEADER_SIZE + MAX_NAME_LENGTH)
+                identity = change_set_identity(head, location=self.store.describe(key), offset=offset)
+            reason = identity.differs_from(handle.log_id, handle.epoch, loc.get("sqn"))
+        except (StorageError, CorruptedError) as exc:
+            reason = str(exc)
+        if reason is None:
+            return True
+        log.warning(
+            "ignoring the discard of %s offset %d by a handle of log %r: %s (a damaged or forged handle)",
+            self.store.describe(key),
+            offset,
+            handle.log_id,
+            reason,
+        )
+        self._metrics.inc("refused_discards")
+        return False
+
     def _collect(self, key: str) -> None:
         with self._gc_lock:
             live = self._live.get(key)
             if live is None or live or self._pinned_objects[key] > 0:
                 return
             del self._live[key]
+            self._identities.pop(key, None)
         self._delete_object(key)
 
     def _delete_object(self, key: str) -> None:
@@ -426,6 +481,7 @@ class DfsStorage(ChangeSetStorage):
                 if self._pinned_objects[key] > 0:
                     continue
                 self._live.pop(key, None)
+                self._identities.pop(key, None)
             self._delete_object(key)
             log.info("deleted orphan object %s (no retained checkpoint needs it)", self.store.describe(key))
             deleted += 1

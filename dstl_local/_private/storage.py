@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import threading
 import uuid
 from collections.abc import Iterable, Sequence
@@ -17,12 +18,14 @@ from dstl.spi import (
     ClosedError,
     Config,
     ConfigError,
+    CorruptedError,
     FencedError,
     InvalidHandleError,
     KeyGroupRange,
     StorageError,
     check_relative_path,
 )
+from dstl.spi.changeset_format import CHANGE_SET_HEADER_SIZE, change_set_identity
 from dstl.spi.changeset_reader import (
     OFFSET_LENGTH_FIELDS,
     ChangeSetReader,
@@ -32,6 +35,7 @@ from dstl.spi.changeset_reader import (
 )
 from dstl.spi.changeset_storage import ChangeSetStorage
 from dstl.spi.handle import Location, LocationValue
+from dstl.spi.names import MAX_NAME_LENGTH
 
 from .discards import DiscardTracker
 from .fencing import EpochFile, OwnerCheck
@@ -321,7 +325,7 @@ class LocalStorage(ChangeSetStorage):
                     recorded[path.name] = self._discards.discarded_ranges(path.name)
                 if recorded[path.name].get(offset) == length:
                     continue  # discarded before (its blocks may be freed already): nothing to add
-                if self._wrote(path, offset, length):
+                if self._wrote(path, offset, length) and self._holds(path, offset, handle, loc):
                     by_segment.setdefault(path.name, set()).add((offset, length))
         deleted = len(self._discards.discard(by_segment))
         deleted += self._roll_if_discarded(by_segment)
@@ -355,6 +359,35 @@ class LocalStorage(ChangeSetStorage):
             path,
             offset,
             length,
+            reason,
+        )
+        self._metrics.inc("refused_discards")
+        return False
+
+    def _holds(self, path: Path, offset: int, handle: ChangelogHandle, loc: Location) -> bool:
+        """Whether the change set at ``offset`` is the handle's: its header names the handle's log and epoch.
+
+        A handle naming another log's change set (forged, or damaged in a checkpoint
+        document) must never free it.
+        """
+        try:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                head = os.pread(fd, CHANGE_SET_HEADER_SIZE + MAX_NAME_LENGTH, offset)
+            finally:
+                os.close(fd)
+            reason = change_set_identity(head, location=str(path), offset=offset).differs_from(
+                handle.log_id, handle.epoch, loc.get("sqn")
+            )
+        except (OSError, CorruptedError) as exc:
+            reason = str(exc)
+        if reason is None:
+            return True
+        log.warning(
+            "ignoring the discard of %s offset %d by a handle of log %r: %s (a damaged or forged handle)",
+            path,
+            offset,
+            handle.log_id,
             reason,
         )
         self._metrics.inc("refused_discards")

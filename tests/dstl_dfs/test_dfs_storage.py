@@ -1,5 +1,6 @@
 """filesystem storage specifics: batching, hedging, retries, back-pressure, cache, S3."""
 
+import json
 import logging
 import os
 import threading
@@ -409,3 +410,39 @@ def test_orphan_age_is_measured_by_the_stores_clock_not_the_writers(s3_config, m
         with pytest.raises(StorageError):
             read_data(storage, orphan)
         assert storage.longest_upload == pytest.approx(1.0 * 3 + 0.5 * 2)
+
+
+@pytest.mark.parametrize("where", ["file", "s3"])
+def test_a_handle_naming_another_logs_or_jobs_change_set_frees_nothing(file_config, s3_config, where):
+    from dstl.spi import InvalidHandleError
+
+    config = {"file": file_config, "s3": s3_config}[where]
+    with load_storage(config, job_id="job") as storage, load_storage(config, job_id="other") as other:
+        victim, thief = storage.create_writer("victim", KG), storage.create_writer("thief", KG)
+        victim.append(0, b"live data of another log")
+        thief.append(1, b"the thief's own")
+        live = persist(victim, 0, 1)
+        own = persist(thief, 0, 1)
+        foreign = other.create_writer("victim", KG)
+        foreign.append(0, b"another job's live data")
+        foreign_live = persist(foreign, 0, 1)
+
+        def forged(handle, **changes):
+            doc = json.loads(handle.to_json())
+            doc.update(changes)
+            return ChangelogHandle.from_json(json.dumps(doc))
+
+        with load_storage(config, job_id="job") as fresh:  # objects it did not upload: read from the store
+            for discarding in (storage, fresh):
+                discarding.discard([forged(live, log_id="thief.kg0-8")])  # the thief names the victim's spot
+                discarding.discard([forged(live, epoch=live.epoch + 1)])
+                with pytest.raises(InvalidHandleError, match="does not belong to job 'job'"):
+                    discarding.discard([forged(live, locations=foreign_live.location_dicts)])
+                assert read_data(discarding, live) == [b"live data of another log"]
+                assert discarding.metrics.counter("refused_discards") == 2
+        assert read_data(other, foreign_live) == [b"another job's live data"]
+        victim.close()
+        thief.close()  # open writers pin what they may reuse
+        storage.discard([live, own])  # the real handles still free their object
+        with pytest.raises(StorageError):
+            read_data(storage, live)

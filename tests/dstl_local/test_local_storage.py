@@ -340,3 +340,31 @@ def test_recovery_never_deletes_a_segment_on_a_dead_instances_forged_discards(lo
     with load_storage(local_config, job_id="job") as fresh:
         assert segment.exists()
         assert [read_data(fresh, h) for h in handles] == [[f"acknowledged {n}".encode()] for n in range(6)]
+
+
+def test_a_handle_naming_another_logs_change_set_frees_nothing(local_config):
+    with load_storage(local_config, job_id="job") as storage:
+        victim, thief = storage.create_writer("victim", KG), storage.create_writer("thief", KG)
+        victim.append(0, b"live data of another log")
+        live = persist(victim, 0, 1)
+        thief.append(1, b"the thief's own")
+        own = persist(thief, 0, 1)
+        victim.close()
+        thief.close()
+
+        def forged(handle, **changes):
+            doc = json.loads(handle.to_json())
+            doc.update(changes)
+            return ChangelogHandle.from_json(json.dumps(doc))
+
+        storage.discard([own, forged(live, log_id="thief.kg0-8")])  # the thief names the victim's spot
+        storage.discard([forged(live, epoch=live.epoch + 1)])
+        (location,) = live.location_dicts
+        storage.discard([forged(live, locations=[{**location, "sqn": 5}])])
+        assert storage.metrics.counter("refused_discards") == 3
+        assert read_data(storage, live) == [b"live data of another log"]
+    with load_storage(local_config, job_id="job") as fresh:
+        assert read_data(fresh, live) == [b"live data of another log"]
+        fresh.discard([live])
+        with pytest.raises(StorageError):
+            read_data(fresh, live)
