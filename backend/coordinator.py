@@ -380,14 +380,18 @@ class CheckpointCoordinator:
     def recover(self) -> CompletedCheckpoint | None:
         """Load the retained checkpoints after a restart and remove what a crash left behind.
 
-        Metadata beyond ``num_retained``, half-written temporary files and snapshot
-        objects no retained checkpoint references are deleted before new
+        First the job id is bound to this checkpoint directory on the configured
+        storage (:meth:`bind_storage`). Metadata beyond ``num_retained``,
+        half-written temporary files and snapshot objects no retained checkpoint
+        references are deleted before new
         checkpoints start, unless a document is damaged: then nothing is deleted
         (the damaged one may reference it).
 
         :raises CorruptedError: naming the file when the newest checkpoint document
             is damaged and ``on_damaged`` is ``fail``.
+        :raises JobConflictError: when another job holds this job id on the storage.
         """
+        self.bind_storage()
         for path in self._fs.ls(self._dir, detail=False):
             if path.rsplit("/", 1)[-1].startswith(".tmp-"):
                 self._fs.rm_file(path)
@@ -407,6 +411,22 @@ class CheckpointCoordinator:
             self._remove_orphan_snapshots()
             self.collect_orphans()
         return self.latest()
+
+    def bind_storage(self) -> None:
+        """Bind the job id on the configured storage to this job's checkpoint directory.
+
+        Another job (another checkpoint directory) with the same job id on the same
+        storage would discard and collect this job's data: it is refused at its start.
+
+        :raises JobConflictError: when the job id is bound to another checkpoint directory.
+        """
+        with load_storage(self._config, job_id=self._job) as storage:
+            storage.bind_job(self.url)
+
+    @property
+    def url(self) -> str:
+        """This job's checkpoint directory as a URL: the identity its storages record."""
+        return str(self._fs.unstrip_protocol(self._dir))
 
     def _judge_damage(self, damaged: list[tuple[int, str, str]], newest_intact: int | None) -> None:
         """Fail on a damaged newest document, or roll back when ``on_damaged`` allows it."""
@@ -480,10 +500,10 @@ class CheckpointCoordinator:
         """Refuse a grace shorter than an upload of ``storage`` may legitimately take (it is in flight)."""
         if self.orphan_grace < storage.longest_upload:
             msg = (
-                f"state.checkpoints.orphan-collection.grace={self.orphan_grace:g}s is shorter than an upload "
-                f"of storage {storage.identifier!r} may take ({storage.longest_upload:g}s): orphan collection "
-                "would delete uploads in flight. Raise the grace or lower the storage's upload timeout and "
-                "attempts"
+                f"state.checkpoints.orphan-collection.grace={self.orphan_grace:g}s is shorter than an "
+                f"upload of storage {storage.identifier!r} may take ({storage.longest_upload:g}s): orphan "
+                "collection would delete uploads in flight. Raise the grace or lower the storage's upload "
+                "timeout and attempts"
             )
             raise ConfigError(msg)
 

@@ -12,7 +12,7 @@ import threading
 from abc import abstractmethod
 
 from .changeset_writer import ChangeSetWriter, log_id_for
-from .errors import ClosedError
+from .errors import ClosedError, JobConflictError
 from .metrics import StorageMetrics
 from .names import validate_name
 from .storage import StateChangelogStorage
@@ -55,6 +55,24 @@ class ChangeSetStorage(StateChangelogStorage):
     @abstractmethod
     def _make_writer(self, log_id: str, key_groups: KeyGroupRange, epoch: int, token: str) -> ChangeSetWriter:
         """Build the writer (it passes ``self._forget`` as ``on_close``)."""
+
+    def bind_job(self, owner: str) -> None:
+        """Record ``owner`` as the job's, or refuse when another owner was recorded first.
+
+        :raises JobConflictError: naming both owners.
+        """
+        self._check_open()
+        recorded = self._record_owner(owner)
+        if recorded != owner:
+            raise JobConflictError(self.job_id, recorded, owner)
+
+    def _record_owner(self, owner: str) -> str:
+        """Create the job's owner record holding ``owner`` unless one exists; returns the recorded owner.
+
+        The creation must be exclusive (two jobs starting at once: one wins). The
+        default records nothing and accepts every owner.
+        """
+        return owner
 
     def _check_open(self) -> None:
         if self._closed:

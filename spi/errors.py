@@ -12,6 +12,7 @@ __all__ = [
     "FencedError",
     "InvalidHandleError",
     "InvalidIdentifierError",
+    "JobConflictError",
     "PluginError",
     "StorageError",
     "TruncatedError",
@@ -107,6 +108,26 @@ class InvalidHandleError(DstlError, ValueError):
 
 class InvalidIdentifierError(DstlError, ValueError):
     """An operator, log or job id cannot be used as a name in storage."""
+
+
+class JobConflictError(ConfigError):
+    """Two jobs (checkpoint locations) claim one job id on one storage: they would delete each other's data.
+
+    Give one of them a job id of its own (or let it derive one from its checkpoint
+    location, the default).
+    """
+
+    def __init__(self, job_id: str, bound_to: str, claimed_by: str) -> None:
+        self.job_id = job_id
+        self.bound_to = bound_to
+        self.claimed_by = claimed_by
+        super().__init__(
+            f"job id {job_id!r} on this storage belongs to the job checkpointed at {bound_to!r:.300}, "
+            f"but the job checkpointed at {claimed_by!r:.300} claims it too: sharing it, each would "
+            "discard and collect the other's data. Give this job a job id of its own (job_id=..., or "
+            "leave it unset to derive one from the checkpoint location), or point dstl.local.dir / "
+            "dstl.dfs.base-path elsewhere"
+        )
 
 
 class PluginError(DstlError):

@@ -61,6 +61,18 @@ class StateChangelogStorage(ABC):
         once every change set in it was discarded.
         """
 
+    def bind_job(self, owner: str) -> None:
+        """Bind this storage's data of the job to ``owner`` (the job's checkpoint location), once.
+
+        Two jobs on one storage with the same job id would read, discard and collect
+        each other's data. The first call records ``owner``; a later call with
+        another owner is refused. Storages without a place to record it accept
+        every owner (the default).
+
+        :raises JobConflictError: when the job id is bound to another owner.
+        """
+        return
+
     @property
     def longest_upload(self) -> float:
         """Seconds an upload may legitimately take from its start to its acknowledgment.

@@ -47,6 +47,7 @@ from ._private.task import (
     pinned_function,
 )
 from ._private.working_copy import snapshot_digest
+from .job_identity import resolve_job_id
 from .placement import (
     instance_name,
     instance_ranges,
@@ -598,7 +599,7 @@ def transform_with_state(  # noqa: PLR0913
     sink: Sink | str,
     checkpoint_location: str,
     config: Mapping[str, Any] | None = None,
-    job_id: str = "job",
+    job_id: str | None = None,
     operator_id: str = "stateful",
     trigger: Mapping[str, Any] | None = None,
     query_name: str | None = None,
@@ -616,6 +617,10 @@ def transform_with_state(  # noqa: PLR0913
         or a path for :class:`ParquetBatchSink`.
     :param checkpoint_location: Spark's checkpoint (source offsets); state checkpoints
         and the ``local`` storage default to directories under it.
+    :param job_id: names the job's logs and working copies on the storage. By default
+        derived from ``checkpoint_location``; whatever id a location starts with is
+        recorded in it and kept (another id later is refused), and another location
+        claiming the same id on the same storage is refused at start.
     :param config: ``dstl.*``/``state.*`` keys on top of the Spark conf's ``spark.dstl.*``/``spark.state.*``.
     :param trigger: keyword arguments of ``DataStreamWriter.trigger``
         (e.g. ``{"availableNow": True}``).
@@ -635,6 +640,9 @@ def transform_with_state(  # noqa: PLR0913
     spark = frame.sparkSession
     cfg = _job_config(
         dict(spark.sparkContext.getConf().getAll()) | _session_conf(spark), config, checkpoint_location
+    )
+    job_id = resolve_job_id(
+        checkpoint_location, job_id, cfg, legacy_state_dir=cfg.get("state.checkpoints.dir")
     )
     schema = output_schema if isinstance(output_schema, StructType) else StructType.fromDDL(output_schema)
     mode = TimeMode.parse(time_mode if time_mode is not None else ("event" if event_time_column else "none"))

@@ -107,9 +107,10 @@ def test_orphan_collection_keeps_live_handles_and_frees_the_rest(storage, sut):
     orphan_writer.append(1, b"never checkpointed")
     orphan = persist(orphan_writer, 0, 1, sut.timeout)
     orphan_writer.close()  # the attempt failed: nobody will discard its data
-    time.sleep(0.05)
+    # Ages may be measured by the store's clock, which may count whole seconds (S3).
+    time.sleep(1.1)
     cutoff = time.time()
-    time.sleep(0.05)
+    time.sleep(1.1)
     kept_writer.append(0, b"after the cutoff")
     recent = persist(kept_writer, 1, 2, sut.timeout)  # in flight when collection runs
     storage.collect_orphans([kept], older_than=cutoff)
@@ -118,7 +119,7 @@ def test_orphan_collection_keeps_live_handles_and_frees_the_rest(storage, sut):
     # Storages may keep an orphan while a live change set shares its object or
     # segment; once no live handle needs anything, all of it is freed.
     kept_writer.close()
-    time.sleep(0.05)
+    time.sleep(1.1)
     storage.collect_orphans([], older_than=time.time())
     for handle in (orphan, kept, recent):
         with pytest.raises(StorageError):

@@ -37,7 +37,7 @@ from .batch_format import HEADER_SIZE, build_object, index_size, read_index
 from .bounded import BoundedCalls
 from .cache import DownloadCache
 from .hedging import HedgedUpload, RetryPolicy
-from .object_store import ObjectStore, S3Store, open_store
+from .object_store import ObjectExistsError, ObjectStore, S3Store, open_store
 from .scheduler import BatchingScheduler, UploadRequest
 from .timers import TimerThread
 
@@ -73,6 +73,12 @@ class DfsWriter(ChangeSetWriter):
 
     def _released(self, locations: list[Location]) -> None:
         self._storage._unpin(locations)
+
+
+#: The record of whose job a job prefix is (its checkpoint location), under the job prefix.
+OWNER_KEY = "OWNER"
+#: Longest owner record read back (a checkpoint location).
+_MAX_OWNER = 4096
 
 
 def data_key(job_id: str, instance: str, batch: int, attempt: int) -> str:
@@ -172,6 +178,21 @@ class DfsStorage(ChangeSetStorage):
     def identifier(self) -> str:
         """``filesystem``."""
         return IDENTIFIER
+
+    # -- job binding ------------------------------------------------------------------------------
+    def _record_owner(self, owner: str) -> str:
+        """``<job>/OWNER``, created with a conditional put; read back when it exists."""
+        key = f"{self.job_id}/{OWNER_KEY}"
+        try:
+            self.markers.put_new(key, owner.encode())
+        except ObjectExistsError:
+            data = self.markers.get_range(key, 0, _MAX_OWNER + 1)
+            if len(data) > _MAX_OWNER:
+                where = self.markers.describe(key)
+                msg = f"the job's owner record {where} is over {_MAX_OWNER} bytes: remove it"
+                raise StorageError(msg) from None
+            return data.decode("utf-8", errors="replace")
+        return owner
 
     # -- fencing ------------------------------------------------------------------------------
     def _marker_prefix(self, log_id: str = "") -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import stat
 import threading
 import uuid
 from collections.abc import Iterable, Sequence
@@ -34,6 +35,7 @@ from dstl.spi.changeset_reader import (
     checked_locations,
 )
 from dstl.spi.changeset_storage import ChangeSetStorage
+from dstl.spi.durability import fsync_directory
 from dstl.spi.handle import Location, LocationValue
 from dstl.spi.names import MAX_NAME_LENGTH
 
@@ -56,6 +58,33 @@ from .segments import (
 log = logging.getLogger(__name__)
 
 IDENTIFIER = "local"
+#: The record of whose job a job directory is (its checkpoint location), in the job directory.
+OWNER_FILE = "OWNER"
+#: Longest owner record read back (a checkpoint location).
+_MAX_OWNER = 4096
+
+
+def read_owner_record(path: Path) -> str:
+    """The owner recorded in ``path``: a regular file of at most a few KB of UTF-8 (untrusted).
+
+    :raises StorageError: when it is anything else.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        msg = f"cannot read the job's owner record {path}: {exc}"
+        raise StorageError(msg) from exc
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            msg = f"the job's owner record {path} is not a regular file: remove it"
+            raise StorageError(msg)
+        data = os.read(fd, _MAX_OWNER + 1)
+    finally:
+        os.close(fd)
+    if len(data) > _MAX_OWNER:
+        msg = f"the job's owner record {path} is over {_MAX_OWNER} bytes: a damaged file, remove it"
+        raise StorageError(msg)
+    return data.decode("utf-8", errors="replace")
 
 
 class LocalWriter(ChangeSetWriter):
@@ -213,6 +242,25 @@ class LocalStorage(ChangeSetStorage):
             instance = lock.stem.removeprefix("instance-")
             if instance != self.instance and not instance_alive(self.job_dir, instance):
                 lock.unlink(missing_ok=True)
+
+    # -- job binding --------------------------------------------------------------------------
+    def _record_owner(self, owner: str) -> str:
+        """``<job>/OWNER``, created exclusively (``O_EXCL``) and synced; read back when it exists."""
+        path = self.job_dir / OWNER_FILE
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return read_owner_record(path)
+        except OSError as exc:
+            msg = f"cannot record the owner of job {self.job_id!r} in {path}: {exc}"
+            raise StorageError(msg) from exc
+        try:
+            os.write(fd, owner.encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        fsync_directory(self.job_dir)
+        return owner
 
     # -- writers ----------------------------------------------------------------------------
     def _claim_log(self, log_id: str, epoch: int) -> str:

@@ -155,13 +155,30 @@ def test_a_grace_shorter_than_an_upload_may_take_is_refused(tmp_path):
         with pytest.raises(ConfigError, match="orphan-collection.grace"):
             CheckpointCoordinator(checkpoints_dir, "job", config=config, orphan_grace=grace)
     with pytest.raises(ConfigError, match="orphan-collection.grace"):
-        CheckpointCoordinator.from_config(
-            {**config, "state.checkpoints.dir": checkpoints_dir, "state.checkpoints.orphan-collection.grace": "0s"},
-            "job",
-        )
+        grace = {"state.checkpoints.orphan-collection.grace": "0s", "state.checkpoints.dir": checkpoints_dir}
+        CheckpointCoordinator.from_config({**config, **grace}, "job")
     # filesystem's uploads may take timeout x attempts + delays (1s x 3 + 0.5s x 2 by default)
     coordinator = CheckpointCoordinator(checkpoints_dir, "job", config=config, orphan_grace=MIN_ORPHAN_GRACE)
     with pytest.raises(ConfigError, match=r"upload of storage 'filesystem' may take \(4s\)"):
         coordinator.recover()
     coordinator = CheckpointCoordinator(checkpoints_dir, "job", config=config, orphan_grace=4)
     assert coordinator.recover() is None
+
+
+@pytest.mark.parametrize("storage_id", ["memory", "local", "filesystem-s3"])
+def test_two_checkpoint_directories_cannot_share_a_job_id_on_one_storage(tmp_path, request, storage_id):
+    from dstl.spi import JobConflictError
+
+    config = {
+        "memory": lambda: {"dstl.storage": "memory", "dstl.memory.namespace": f"b-{uuid.uuid4().hex}"},
+        "local": lambda: {"dstl.storage": "local", "dstl.local.dir": str(tmp_path / "shared")},
+        "filesystem-s3": lambda: request.getfixturevalue("s3_config"),
+    }[storage_id]()
+    first = CheckpointCoordinator((tmp_path / "a").as_uri(), "job", config=config)
+    first.recover()
+    second = CheckpointCoordinator((tmp_path / "b").as_uri(), "job", config=config)
+    with pytest.raises(JobConflictError) as refused:
+        second.recover()
+    assert first.url in str(refused.value) and second.url in str(refused.value)
+    assert CheckpointCoordinator((tmp_path / "a").as_uri(), "job", config=config).recover() is None
+    CheckpointCoordinator((tmp_path / "b").as_uri(), "other", config=config).recover()  # its own id: fine

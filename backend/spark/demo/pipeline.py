@@ -234,8 +234,12 @@ def start_pipeline(
     files_per_batch: int = 1,
     trigger: dict[str, Any] | None = None,
     processor: Any = None,  # noqa: ANN401 - a StatefulProcessor factory (tests inject failures)
+    job_id: str | None = "demo",
 ) -> StatefulQuery:
-    """Start the streaming query over ``workdir/input`` writing to ``workdir/output``."""
+    """Start the streaming query over ``workdir/input`` writing to ``workdir/output``.
+
+    :param job_id: ``None`` lets the job id derive from the checkpoint location.
+    """
     source = (
         spark.readStream.schema("id long")
         .option("maxFilesPerTrigger", files_per_batch)
@@ -249,7 +253,7 @@ def start_pipeline(
         sink=str(workdir / "output"),
         checkpoint_location=str(workdir / "checkpoint"),
         config=config,
-        job_id="demo",
+        job_id=job_id,
         operator_id="users",
         trigger=trigger,
         event_time_column="event_ms",

@@ -38,6 +38,8 @@ class _Namespace:
     # (job, log) -> (epoch, owner token) of the newest writer.
     owners: dict[tuple[str, str], tuple[int, str]] = field(default_factory=dict)
     tokens: itertools.count = field(default_factory=itertools.count)  # type: ignore[type-arg]
+    # job -> the owner (checkpoint location) it was bound to first
+    job_owners: dict[str, str] = field(default_factory=dict)
 
 
 _NAMESPACES: dict[str, _Namespace] = {}
@@ -186,6 +188,10 @@ class MemoryStorage(ChangeSetStorage):
     def identifier(self) -> str:
         """``memory``."""
         return self.storage_id
+
+    def _record_owner(self, owner: str) -> str:
+        with self._ns.lock:
+            return self._ns.job_owners.setdefault(self.job_id, owner)
 
     def _claim_log(self, log_id: str, epoch: int) -> str:
         with self._ns.lock:
