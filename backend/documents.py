@@ -75,7 +75,7 @@ def check_fields(doc: Any, what: str, fields: dict[str, type | tuple[type, ...]]
         raise InvalidHandleError(msg)
     for name, kind in fields.items():
         value = doc.get(name)
-        if not isinstance(value, kind) or isinstance(value, bool):
+        if name not in doc or not isinstance(value, kind) or isinstance(value, bool):
             msg = f"{what} field {name!r} is missing or of the wrong type: {value!r:.80}"
             raise InvalidHandleError(msg)
     return doc

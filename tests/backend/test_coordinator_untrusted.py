@@ -182,6 +182,7 @@ def test_time_progress_round_trips_and_documents_without_it_still_read():
         {"watermark_ms": 0, "next_timers": {"": 5}},
         {"watermark_ms": 0, "next_timers": {"kg0-64": -(1 << 63)}},
         {"watermark_ms": 0},
+        {"next_timers": {}},  # no watermark_ms: was a KeyError in recover(), inspect and savepoints
     ],
 )
 def test_a_forged_time_field_is_refused_naming_it(time_doc):
