@@ -190,7 +190,8 @@ class ClaimsTracker:
         """A producer of the log's transactional id, not yet initialised."""
         from confluent_kafka import Producer
 
-        return Producer(self._factory.producer_config(**{"transactional.id": f"dstl.{self._job}.{log_id}"}))
+        # "/" is in no job id or log id: job "a.x" with log "y.kg0-8" and job "a" with "x.y.kg0-8" differ
+        return Producer(self._factory.producer_config(**{"transactional.id": f"dstl/{self._job}/{log_id}"}))
 
     def _commit(self, producer: Any, record: dict[str, Any], *, fresh: bool) -> bool:  # noqa: ANN401
         """Commit ``record`` in a transaction of ``producer``; initialise it first when ``fresh``.
