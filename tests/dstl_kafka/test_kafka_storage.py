@@ -331,9 +331,12 @@ def test_a_broker_killed_mid_stream_loses_nothing_acknowledged(s3_endpoint):
 def test_jobs_and_operators_whose_dotted_names_concatenate_alike_do_not_fence_each_other(kafka_config):
     # job "a.x" / operator "y" and job "a" / operator "x.y" once had one transactional id
     with load_storage(kafka_config, job_id="a.x") as first, load_storage(kafka_config, job_id="a") as second:
-        one = first.create_writer("y", KG)
-        other = second.create_writer("x.y", KG)  # claiming its own log must not fence the first job's
+        one = first.create_writer("y", KG, epoch=1)
+        other = second.create_writer("x.y", KG, epoch=1)  # its own log: must not fence the first job's claim
         one.append(0, b"job a.x")
         other.append(0, b"job a")
         assert read_data(first, persist(one, 0, 1)) == [b"job a.x"]
         assert read_data(second, persist(other, 0, 1)) == [b"job a"]
+        one.close()
+        first.create_writer("y", KG, epoch=2).close()
+        assert first.claims.producers_initialised == 1  # its kept claim producer was never fenced
