@@ -448,44 +448,51 @@ class ChangelogKeyedStateBackend:
     def _apply(self, op: Op, state_id: int, state: str, *args: Any) -> None:  # noqa: ANN401
         key_group, key = self._current()
         record = encode_change(op, state_id, key, *args)
+        # The working state first: a write it refuses (a full disk) must not be in the log either.
+        apply_change(self.delegate, state, key_group, key, op, list(args))
+        self._log(op, state_id, key_group, key, record)
+        self.materializer.changed(state, key_group, key)
+
+    def _log(self, op: Op, state_id: int, key_group: int, key: bytes, record: bytes) -> None:
+        """Append ``record`` of an applied change (replacing changes of one entry may be squashed)."""
         if self._squash and op in _REPLACING:
             self._pending[(key_group, state_id, key)] = record
-        else:
-            if self._pending:  # an earlier replacing change of this entry goes first
-                earlier = self._pending.pop((key_group, state_id, key), None)
-                if earlier is not None:
-                    self.writer.append(key_group, earlier)
-            self.writer.append(key_group, record)
-        apply_change(self.delegate, state, key_group, key, op, list(args))
-        self.materializer.changed(state, key_group, key)
+            return
+        if self._pending:  # an earlier replacing change of this entry goes first
+            earlier = self._pending.pop((key_group, state_id, key), None)
+            if earlier is not None:
+                self.writer.append(key_group, earlier)
+        self.writer.append(key_group, record)
 
     def _apply_many(
         self, op: Op, state_id: int, state: str, keys: KeySet, args: Iterable[tuple[Any, ...]]
     ) -> None:
-        """:meth:`_apply` for each key with its arguments, stored in one batch per key group where it can."""
-        append, pending, changed = self.writer.append, self._pending, self.materializer.changed
-        squash = self._squash and op in _REPLACING
+        """:meth:`_apply` for each key with its arguments, stored in one batch per key group where it can.
+
+        Each change is logged only once the working state took it: a batch the
+        delegate refuses leaves neither state nor log changed for its key group.
+        """
+        log, changed = self._log, self.materializer.changed
         batches: dict[int, dict[bytes, Any]] = {}
+        records: dict[int, list[tuple[bytes, bytes]]] = {}
         for key_group, key, key_args in zip(keys.groups, keys.raw, args, strict=True):
             record = encode_change(op, state_id, key, *key_args)
-            if squash:
-                pending[(key_group, state_id, key)] = record
-            else:
-                if pending:
-                    earlier = pending.pop((key_group, state_id, key), None)
-                    if earlier is not None:
-                        append(key_group, earlier)
-                append(key_group, record)
             if op is Op.VALUE_PUT:
                 batch = batches.get(key_group)
                 if batch is None:
                     batch = batches[key_group] = {}
+                    records[key_group] = []
                 batch[key] = key_args[0]
+                records[key_group].append((key, record))
             else:
                 apply_change(self.delegate, state, key_group, key, op, list(key_args))
-            changed(state, key_group, key)
+                log(op, state_id, key_group, key, record)
+                changed(state, key_group, key)
         for key_group, batch in batches.items():
             self.delegate.write_batch(state, key_group, batch)
+            for key, record in records[key_group]:
+                log(op, state_id, key_group, key, record)
+                changed(state, key_group, key)
 
     # -- registration ----------------------------------------------------------------------------
     def register(self, descriptor: StateDescriptor) -> Any:  # noqa: ANN401 - the state class of its kind

@@ -237,3 +237,43 @@ def test_drop_state_clears_every_key_logged_and_restored_ones_too(memory_config)
             assert totals.value() is None
             assert pages.get("p") == n  # other states are untouched
         replayed.close()
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_an_update_the_full_working_disk_refuses_is_in_neither_state_nor_log(
+    small_tmpfs, memory_config, batched
+):
+    from dstl.backend.delegate import LmdbDelegate
+    from dstl.spi import StorageError
+
+    with load_storage(memory_config, job_id="job") as storage:
+        delegate = LmdbDelegate(small_tmpfs / "state", map_size=64 << 20)
+        backend = ChangelogKeyedStateBackend(storage, "op", ALL, delegate=delegate)
+        state = backend.value_state("blob")
+        stored, refused = {}, None
+        for n in range(2_000):
+            keys, value = [f"k{n}-{i}" for i in range(8)], f"{n}".encode() * 1000
+            try:
+                if batched:
+                    state.update_many(keys, [value] * len(keys))
+                else:
+                    for key in keys:
+                        backend.set_current_key(key)
+                        state.update(value)
+                        stored[key] = value
+            except StorageError as exc:
+                refused = exc
+                break
+            stored.update(dict.fromkeys(keys, value))
+        assert refused is not None, "the tmpfs never filled up"
+        snapshot = backend.checkpoint(1).result(timeout=30)
+        restored = ChangelogKeyedStateBackend(storage, "op", ALL, epoch=1)
+        restored.restore(snapshot, memory_config)
+        every_key = [f"k{m}-{i}" for m in range(n + 1) for i in range(8)]
+        in_state = dict(zip(every_key, state.get_many(every_key), strict=True))
+        in_log = dict(zip(every_key, restored.value_state("blob").get_many(every_key), strict=True))
+        assert {k: v for k, v in in_state.items() if v is not None} == stored
+        assert in_log == in_state  # the refused update is in neither
+        backend.close()
+        restored.close()
+        delegate.close()
