@@ -104,6 +104,7 @@ class DfsReader(ChangeSetReader):
         self._storage = storage
 
     def _fetch(self, handle: ChangelogHandle, location: dict[str, LocationValue]) -> FetchedChangeSet:
+        self._storage._check_open()  # its download pool is gone: say so, not RuntimeError
         key = check_relative_path(str(location["object"]), "object location")
         cache = self._storage._cache
         data = cache.acquire(key)

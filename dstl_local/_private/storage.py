@@ -20,6 +20,7 @@ from dstl.spi import (
     Config,
     ConfigError,
     CorruptedError,
+    DstlError,
     FencedError,
     InvalidHandleError,
     KeyGroupRange,
@@ -185,7 +186,18 @@ class LocalStorage(ChangeSetStorage):
         self._active: ActiveSegment | None = None
         self._segment_number = 0
         self._committer = GroupCommitter(self._commit)
-        self._recover()
+        try:
+            self._recover()
+        except (OSError, DstlError) as exc:
+            # A failed start must not keep this instance's lock (nor its descriptor) alive.
+            self._instance_lock.release()
+            if isinstance(exc, DstlError):
+                raise
+            msg = (
+                f"recovering {self.segments_dir} failed: {exc}; a dead instance's segment cannot be read "
+                "or sealed (remove or repair what the error names)"
+            )
+            raise StorageError(msg) from exc
 
     # -- identity and paths ---------------------------------------------------------------
     @property

@@ -446,3 +446,16 @@ def test_a_handle_naming_another_logs_or_jobs_change_set_frees_nothing(file_conf
         storage.discard([live, own])  # the real handles still free their object
         with pytest.raises(StorageError):
             read_data(storage, live)
+
+
+def test_reading_through_a_closed_storage_is_a_closed_error(file_config):
+    from dstl.spi import ClosedError
+
+    storage = load_storage(file_config, job_id="job")
+    writer = storage.create_writer("op", KG)
+    writer.append(0, b"x")
+    handle = persist(writer, 0, 1)
+    reader = storage.create_reader()
+    storage.close()
+    with pytest.raises(ClosedError, match="closed"):
+        list(reader.read(handle))

@@ -368,3 +368,15 @@ def test_a_handle_naming_another_logs_change_set_frees_nothing(local_config):
         fresh.discard([live])
         with pytest.raises(StorageError):
             read_data(fresh, live)
+
+
+def test_a_failed_start_is_a_storage_error_and_leaks_no_descriptor_or_lock(local_config, tmp_path):
+    segments = tmp_path / "dstl" / "job" / "segments"
+    segments.mkdir(parents=True)
+    (segments / "seg-deadbeef0000-1.log").mkdir()  # a dead instance's segment that is a directory
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(5):
+        with pytest.raises(StorageError, match="seg-deadbeef0000-1.log"):
+            load_storage(local_config, job_id="job")
+    assert len(os.listdir("/proc/self/fd")) == before
+    assert not list((tmp_path / "dstl" / "job").glob("instance-*.lock"))
