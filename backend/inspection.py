@@ -80,6 +80,11 @@ class CheckpointLocation:
         """The state checkpoint directory as a URL (``state.checkpoints.dir`` of the job)."""
         return str(self.fs.unstrip_protocol(self.root))
 
+    @property
+    def spark_url(self) -> str | None:
+        """The Spark checkpoint location as a URL, when this is one."""
+        return None if self.spark_location is None else str(self.fs.unstrip_protocol(self.spark_location))
+
     def checkpoints(self) -> tuple[list[CompletedCheckpoint], list[tuple[int, str, str]]]:
         """The job's checkpoints, oldest first, and the damaged documents."""
         return read_checkpoints(self.fs, f"{self.root}/{self.job}/checkpoints")

@@ -10,6 +10,7 @@ them, whatever its storage: nothing refers to the old job's logs.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
 from collections.abc import Mapping
@@ -95,6 +96,14 @@ def write_savepoint(
     """
     cfg = Config.of(config)
     fs, root = checkpoint_fs(target, cfg)
+    target_url = str(fs.unstrip_protocol(root)).rstrip("/")
+    for inside in filter(None, (location.url, location.spark_url)):
+        if f"{target_url}/".startswith(f"{inside.rstrip('/')}/"):
+            msg = (
+                f"{target} lies inside the job's checkpoint directory {inside}: the job's recovery deletes "
+                "what it does not know there. Choose a target outside it"
+            )
+            raise InvalidHandleError(msg)
     if fs.exists(f"{root}/{SAVEPOINT_FILE}"):
         msg = f"{target} holds a savepoint already: choose an empty target"
         raise InvalidHandleError(msg)
@@ -178,12 +187,57 @@ def adopt_savepoint(
         (ref,) = snapshot.materialized
         copied = f"{folder}/instance-{index}.snap"  # not the instance name: the document is untrusted
         target_fs.makedirs(f"{target_root.rstrip('/')}/{folder}", exist_ok=True)
-        with (
-            source_fs.open(f"{source_root.rstrip('/')}/{ref.path}", "rb") as source,
-            target_fs.open(f"{target_root.rstrip('/')}/{copied}", "wb") as target,
-        ):
-            while chunk := source.read(8 << 20):
-                target.write(chunk)
+        _copy_snapshot(
+            source_fs,
+            f"{source_root.rstrip('/')}/{ref.path}",
+            target_fs,
+            f"{target_root.rstrip('/')}/{copied}",
+            ref.size,
+        )
         moved = MaterializationRef(copied, ref.key_groups, ref.sqn, ref.size, ref.entries, ref.clock)
         snapshots[name] = BackendSnapshot(0, (), (moved,))
     return CompletedCheckpoint(0, snapshots, savepoint.time)
+
+
+_COPY_CHUNK = 8 << 20
+
+
+def _copy_snapshot(source_fs: Any, source: str, target_fs: Any, target: str, size: int) -> None:  # noqa: ANN401
+    """Copy exactly ``size`` bytes of a regular file, or nothing (no partial file stays).
+
+    The savepoint is untrusted: its snapshot may be a link (to ``/dev/zero``, to a
+    file outside it), a FIFO, missing, or of another size than recorded.
+
+    :raises InvalidHandleError: naming the file and what is wrong with it.
+    """
+    try:
+        info = source_fs.info(source)
+    except FileNotFoundError as exc:
+        msg = f"the savepoint's snapshot {source} does not exist"
+        raise InvalidHandleError(msg) from exc
+    except OSError as exc:
+        msg = f"the savepoint's snapshot {source} cannot be read: {exc}"
+        raise InvalidHandleError(msg) from exc
+    if info.get("type") != "file" or info.get("islink"):
+        msg = f"the savepoint's snapshot {source} is not a regular file (a link, a FIFO or a directory)"
+        raise InvalidHandleError(msg)
+    if info.get("size") != size:
+        msg = f"the savepoint's snapshot {source} is {info.get('size')} bytes, the savepoint says {size}"
+        raise InvalidHandleError(msg)
+    try:
+        with source_fs.open(source, "rb") as reader, target_fs.open(target, "wb") as writer:
+            left = size
+            while left:
+                chunk = reader.read(min(left, _COPY_CHUNK))
+                if not chunk:
+                    msg = f"the savepoint's snapshot {source} ended {left} bytes before its recorded size"
+                    raise InvalidHandleError(msg)
+                writer.write(chunk)
+                left -= len(chunk)
+    except (OSError, InvalidHandleError) as exc:
+        with contextlib.suppress(OSError):
+            target_fs.rm_file(target)
+        if isinstance(exc, InvalidHandleError):
+            raise
+        msg = f"copying the savepoint's snapshot {source} to {target} failed: {exc}"
+        raise InvalidHandleError(msg) from exc
