@@ -16,6 +16,7 @@ job's own ``snapshots/`` directory are ever deleted.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -30,6 +31,7 @@ from dstl.spi import (
     ConfigError,
     CorruptedError,
     DstlError,
+    FencedError,
     InvalidHandleError,
     KeyGroupRange,
     SequenceNumberRange,
@@ -41,7 +43,7 @@ from dstl.spi import (
 
 from .changelog import BackendSnapshot
 from .documents import check_fields, load_document
-from .filesystems import put_atomically, storage_options
+from .filesystems import put_exclusively, storage_options
 from .options import backend_option
 
 log = logging.getLogger(__name__)
@@ -55,6 +57,7 @@ CHECKPOINT_VERSION = 1
 #: Longest operator-instance name a checkpoint document may hold.
 _MAX_NAME = 200
 ON_DAMAGED_CHOICES = ("fail", "previous")
+_LEASE_ATTEMPTS = 64
 #: The shortest orphan-collection grace accepted: the option's declared minimum.
 MIN_ORPHAN_GRACE = float(backend_option("state.checkpoints.orphan-collection.grace").minimum or 0)
 
@@ -165,6 +168,20 @@ class CompletedCheckpoint:
         return keys
 
 
+def _listing(fs: Any, directory: str) -> list[str]:  # noqa: ANN401 - fsspec
+    """The paths in ``directory``; none when it does not exist (object stores have no empty directories)."""
+    try:
+        return list(fs.ls(directory, detail=False))
+    except FileNotFoundError:
+        return []
+
+
+def _bounded_int(fs: Any, path: str) -> int:  # noqa: ANN401 - fsspec
+    """A small counter file's value (untrusted: 0 when it is not one)."""
+    text = fs.cat_file(path, start=0, end=32)
+    return int(text) if text.strip().isdigit() else 0
+
+
 def read_checkpoints(fs: Any, directory: str) -> tuple[list[CompletedCheckpoint], list[tuple[int, str, str]]]:  # noqa: ANN401
     """The checkpoint documents in ``directory`` (read only), oldest first, and the damaged ones.
 
@@ -173,7 +190,7 @@ def read_checkpoints(fs: Any, directory: str) -> tuple[list[CompletedCheckpoint]
     """
     documents: list[CompletedCheckpoint] = []
     damaged: list[tuple[int, str, str]] = []
-    for path in fs.ls(directory, detail=False):
+    for path in _listing(fs, directory):
         name = path.rsplit("/", 1)[-1]
         if not (name.startswith(_PREFIX) and name.endswith(_SUFFIX)):
             continue
@@ -249,6 +266,8 @@ class CheckpointCoordinator:
         self._counts: Counter[tuple[Any, ...]] = Counter()
         #: Damaged documents found by :meth:`recover`: nothing they may reference is deleted while they exist.
         self._damaged: list[str] = []
+        #: This driver's lease generation, taken by :meth:`recover` (writer epochs build on it).
+        self.generation: int | None = None
         self._fs.makedirs(self._dir, exist_ok=True)
 
     @classmethod
@@ -300,16 +319,71 @@ class CheckpointCoordinator:
             self._subsume(self._retained.pop())
 
     def _write(self, completed: CompletedCheckpoint) -> None:
-        # Write under a temporary name, then move: readers never see half a document.
+        # Created exclusively (never overwritten): a second driver of the job cannot replace it.
         final = self._path(completed.checkpoint_id)
+        self._check_lease()
+        if final in self._damaged and self._fs.exists(final):
+            log.warning("replacing the damaged checkpoint document %s with checkpoint %s", final, final)
+            self._fs.rm_file(final)
         try:
-            put_atomically(self._fs, self._dir, final, completed.to_json().encode())
+            put_exclusively(self._fs, self._dir, final, completed.to_json().encode())
+        except FileExistsError as exc:
+            msg = (
+                f"checkpoint {completed.checkpoint_id} of job {self._job} exists already at {final}: another "
+                "driver runs this job on the same state directory. This one stops; run one driver per job "
+                "(or give the other query a checkpoint location and job id of its own)"
+            )
+            raise FencedError(msg) from exc
         except OSError as exc:
             msg = (
                 f"writing checkpoint {completed.checkpoint_id} to {final} failed: {exc}; the checkpoint is "
                 "not completed (free space or fix the checkpoint directory, then retry)"
             )
             raise StorageError(msg, retriable=True) from exc
+
+    # -- the driver lease ----------------------------------------------------------------------------
+    def _take_lease(self) -> int:
+        """Become the job's newest driver: an exclusively created ``drivers/<generation>`` marker.
+
+        A driver whose marker is not the newest one is fenced at its next checkpoint
+        (:meth:`_check_lease`): a restarted driver takes over from one still running.
+        Generations only grow, from the ``runs`` counter of earlier releases too.
+        """
+        directory = f"{self._root}/{self._job}/drivers"
+        self._fs.makedirs(directory, exist_ok=True)
+        legacy = f"{self._root}/{self._job}/runs"
+        floor = _bounded_int(self._fs, legacy) if self._fs.exists(legacy) else 0
+        for _ in range(_LEASE_ATTEMPTS):
+            generation = max([floor, *self._generations(directory)]) + 1
+            owner = json.dumps({"generation": generation, "started": time.time()}).encode()
+            try:
+                put_exclusively(self._fs, directory, f"{directory}/{generation:012d}", owner)
+            except FileExistsError:
+                continue  # another driver took this generation first: go above it
+            for older in self._generations(directory):
+                if older < generation:
+                    with contextlib.suppress(OSError):
+                        self._fs.rm_file(f"{directory}/{older:012d}")
+            return generation
+        msg = f"could not take the driver lease of job {self._job} under {directory}: too many drivers"
+        raise StorageError(msg, retriable=True)
+
+    def _generations(self, directory: str) -> list[int]:
+        names = (path.rsplit("/", 1)[-1] for path in _listing(self._fs, directory))
+        return [int(name) for name in names if len(name) == 12 and name.isascii() and name.isdigit()]
+
+    def _check_lease(self) -> None:
+        """Fence this driver once a newer one of the job took the lease."""
+        if self.generation is None:
+            return
+        newest = max(self._generations(f"{self._root}/{self._job}/drivers"), default=self.generation)
+        if newest > self.generation:
+            msg = (
+                f"another driver of job {self._job} started on {self._dir} (generation {newest} > "
+                f"{self.generation}): this one is fenced and stops. Run one driver per job, or give the "
+                "other query a checkpoint location of its own"
+            )
+            raise FencedError(msg)
 
     def _subsume(self, old: CompletedCheckpoint) -> None:
         released = []
@@ -392,7 +466,8 @@ class CheckpointCoordinator:
         :raises JobConflictError: when another job holds this job id on the storage.
         """
         self.bind_storage()
-        for path in self._fs.ls(self._dir, detail=False):
+        self.generation = self._take_lease()
+        for path in _listing(self._fs, self._dir):
             if path.rsplit("/", 1)[-1].startswith(".tmp-"):
                 self._fs.rm_file(path)
         documents, damaged = read_checkpoints(self._fs, self._dir)

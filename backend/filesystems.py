@@ -9,13 +9,21 @@ passed as such, the rest as text (:meth:`Config.options_under`).
 from __future__ import annotations
 
 import contextlib
+import os
 import uuid
 from collections.abc import Mapping
 from typing import Any
 
 from dstl.spi import Config
+from dstl.spi.durability import fsync_directory
 
-__all__ = ["STORAGE_OPTIONS_PREFIX", "checkpoint_fs", "put_atomically", "storage_options"]
+__all__ = [
+    "STORAGE_OPTIONS_PREFIX",
+    "checkpoint_fs",
+    "put_atomically",
+    "put_exclusively",
+    "storage_options",
+]
 
 STORAGE_OPTIONS_PREFIX = "state.checkpoints.storage-options."
 
@@ -47,3 +55,31 @@ def put_atomically(fs: Any, directory: str, path: str, data: bytes) -> None:  # 
         with contextlib.suppress(OSError):
             fs.rm_file(temporary)
         raise
+
+
+def put_exclusively(fs: Any, directory: str, path: str, data: bytes) -> None:  # noqa: ANN401 - fsspec
+    """Create ``path`` holding ``data``, whole or not at all, unless it exists.
+
+    On a local disk: written and synced under a temporary name, then hard-linked
+    into place (``link`` fails on an existing name); elsewhere an exclusive create
+    (a conditional put on S3, whose objects appear whole).
+
+    :raises FileExistsError: when ``path`` exists (another writer created it).
+    :raises OSError: when writing fails (no temporary is left behind).
+    """
+    from fsspec.implementations.local import LocalFileSystem
+
+    if not isinstance(fs, LocalFileSystem):
+        fs.pipe_file(path, data, mode="create")
+        return
+    temporary = f"{directory}/.tmp-{uuid.uuid4().hex}"
+    try:
+        with open(temporary, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.link(temporary, path)
+        fsync_directory(directory)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)

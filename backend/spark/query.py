@@ -31,7 +31,6 @@ from dstl.spi import Config, ConfigError, CorruptedError
 
 from ..changelog import BackendSnapshot
 from ..coordinator import CheckpointCoordinator, CompletedCheckpoint, TimeProgress
-from ..filesystems import checkpoint_fs
 from ._private.affinity import ExecutorHomes, pinned_instances
 from ._private.durations import duration_ms
 from ._private.task import (
@@ -98,16 +97,6 @@ def check_storage_for_spark(cfg: Config) -> None:
             "with the 'multi_process' capability (dstl storages lists them)"
         )
         raise ConfigError(msg)
-
-
-def _next_run_id(coordinator_dir: str, job_id: str, config: Config) -> int:
-    """A counter bumped at every driver start: writer epochs of a new run fence the old run's."""
-    fs, root = checkpoint_fs(coordinator_dir, config)
-    path = f"{root}/{job_id}/runs"
-    run = int(fs.cat_file(path).decode()) + 1 if fs.exists(path) else 1
-    fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-    fs.pipe_file(path, str(run).encode())
-    return run
 
 
 class StatefulQuery:
@@ -244,7 +233,9 @@ class _BatchRunner:
         self.lineage: dict[str, list[tuple[int, str]]] = {}
         for completed in self.coordinator.retained:
             self._remember(completed)
-        self.run_id = _next_run_id(directory, job_id, cfg)
+        # the driver lease's generation grows with every driver start: writer epochs of a new
+        # run fence the old run's writers, as the lease fences its coordinator
+        self.run_id = self.coordinator.generation or 1
         self.working_dir = cfg.get("dstl.spark.working-dir") or f"{tempfile.gettempdir()}/dstl-working"
         self.homes = ExecutorHomes() if cfg["dstl.spark.placement"] == "sticky" else None
         self.interval = float(cfg["state.changelog.materialization.interval"])

@@ -222,3 +222,46 @@ def test_after_a_rollback_nothing_the_damaged_checkpoint_needs_is_deleted_until_
     latest.unlink()
     coordinator.collect_orphans()
     assert not coordinator._damage_pending()
+
+
+def _state_dir(where, tmp_path, request):
+    if where == "file":
+        return (tmp_path / "state").as_uri(), {"dstl.storage": "local", "dstl.local.dir": str(tmp_path / "log")}
+    s3 = request.getfixturevalue("s3_endpoint")
+    options = {
+        "state.checkpoints.storage-options.key": s3.access_key,
+        "state.checkpoints.storage-options.secret": s3.secret_key,
+        "state.checkpoints.storage-options.client_kwargs": json.dumps({"endpoint_url": s3.url}),
+    }
+    config = {"dstl.storage": "local", "dstl.local.dir": str(tmp_path / "log"), **options}
+    return f"s3://{s3.bucket}/lease-{uuid.uuid4().hex[:8]}", config
+
+
+@pytest.mark.parametrize("where", ["file", "s3"])
+def test_a_second_driver_on_one_state_directory_fences_the_first(tmp_path, request, where):
+    from dstl.spi import FencedError
+
+    directory, config = _state_dir(where, tmp_path, request)
+    old = CheckpointCoordinator(directory, "job", config=config, num_retained=2)
+    old.recover()
+    old.complete(1, {})
+    new = CheckpointCoordinator(directory, "job", config=config, num_retained=2)
+    assert new.recover().checkpoint_id == 1
+    assert new.generation > old.generation
+    with pytest.raises(FencedError, match="another driver of job job"):
+        old.complete(2, {})
+    new.complete(2, {})
+    # even a driver that never took the lease cannot overwrite a document
+    stray = CheckpointCoordinator(directory, "job", config=config, num_retained=2)
+    with pytest.raises(FencedError, match="exists already"):
+        stray.complete(2, {})
+    third = CheckpointCoordinator(directory, "job", config=config, num_retained=2)
+    assert third.recover().checkpoint_id == 2 and third.generation == new.generation + 1
+
+
+def test_driver_generations_continue_from_the_run_counter_of_earlier_releases(tmp_path, memory_config):
+    (tmp_path / "state" / "job").mkdir(parents=True)
+    (tmp_path / "state" / "job" / "runs").write_text("41")
+    coordinator = CheckpointCoordinator((tmp_path / "state").as_uri(), "job", config=memory_config)
+    coordinator.recover()
+    assert coordinator.generation == 42
