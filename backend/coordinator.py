@@ -42,7 +42,7 @@ from dstl.spi import (
 )
 
 from .changelog import BackendSnapshot
-from .documents import check_fields, load_document
+from .documents import check_fields, load_document, read_regular_file
 from .filesystems import put_exclusively, storage_options
 from .options import backend_option
 
@@ -197,7 +197,8 @@ def read_checkpoints(fs: Any, directory: str) -> tuple[list[CompletedCheckpoint]
         digits = name[len(_PREFIX) : -len(_SUFFIX)]
         named_id = int(digits) if digits.isascii() and digits.isdigit() else -1
         try:
-            completed = CompletedCheckpoint.from_json(fs.cat_file(path), source=f"checkpoint {path}")
+            text = read_regular_file(fs, path, f"checkpoint {path}")
+            completed = CompletedCheckpoint.from_json(text, source=f"checkpoint {path}")
         except (InvalidHandleError, OSError) as exc:
             damaged.append((named_id, path, str(exc)))
             continue

@@ -13,7 +13,15 @@ from typing import Any
 from dstl.spi import InvalidHandleError
 from dstl.spi.handle import reject_duplicate_keys
 
-__all__ = ["MAX_DOCUMENT_BYTES", "MAX_DOCUMENT_DEPTH", "check_fields", "load_document", "parse_json"]
+__all__ = [
+    "MAX_DOCUMENT_BYTES",
+    "MAX_DOCUMENT_DEPTH",
+    "check_fields",
+    "check_regular_file",
+    "load_document",
+    "parse_json",
+    "read_regular_file",
+]
 
 #: Largest document read back (a checkpoint of 128 instances with long logs is far below).
 MAX_DOCUMENT_BYTES = 16 << 20
@@ -47,6 +55,40 @@ def parse_json(text: str | bytes, what: str, *, max_bytes: int = MAX_DOCUMENT_BY
         raise InvalidHandleError(msg) from exc
     _check_depth(doc, what)
     return doc
+
+
+def check_regular_file(fs: Any, path: str, what: str) -> dict[str, Any]:  # noqa: ANN401 - fsspec
+    """``path``'s listing entry, if it is a regular file (not a link, FIFO, device or directory).
+
+    Reading a FIFO blocks for ever and a link may lead to ``/dev/zero`` or out of
+    the job's directory: what comes back from shared storage is only read as a
+    regular file.
+
+    :raises InvalidHandleError: naming ``what`` when it is anything else.
+    :raises FileNotFoundError: when it does not exist.
+    """
+    info = fs.info(path)
+    if info.get("type") != "file" or info.get("islink"):
+        msg = f"{what} is not a regular file (a link, FIFO, device or directory): it is not read"
+        raise InvalidHandleError(msg)
+    return dict(info)
+
+
+def read_regular_file(fs: Any, path: str, what: str, *, max_bytes: int = MAX_DOCUMENT_BYTES) -> bytes:  # noqa: ANN401
+    """The bytes of regular file ``path``, reading at most ``max_bytes`` (+1 to tell it is longer).
+
+    :raises InvalidHandleError: when it is no regular file or is longer than ``max_bytes``.
+    :raises FileNotFoundError: when it does not exist.
+    """
+    size = check_regular_file(fs, path, what).get("size")
+    if isinstance(size, int) and size > max_bytes:
+        msg = f"{what} is {size} bytes, more than the {max_bytes} a dstl document may have"
+        raise InvalidHandleError(msg)
+    data = fs.cat_file(path, start=0, end=max_bytes + 1)
+    if len(data) > max_bytes:
+        msg = f"{what} is more than the {max_bytes} bytes a dstl document may have"
+        raise InvalidHandleError(msg)
+    return bytes(data)
 
 
 def _check_depth(doc: Any, what: str) -> None:  # noqa: ANN401

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import Progress
 from rich.table import Table
 
@@ -30,7 +32,19 @@ if TYPE_CHECKING:
 
     from .coordinator import CompletedCheckpoint
 
-__all__ = ["add_inspect_parser", "add_savepoint_parser"]
+__all__ = ["add_inspect_parser", "add_savepoint_parser", "shown"]
+
+#: C0 and C1 control characters, DEL: an escape sequence in a name must not reach the terminal.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+def shown(value: object) -> str:
+    """``value`` as text safe to print with rich: markup escaped, control characters as hex escapes.
+
+    Names, paths and reasons come from checkpoints and logs someone else wrote.
+    """
+    text = _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", str(value))
+    return escape(text)
 
 
 def add_inspect_parser(sub: Any) -> None:  # noqa: ANN401 - argparse's subparsers action
@@ -72,8 +86,8 @@ def run_savepoint(args: argparse.Namespace, console: Console) -> int:
         savepoint = write_savepoint(location, chosen, args.target, config)
     total = sum(ref.size for s in savepoint.snapshots.values() for ref in s.materialized)
     console.print(
-        f"savepoint of job {savepoint.job!r}, checkpoint {savepoint.checkpoint_id}: "
-        f"{len(savepoint.snapshots)} instances, {total:,} bytes at {args.target} "
+        f"savepoint of job {shown(repr(savepoint.job))}, checkpoint {savepoint.checkpoint_id}: "
+        f"{len(savepoint.snapshots)} instances, {total:,} bytes at {shown(args.target)} "
         "(start a job from it with state.savepoint.path)"
     )
     return 0
@@ -158,22 +172,23 @@ def _print_changes(console: Console, as_json: bool, changes: Iterable[dict[str, 
         table.add_row(
             str(change["sqn"]),
             str(change["key_group"]),
-            change["op"],
-            change["state"],
-            json.dumps(change["key"]),
-            json.dumps(change["args"])[:200],
+            shown(change["op"]),
+            shown(change["state"]),
+            shown(json.dumps(change["key"])),
+            shown(json.dumps(change["args"])[:200]),
         )
     console.print(table)
     console.print(f"{count} change records")
 
 
 def _print_checkpoint(console: Console, described: dict[str, Any]) -> None:
-    head = f"job {described['job']!r}, checkpoint {described['checkpoint_id']}"
+    head = f"job {shown(repr(described['job']))}, checkpoint {described['checkpoint_id']}"
     if described["watermark_ms"] is not None:
         head += f", watermark {described['watermark_ms']} ms"
     console.print(f"[bold]{head}[/] (retained: {described['retained']})")
     for item in described["damaged"]:
-        console.print(f"[red]damaged[/] checkpoint {item['checkpoint_id']}: {item['path']}: {item['reason']}")
+        where, reason = shown(item["path"]), shown(item["reason"])
+        console.print(f"[red]damaged[/] checkpoint {item['checkpoint_id']}: {where}: {reason}")
     table = Table()
     for column in ("instance", "snapshots", "snapshot bytes", "log handles", "log bytes", "SQN ranges"):
         table.add_column(column, overflow="fold")
@@ -184,7 +199,7 @@ def _print_checkpoint(console: Console, described: dict[str, Any]) -> None:
             *((f"  part {p['key_groups']}", p) for p in snapshot.get("parts", ())),
         ]:
             table.add_row(
-                label,
+                shown(label),
                 str(len(part["materialized"])),
                 f"{part['snapshot_bytes']:,}",
                 str(len(part["handles"])),
@@ -194,11 +209,12 @@ def _print_checkpoint(console: Console, described: dict[str, Any]) -> None:
             states[label.strip()] = _states_line(part["states"])
     console.print(table)
     for label, line in states.items():
-        console.print(f"states of {label}: {line}")
+        console.print(f"states of {shown(label)}: {shown(line)}")
     timers = described["next_timers"]
     if timers:
         console.print(
-            "next timers: " + ", ".join(f"{name} at {expiry}" for name, expiry in sorted(timers.items()))
+            "next timers: "
+            + ", ".join(f"{shown(name)} at {expiry}" for name, expiry in sorted(timers.items()))
         )
 
 

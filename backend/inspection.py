@@ -19,6 +19,7 @@ from dstl.spi import ChangelogHandle, Config, InvalidHandleError, KeyGroupRange,
 from .changelog import BackendSnapshot, ChangelogKeyedStateBackend
 from .changelog.replay import DecodedChange, decoded_changes
 from .coordinator import CompletedCheckpoint, read_checkpoints
+from .documents import check_regular_file
 from .filesystems import checkpoint_fs
 from .keygroups import parse_instance_name
 from .materialization import MaterializationRef, read_sections
@@ -99,6 +100,7 @@ class CheckpointLocation:
     def snapshot_meta(self, ref: MaterializationRef) -> dict[str, Any]:
         """The meta of a snapshot object (registrations, SQN, key groups), reading only its tail."""
         path = f"{self.root}/{ref.path}"
+        check_regular_file(self.fs, path, f"snapshot {path}")
 
         def read_range(start: int, end: int) -> bytes:
             return self.fs.cat_file(path, start=start, end=end)
@@ -179,7 +181,7 @@ def handle_changes(
     def registered(name: str, _kind: str, serializer: str) -> None:
         serializers[name] = serializer
 
-    with storage_for_handle(handle, config, job_id="inspect") as storage:
+    with storage_for_handle(handle, config, job_id="inspect", read_only=True) as storage:
         reader = storage.create_reader()
         try:
             for change in decoded_changes(reader, handle, key_groups, registered):

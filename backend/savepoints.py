@@ -21,7 +21,7 @@ from dstl.spi import Config, InvalidHandleError
 
 from .changelog import BackendSnapshot, ChangelogKeyedStateBackend
 from .coordinator import CompletedCheckpoint, TimeProgress
-from .documents import load_document
+from .documents import load_document, read_regular_file
 from .filesystems import checkpoint_fs, put_atomically
 from .inspection import CheckpointLocation, instance_key_groups, restored_read_only
 from .materialization import MaterializationRef
@@ -148,7 +148,7 @@ def read_savepoint(path: str, config: Config | Mapping[str, Any] | None = None) 
     fs, root = checkpoint_fs(path, config)
     document = f"{root}/{SAVEPOINT_FILE}"
     try:
-        text = fs.cat_file(document)
+        text = read_regular_file(fs, document, f"savepoint {document}")
     except FileNotFoundError as exc:
         msg = f"{path} holds no savepoint (no {SAVEPOINT_FILE}; state.savepoint.path names its directory)"
         raise InvalidHandleError(msg) from exc

@@ -18,6 +18,7 @@ import pytest
 from ._private.pytest_plugin import (
     StorageUnderTest,
     dstl_environment,
+    dstl_environment_dir,
     pytest_addoption,
     pytest_configure,
     pytest_runtest_setup,
@@ -40,6 +41,7 @@ __all__ = [
     "ConformanceBackdoor",
     "StorageUnderTest",
     "dstl_environment",
+    "dstl_environment_dir",
     "pytest_addoption",
     "pytest_configure",
     "pytest_runtest_setup",

@@ -12,7 +12,7 @@ import threading
 from abc import abstractmethod
 
 from .changeset_writer import ChangeSetWriter, log_id_for
-from .errors import ClosedError, JobConflictError
+from .errors import ClosedError, JobConflictError, ReadOnlyError
 from .metrics import StorageMetrics
 from .names import validate_name
 from .storage import StateChangelogStorage
@@ -32,9 +32,11 @@ class ChangeSetStorage(StateChangelogStorage):
 
     preemptive_threshold: float = math.inf
 
-    def __init__(self, job_id: str, *, codec: str = "none") -> None:
+    def __init__(self, job_id: str, *, codec: str = "none", read_only: bool = False) -> None:
         self.job_id = validate_name(job_id, "job id")
         self.change_set_codec = codec
+        #: Opened only to read handles (``dstl.read-only``): nothing is created, writes are refused.
+        self.read_only = read_only
         self._metrics = StorageMetrics()
         self._lock = threading.Lock()
         self._writers: set[ChangeSetWriter] = set()
@@ -61,7 +63,7 @@ class ChangeSetStorage(StateChangelogStorage):
 
         :raises JobConflictError: naming both owners.
         """
-        self._check_open()
+        self._check_writable()
         recorded = self._record_owner(owner)
         if recorded != owner:
             raise JobConflictError(self.job_id, recorded, owner)
@@ -79,11 +81,21 @@ class ChangeSetStorage(StateChangelogStorage):
             msg = f"{self.identifier} storage is closed"
             raise ClosedError(msg)
 
+    def _check_writable(self) -> None:
+        """Refuse what would write or delete, on a storage opened read only."""
+        self._check_open()
+        if self.read_only:
+            msg = (
+                f"{self.identifier} storage of job {self.job_id!r} is open read only (dstl.read-only): it "
+                "reads handles, and writes, discards or collects nothing"
+            )
+            raise ReadOnlyError(msg)
+
     def create_writer(
         self, operator_id: str, key_groups: KeyGroupRange, *, epoch: int = 0
     ) -> ChangeSetWriter:
         """Create the writer of ``operator_id``'s log over ``key_groups``; fences lower epochs."""
-        self._check_open()
+        self._check_writable()
         if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
             msg = f"epoch must be a non-negative int, got {epoch!r}"
             raise ValueError(msg)

@@ -14,6 +14,7 @@ __all__ = [
     "InvalidIdentifierError",
     "JobConflictError",
     "PluginError",
+    "ReadOnlyError",
     "StorageError",
     "TruncatedError",
     "UnknownStorageError",
@@ -128,6 +129,10 @@ class JobConflictError(ConfigError):
             "leave it unset to derive one from the checkpoint location), or point dstl.local.dir / "
             "dstl.dfs.base-path elsewhere"
         )
+
+
+class ReadOnlyError(ConfigError):
+    """A storage opened read only (``dstl.read-only``) was asked to write or delete."""
 
 
 class PluginError(DstlError):

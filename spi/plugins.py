@@ -20,6 +20,7 @@ import pluggy
 
 from . import hookspecs
 from ._private import core_plugin
+from ._private.core_plugin import READ_ONLY_KEY
 from .config import Config, use_declared_options
 from .errors import PluginError
 from .handle import ChangelogHandle
@@ -128,14 +129,19 @@ def refresh_plugins() -> None:
     _discover.cache_clear()
 
 
-def load_storage(config: Config | Mapping[str, Any] | None = None, *, job_id: str) -> StateChangelogStorage:
+def load_storage(
+    config: Config | Mapping[str, Any] | None = None, *, job_id: str, read_only: bool = False
+) -> StateChangelogStorage:
     """Create the storage named by ``dstl.storage`` for ``job_id``.
+
+    :param read_only: open it only to read handles (``dstl.read-only``): it creates
+        nothing where the storage keeps data, and refuses writers and deletions.
 
     :raises UnknownStorageError: listing the installed identifiers.
     :raises ConfigError: on unknown keys or bad values.
     :raises PluginError: when the storage's dependencies are not installed.
     """
-    cfg = Config.of(config)
+    cfg = _read_only(Config.of(config), read_only)
     validate_name(job_id, "job id")
     return get_registry().get(cfg["dstl.storage"]).create(cfg, job_id)
 
@@ -145,15 +151,21 @@ def storage_for_handle(
     config: Config | Mapping[str, Any] | None = None,
     *,
     job_id: str = "restore",
+    read_only: bool = False,
 ) -> StateChangelogStorage:
     """Create the storage that can read ``handle``: chosen by ``handle.storage_id``.
 
     The current ``dstl.storage`` does not matter, so a job can switch storage
-    between runs and still restore what the previous run wrote.
+    between runs and still restore what the previous run wrote. ``read_only`` as
+    for :func:`load_storage`: what only reads a handle should open it so.
     """
     if not isinstance(handle, ChangelogHandle):
         msg = f"expected a ChangelogHandle, got {type(handle).__name__}"
         raise PluginError(msg)
-    cfg = Config.of(config)
+    cfg = _read_only(Config.of(config), read_only)
     validate_name(job_id, "job id")
     return get_registry().get(handle.storage_id).create(cfg, job_id)
+
+
+def _read_only(config: Config, read_only: bool) -> Config:
+    return config.with_values({READ_ONLY_KEY: True}) if read_only else config

@@ -899,7 +899,7 @@ class ChangelogKeyedStateBackend:
                     storage = self.storage
                     if handle.storage_id != storage.identifier:
                         storage = opened[handle.storage_id] = storage_for_handle(
-                            handle, config, job_id="restore"
+                            handle, config, job_id="restore", read_only=True
                         )
                     readers[handle.storage_id] = storage.create_reader()
                 pairs.append((readers[handle.storage_id], handle))

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from dstl.spi import ConfigError, CorruptedError, InvalidHandleError, StorageError
 
 from ..delegate import StateView
+from ..documents import check_regular_file
 from ..materialization import MaterializationRef, SnapshotWriter, read_sections
 from ..options import option_default
 from ..ttl import purge_expired
@@ -384,6 +385,11 @@ class Materializer:
         path = f"{root}/{ref.path}"
         backend = self._backend
         wanted = key_groups or backend.key_groups
+        try:
+            check_regular_file(fs, path, f"snapshot {self._dir}/{ref.path}")
+        except FileNotFoundError as exc:
+            msg = f"snapshot {self._dir}/{ref.path} does not exist"
+            raise StorageError(msg) from exc
 
         def read_range(start: int, end: int) -> bytes:
             try:

@@ -16,6 +16,7 @@ from typing import Any
 
 from dstl.spi import ConfigError, DstlError, validate_name
 
+from ..documents import read_regular_file
 from ..filesystems import checkpoint_fs
 
 __all__ = ["JOB_ID_FILE", "default_job_id", "resolve_job_id"]
@@ -84,21 +85,11 @@ def resolve_job_id(
 def _read_record(fs: Any, path: str) -> str | None:  # noqa: ANN401 - fsspec
     """The recorded job id, ``None`` when there is none (the record is untrusted: checked)."""
     try:
-        if not fs.exists(path):
-            return None
-        if fs.info(path).get("type") != "file":
-            msg = f"{path} is not a regular file"
-            raise ConfigError(msg)
-        data = fs.cat_file(path, start=0, end=_MAX_RECORD + 1)
-    except OSError as exc:
-        msg = f"cannot read the job id recorded in {path}: {exc}"
-        raise ConfigError(msg) from exc
-    try:
-        if len(data) > _MAX_RECORD:
-            msg = "too long"
-            raise ConfigError(msg)
+        data = read_regular_file(fs, path, f"the job id record {path}", max_bytes=_MAX_RECORD)
         return validate_name(data.decode("utf-8").strip(), "recorded job id")
-    except (DstlError, UnicodeDecodeError) as exc:
+    except FileNotFoundError:
+        return None
+    except (OSError, DstlError, UnicodeDecodeError) as exc:
         msg = (
             f"the job id recorded in {path} is damaged ({exc}): restore the file, or remove it and pass the "
             "job's id as job_id"

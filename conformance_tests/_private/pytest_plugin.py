@@ -70,6 +70,8 @@ class StorageUnderTest:
     backdoor: ConformanceBackdoor | None
     workdir: Path
     timeout: float
+    #: Where the storage's test environment keeps its files (local directories, a broker's data).
+    environment_dir: Path | None = None
     job_id: str = field(default_factory=lambda: f"job-{uuid.uuid4().hex[:12]}")
     _opened: list[StateChangelogStorage] = field(default_factory=list)
 
@@ -111,9 +113,13 @@ class StorageUnderTest:
 
 
 @pytest.fixture(scope="session")
-def dstl_environment(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, str]]:
+def dstl_environment_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The directory the storage's test environment works in, for the whole session."""
+    return tmp_path_factory.mktemp(f"dstl-{request.config.getoption('dstl_storage') or 'none'}")
+
+
+@pytest.fixture(scope="session")
+def dstl_environment(request: pytest.FixtureRequest, dstl_environment_dir: Path) -> Iterator[dict[str, str]]:
     """Start the storage's backing service for the session; yields its config."""
     identifier = request.config.getoption("dstl_storage")
     if not identifier:
@@ -123,15 +129,19 @@ def dstl_environment(
         user = parse_key_values(request.config.getoption("dstl_config"), flag="--dstl-config")
     except ConfigError as exc:
         raise pytest.UsageError(str(exc)) from exc
-    workdir = tmp_path_factory.mktemp(f"dstl-{identifier}")
-    env = get_plugin_manager().hook.dstl_conformance_environment(identifier=identifier, workdir=workdir)
+    env = get_plugin_manager().hook.dstl_conformance_environment(
+        identifier=identifier, workdir=dstl_environment_dir
+    )
     with env if env is not None else contextlib.nullcontext({}) as provided:
         yield {**dict(provided), **user}
 
 
 @pytest.fixture
 def sut(
-    request: pytest.FixtureRequest, dstl_environment: dict[str, str], tmp_path: Path
+    request: pytest.FixtureRequest,
+    dstl_environment: dict[str, str],
+    dstl_environment_dir: Path,
+    tmp_path: Path,
 ) -> Iterator[StorageUnderTest]:
     """The storage under test, with a job id of its own."""
     identifier = request.config.getoption("dstl_storage")
@@ -144,6 +154,7 @@ def sut(
         backdoor=backdoor,
         workdir=tmp_path,
         timeout=request.config.getoption("dstl_timeout"),
+        environment_dir=dstl_environment_dir,
     )
     try:
         yield under_test

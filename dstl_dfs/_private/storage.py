@@ -126,7 +126,11 @@ class DfsStorage(ChangeSetStorage):
     """
 
     def __init__(self, config: Config, job_id: str) -> None:
-        super().__init__(job_id, codec=str(config["dstl.changelog.compression"]))
+        super().__init__(
+            job_id,
+            codec=str(config["dstl.changelog.compression"]),
+            read_only=bool(config["dstl.read-only"]),
+        )
         self.store: ObjectStore = open_store(config)
         # Epoch markers need conditional puts: on S3 through boto3 even when data goes through s3fs.
         on_s3 = urlparse(str(config["dstl.dfs.base-path"])).scheme in ("s3", "s3a")
@@ -392,6 +396,7 @@ class DfsStorage(ChangeSetStorage):
 
         :raises InvalidHandleError: for an object location outside this job.
         """
+        self._check_writable()
         handles = list(handles)
         self._metrics.inc("discarded_change_sets", sum(len(h.locations) for h in handles))
         by_object: dict[str, set[int]] = {}
@@ -481,6 +486,7 @@ class DfsStorage(ChangeSetStorage):
         modification time, the creation time in the key (:func:`data_key`) is used.
         Objects an open writer still reuses stay.
         """
+        self._check_writable()
         grace = time.time() - older_than
         needed = {
             str(loc["object"])

@@ -204,11 +204,17 @@ class KafkaStorage(ChangeSetStorage):
     """Change sets of a job in topic ``<prefix>.<job>``, partitioned by log."""
 
     def __init__(self, config: Config, job_id: str) -> None:
-        super().__init__(job_id, codec=str(config["dstl.changelog.compression"]))
-
+        super().__init__(
+            job_id,
+            codec=str(config["dstl.changelog.compression"]),
+            read_only=bool(config["dstl.read-only"]),
+        )
         self.factory = ClientFactory(config)
         self.topic = f"{config['dstl.kafka.topic']}.{self.job_id}"
         self.claims_topic = f"{self.topic}.claims"
+        if self.read_only:  # readers consume the topics their handles name: no topic, producer or claim
+            self._producer = None
+            return
         self.partitions = ensure_topics(
             self.factory, config, [self.topic, self.claims_topic], compacted=frozenset({self.claims_topic})
         )
@@ -393,6 +399,7 @@ class KafkaStorage(ChangeSetStorage):
         offset is only safe with the checkpoint coordinator's view of every live
         handle: see :meth:`collect_orphans`.
         """
+        self._check_writable()
         handles = list(handles)
         self._metrics.inc("discarded_change_sets", sum(len(h.locations) for h in handles))
 
@@ -404,6 +411,7 @@ class KafkaStorage(ChangeSetStorage):
 
         :returns: the partitions truncated.
         """
+        self._check_writable()
         if self._truncator.supported is False:
             return 0
         plan, lows = self._truncator.plan(live, IDENTIFIER, older_than)
@@ -412,6 +420,8 @@ class KafkaStorage(ChangeSetStorage):
         return truncated
 
     def _close_resources(self) -> None:
+        if self._producer is None:  # read only: nothing was opened
+            return
         remaining = self._producer.flush(self.factory.timeout)
         if remaining:
             log.warning("kafka storage closed with %d undelivered records", remaining)

@@ -20,6 +20,7 @@ import errno
 import fcntl
 import logging
 import os
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -247,12 +248,21 @@ def _valid_change_set_after(data: bytes, offset: int) -> bool:
 def read_change_set_bytes(path: Path, offset: int, length: int) -> bytes:
     """Read exactly ``length`` bytes at ``offset`` of a segment."""
     try:
-        fd = os.open(path, os.O_RDONLY)
+        # Non-blocking and no links: a FIFO or a link planted under the job's name must not hang or
+        # redirect the read.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
     except FileNotFoundError as exc:
         msg = f"segment {path} does not exist (was it discarded?)"
         raise StorageError(msg) from exc
+    except OSError as exc:
+        msg = f"segment {path} cannot be opened: {exc} (a link or something else than a file)"
+        raise CorruptedError(msg, location=str(path), offset=offset) from exc
     try:
-        available = os.fstat(fd).st_size - offset
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            msg = "not a regular file"
+            raise CorruptedError(msg, location=str(path), offset=offset)
+        available = status.st_size - offset
         if available < length:
             msg = f"segment ends after {max(available, 0)} of {length} bytes"
             raise CorruptedError(msg, location=str(path), offset=offset)

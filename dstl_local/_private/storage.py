@@ -166,7 +166,11 @@ class LocalStorage(ChangeSetStorage):
                 "e.g. dstl.local.dir=/var/lib/dstl"
             )
             raise ConfigError(msg)
-        super().__init__(job_id, codec=str(config["dstl.changelog.compression"]))
+        super().__init__(
+            job_id,
+            codec=str(config["dstl.changelog.compression"]),
+            read_only=bool(config["dstl.read-only"]),
+        )
         self.base = Path(base).expanduser().absolute()
         self.job_dir = self.base / self.job_id
         self.segments_dir = self.job_dir / "segments"
@@ -175,6 +179,10 @@ class LocalStorage(ChangeSetStorage):
         self._fsync = bool(config["dstl.local.fsync"])
         self._segment_lock = threading.Lock()  # held across write + fsync: keep it apart
         self.instance = uuid.uuid4().hex[:12]
+        self._active: ActiveSegment | None = None
+        if self.read_only:  # reads need none of it: no directory, lock, recovery or discard file
+            self._instance_lock = None
+            return
         try:
             self.segments_dir.mkdir(parents=True, exist_ok=True)
             self.epochs_dir.mkdir(parents=True, exist_ok=True)
@@ -183,7 +191,6 @@ class LocalStorage(ChangeSetStorage):
             msg = f"cannot use dstl.local.dir {str(self.base)!r}: {exc}"
             raise StorageError(msg) from exc
         self._discards = DiscardTracker(self.segments_dir)
-        self._active: ActiveSegment | None = None
         self._segment_number = 0
         self._committer = GroupCommitter(self._commit)
         try:
@@ -373,6 +380,7 @@ class LocalStorage(ChangeSetStorage):
 
     def discard(self, handles: Iterable[ChangelogHandle]) -> None:
         """Record the handles' change sets as discarded; delete segments nothing needs."""
+        self._check_writable()
         by_segment: dict[str, set[tuple[int, int]]] = {}
         handles = list(handles)
         self._metrics.inc("discarded_change_sets", sum(len(h.locations) for h in handles))
@@ -482,6 +490,7 @@ class LocalStorage(ChangeSetStorage):
         first when nothing in it is needed. Segments an open writer still reuses are
         kept, and so are quarantined ones.
         """
+        self._check_writable()
         needed: set[str] = set()
         for handle in live:
             if handle.storage_id != self.identifier:
@@ -533,4 +542,5 @@ class LocalStorage(ChangeSetStorage):
         if active is not None:
             active.seal()
             self._discards.collect(active.name)
-        self._instance_lock.release()
+        if self._instance_lock is not None:
+            self._instance_lock.release()

@@ -7,6 +7,8 @@ from ..hookspecs import hookimpl
 from ..options import ConfigOption, OptionType
 
 DEFAULT_STORAGE = "local"
+#: The key that opens a storage read only (:func:`~dstl.spi.load_storage` ``read_only=True`` sets it).
+READ_ONLY_KEY = "dstl.read-only"
 
 CORE_OPTIONS = [
     ConfigOption(
@@ -23,6 +25,14 @@ CORE_OPTIONS = [
         "Compression of each change set a writer stores (a body is stored compressed only when that "
         "makes it smaller); readers understand every codec, whatever this says.",
         choices=CHANGE_SET_CODECS,
+    ),
+    ConfigOption(
+        READ_ONLY_KEY,
+        OptionType.BOOL,
+        False,
+        "Open the storage only to read handles: it creates nothing (no directories, topics, locks, epoch "
+        "claims or owner records) and refuses writers, discards and orphan collection. Read-only tools "
+        "(inspect, savepoints, read_state, restore readers) open storages this way.",
     ),
 ]
 

@@ -170,3 +170,81 @@ def test_a_spark_checkpoint_location_on_filesystem_reads_its_log_where_the_job_p
         "alice",
         "bob",
     }
+
+
+def _tree(root):
+    return sorted((str(p.relative_to(root)), p.stat().st_size) for p in root.rglob("*"))
+
+
+def test_inspect_and_savepoint_create_nothing_where_the_job_keeps_its_log(job, tmp_path):
+    config, directory = job
+    log_dir = tmp_path / "log"
+    before = _tree(log_dir)
+    with_log = ["--config", f"dstl.local.dir={log_dir}"]
+    assert main(["inspect", str(directory), "--log", "--json", *with_log]) == 0
+    assert main(["savepoint", str(directory), str(tmp_path / "sp"), *with_log]) == 0
+    assert _tree(log_dir) == before  # no 'inspect' or 'restore' job directories, locks or epoch files
+
+
+def test_a_read_only_storage_refuses_writes_and_deletes(tmp_path):
+    from dstl.spi import ReadOnlyError
+
+    config = {"dstl.storage": "local", "dstl.local.dir": str(tmp_path / "log")}
+    with load_storage(config, job_id="job") as storage:
+        writer = storage.create_writer("op", ALL)
+        writer.append(0, b"x")
+        handle = writer.persist(0, 1).result(timeout=30)
+    before = _tree(tmp_path / "log")
+    with load_storage(config, job_id="job", read_only=True) as reader_only:
+        assert [c.data for c in reader_only.create_reader().read(handle)] == [b"x"]
+        for refused in (
+            lambda: reader_only.create_writer("op", ALL),
+            lambda: reader_only.discard([handle]),
+            lambda: reader_only.collect_orphans([], older_than=0.0),
+            lambda: reader_only.bind_job("somewhere"),
+        ):
+            with pytest.raises(ReadOnlyError, match="read only"):
+                refused()
+    with load_storage(config, job_id="never-written", read_only=True):
+        pass
+    assert _tree(tmp_path / "log") == before
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "huge"])
+def test_a_checkpoint_document_that_is_no_regular_file_is_damaged_not_read(job, tmp_path, kind, capsys):
+    import os
+
+    _, directory = job
+    latest = directory / "job" / "checkpoints" / "chk-000000000003.json"
+    latest.unlink()
+    if kind == "fifo":
+        os.mkfifo(latest)
+    elif kind == "dev-zero":
+        latest.symlink_to("/dev/zero")
+    else:
+        with open(latest, "wb") as file:
+            file.truncate(1 << 40)  # sparse: 1 TB recorded, nothing read
+    assert main(["inspect", str(directory), "--json"]) == 0  # returns, does not hang or blow up
+    described = json.loads(capsys.readouterr().out)
+    assert described["checkpoint_id"] == 2
+    (damaged,) = described["damaged"]
+    assert damaged["checkpoint_id"] == 3
+    assert "regular file" in damaged["reason"] or "more than" in damaged["reason"]
+
+
+def test_hostile_names_are_printed_escaped(tmp_path, capsys):
+    config = {"dstl.storage": "memory", "dstl.memory.namespace": "hostile-names"}
+    checkpoints = (tmp_path / "chk").as_uri()
+    with load_storage(config, job_id="job") as storage:
+        coordinator = CheckpointCoordinator(checkpoints, "job", config=config)
+        backend = ChangelogKeyedStateBackend(storage, "op", ALL, snapshot_dir=checkpoints)
+        backend.set_current_key("k")
+        backend.value_state("a[/]b\x1b[2Jc").update(1)
+        backend.materialize().result(timeout=30)
+        snapshot = backend.checkpoint(1).result(timeout=30)
+        coordinator.complete(1, {"kg0-128": snapshot}, TimeProgress(None, {"[/]\x1b]0;evil\x07": 5}))
+        backend.close()
+        assert main(["inspect", str(tmp_path / "chk"), "--batch", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out
+    assert "\\x1b" in out and "[/]" in out

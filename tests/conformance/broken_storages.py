@@ -224,7 +224,7 @@ class PackingWriter(MemoryWriter):
                 name = f"{storage.job_id}/{self.log_id}/{next(ns.tokens):012d}"
                 storage._open_objects[self.log_id] = name
                 ns.objects[name] = bytearray()
-                ns.created[name] = time.time()
+                ns.created[name] = time.monotonic()
             upload = next(ns.tokens)
             locations = []
             for change_set in change_sets:

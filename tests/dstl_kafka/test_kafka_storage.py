@@ -340,3 +340,22 @@ def test_jobs_and_operators_whose_dotted_names_concatenate_alike_do_not_fence_ea
         one.close()
         first.create_writer("y", KG, epoch=2).close()
         assert first.claims.producers_initialised == 1  # its kept claim producer was never fenced
+
+
+def test_a_read_only_open_creates_no_topic_and_needs_none(kafka_config):
+    from confluent_kafka.admin import AdminClient
+
+    from dstl.spi import ReadOnlyError, storage_for_handle
+
+    with load_storage(kafka_config, job_id="job") as storage:
+        writer = storage.create_writer("op", KG)
+        writer.append(0, b"read me")
+        handle = persist(writer, 0, 1)
+    admin = AdminClient({"bootstrap.servers": kafka_config["dstl.kafka.bootstrap.servers"]})
+    before = set(admin.list_topics(timeout=10).topics)
+    no_creation = {**kafka_config, "dstl.kafka.topic.create": "false"}
+    with storage_for_handle(handle, no_creation, job_id="inspect", read_only=True) as reader_only:
+        assert read_data(reader_only, handle) == [b"read me"]
+        with pytest.raises(ReadOnlyError):
+            reader_only.create_writer("op", KG)
+    assert set(admin.list_topics(timeout=10).topics) == before

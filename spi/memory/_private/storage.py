@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from ...changeset_format import CHANGE_SET_HEADER_SIZE, change_set_identity
 from ...changeset_reader import (
     OFFSET_LENGTH_FIELDS,
     ChangeSetReader,
@@ -19,8 +20,9 @@ from ...changeset_reader import (
 from ...changeset_storage import ChangeSetStorage
 from ...changeset_writer import ChangeSet, ChangeSetWriter
 from ...config import Config
-from ...errors import FencedError, StorageError
+from ...errors import CorruptedError, FencedError, InvalidHandleError, StorageError
 from ...handle import ChangelogHandle, Location, LocationValue
+from ...names import MAX_NAME_LENGTH
 from ...types import KeyGroupRange
 
 IDENTIFIER = "memory"
@@ -34,7 +36,7 @@ class _Namespace:
     objects: dict[str, bytearray] = field(default_factory=dict)
     # object -> offsets of its change sets not yet discarded
     live: dict[str, set[int]] = field(default_factory=dict)
-    created: dict[str, float] = field(default_factory=dict)
+    created: dict[str, float] = field(default_factory=dict)  # time.monotonic() when stored
     # (job, log) -> (epoch, owner token) of the newest writer.
     owners: dict[tuple[str, str], tuple[int, str]] = field(default_factory=dict)
     tokens: itertools.count = field(default_factory=itertools.count)  # type: ignore[type-arg]
@@ -119,7 +121,7 @@ class MemoryWriter(ChangeSetWriter):
                 return
             name = f"{storage.job_id}/{self.log_id}/{next(ns.tokens):012d}"
             ns.objects[name] = bytearray(b"".join(blobs))
-            ns.created[name] = time.time()
+            ns.created[name] = time.monotonic()  # the store's own clock: no writer's wall clock
             offsets, position = set(), 0
             for blob in blobs:
                 offsets.add(position)
@@ -165,7 +167,11 @@ class MemoryStorage(ChangeSetStorage):
 
     def __init__(self, config: Config, job_id: str) -> None:
         # the reference storage compresses like the others: the suite reads both forms through it
-        super().__init__(job_id, codec=str(config["dstl.changelog.compression"]))
+        super().__init__(
+            job_id,
+            codec=str(config["dstl.changelog.compression"]),
+            read_only=bool(config["dstl.read-only"]),
+        )
         if config["dstl.memory.preemptive-persist-threshold"] is not None:
             self.preemptive_threshold = int(config["dstl.memory.preemptive-persist-threshold"])
         self.namespace = str(config["dstl.memory.namespace"])
@@ -211,7 +217,15 @@ class MemoryStorage(ChangeSetStorage):
         return self.reader_class(self)
 
     def discard(self, handles: Iterable[ChangelogHandle]) -> None:
-        """Forget the handles' change sets; delete objects none of whose change sets is left."""
+        """Forget the handles' change sets; delete objects none of whose change sets is left.
+
+        A change set is forgotten only when it lies in an object of this job and
+        its header names the handle's log, epoch and SQN: a forged or damaged handle
+        frees nothing (another job's object is refused).
+
+        :raises InvalidHandleError: for an object of another job.
+        """
+        self._check_writable()
         handles = list(handles)
         self._metrics.inc("discarded_change_sets", sum(len(h.locations) for h in handles))
         deleted = 0
@@ -219,10 +233,17 @@ class MemoryStorage(ChangeSetStorage):
             for handle in handles:
                 for loc in checked_locations(handle, MemoryStorageReader.location_fields):
                     name = str(loc["object"])
+                    if not name.startswith(f"{self.job_id}/"):
+                        msg = (
+                            f"object location {name!r:.120} does not belong to job {self.job_id!r} of this "
+                            "storage: a damaged or foreign handle"
+                        )
+                        raise InvalidHandleError(msg)
                     live = self._ns.live.get(name)
-                    if live is None:
+                    offset = int(loc["offset"])  # type: ignore[arg-type]
+                    if live is None or not self._holds(name, offset, handle, loc):
                         continue
-                    live.discard(int(loc["offset"]))  # type: ignore[arg-type]
+                    live.discard(offset)
                     if not live:
                         del self._ns.live[name]
                         self._ns.objects.pop(name, None)
@@ -230,8 +251,26 @@ class MemoryStorage(ChangeSetStorage):
                         deleted += 1
         self._metrics.inc("deleted_objects", deleted)
 
+    def _holds(self, name: str, offset: int, handle: ChangelogHandle, loc: Location) -> bool:
+        """Whether the change set at ``offset`` of object ``name`` is the handle's (namespace lock held)."""
+        head = bytes(self._ns.objects[name][offset : offset + CHANGE_SET_HEADER_SIZE + MAX_NAME_LENGTH])
+        try:
+            reason = change_set_identity(head, location=f"memory://{name}", offset=offset).differs_from(
+                handle.log_id, handle.epoch, loc.get("sqn")
+            )
+        except CorruptedError as exc:
+            reason = str(exc)
+        if reason is not None:
+            self._metrics.inc("refused_discards")
+        return reason is None
+
     def collect_orphans(self, live: Iterable[ChangelogHandle], *, older_than: float) -> int:
-        """Delete this job's objects no ``live`` handle needs, created before ``older_than``."""
+        """Delete this job's objects no ``live`` handle needs, older than the asked grace.
+
+        Age is measured by the namespace's own clock (monotonic), not by wall clocks.
+        """
+        self._check_writable()
+        cutoff = time.monotonic() - (time.time() - older_than)
         needed = {
             str(loc["object"])
             for handle in live
@@ -244,7 +283,7 @@ class MemoryStorage(ChangeSetStorage):
                 for name in self._ns.objects
                 if name.startswith(f"{self.job_id}/")
                 and name not in needed
-                and self._ns.created.get(name, older_than) < older_than
+                and self._ns.created.get(name, cutoff) < cutoff
             ]
             for name in orphans:
                 self._ns.objects.pop(name, None)
