@@ -32,6 +32,7 @@ __all__ = [
     "CHANGE_SET_HEADER_SIZE",
     "ChangeSetIdentity",
     "DecodedChangeSet",
+    "MAX_COMPRESSION_RATIO",
     "decode_body",
     "decode_change_set",
     "change_set_identity",
@@ -52,6 +53,10 @@ _KNOWN_FLAGS = (0, _FLAG_ZLIB, _FLAG_ZSTD)
 CHANGE_SET_CODECS = ("zstd", "none")
 #: A body, decompressed, may not be larger than an uncompressed body could be (its length is a u32).
 _MAX_BODY = 0xFFFFFFFF
+#: A compressed body decodes to at most this many times its stored size. Writers store a body
+#: plain when it compresses better (rare: only runs of the same bytes do), so readers can refuse
+#: a frame that declares more: a few stored bytes never cost gigabytes (a decompression bomb).
+MAX_COMPRESSION_RATIO = 256
 _ZSTD_CHUNK = 1 << 20
 _ZSTD_LEVEL = 1  # the fastest level: a persist waits for it, and change data compresses well anyway
 _HEADER = struct.Struct("<4sBBHQQII")
@@ -96,12 +101,13 @@ def frame_change_set(
     """Frame an already encoded body (``count`` items of :data:`CHANGE_ITEM` + data).
 
     :param codec: one of :data:`CHANGE_SET_CODECS`. A compressed body is stored only
-        when it is smaller than the plain one.
+        when it is smaller than the plain one, and no more than
+        :data:`MAX_COMPRESSION_RATIO` times smaller.
     """
     flags = 0
     if codec == "zstd":
         packed = _compressor().compress(body)
-        if len(packed) < len(body):
+        if len(packed) < len(body) <= len(packed) * MAX_COMPRESSION_RATIO:
             body, flags = packed, _FLAG_ZSTD
     elif codec != "none":
         msg = f"unknown change-set codec {codec!r}: one of {', '.join(CHANGE_SET_CODECS)}"
@@ -279,6 +285,12 @@ def _zstd_body(stored: bytes) -> bytes:
     if declared < 0 or declared > _MAX_BODY:
         msg = f"zstd frame declares no usable content size ({declared})"
         raise zstandard.ZstdError(msg)
+    if declared > len(stored) * MAX_COMPRESSION_RATIO:
+        msg = (
+            f"zstd frame of {len(stored)} bytes declares {declared}: more than {MAX_COMPRESSION_RATIO} "
+            "times its size, which no writer stores (a decompression bomb)"
+        )
+        raise zstandard.ZstdError(msg)
     # Streamed: memory follows what the frame really holds, not what it claims (a forged
     # small frame declaring 4 GiB allocates nothing).
     parts, total = [], 0
@@ -296,9 +308,9 @@ def _zstd_body(stored: bytes) -> bytes:
 
 
 def _zlib_body(stored: bytes) -> bytes:
-    """The body in a zlib stream, no larger than a body may be."""
+    """The body in a zlib stream, no larger than a body may be (deflate itself expands ~1032x at most)."""
     inflater = zlib.decompressobj()
-    body = inflater.decompress(stored, _MAX_BODY)
+    body = inflater.decompress(stored, min(_MAX_BODY, len(stored) * 1032 + 64))
     if inflater.unconsumed_tail or not inflater.eof:
         msg = "zlib stream longer than a change-set body may be, or cut short"
         raise zlib.error(msg)

@@ -40,6 +40,7 @@ import msgpack
 
 from dstl.spi import CorruptedError, InvalidHandleError, KeyGroupRange, check_relative_path
 
+from ..delegate.base import SECTION_ENTRIES
 from ..documents import MAX_DOCUMENT_BYTES, check_fields, parse_json
 from ..keygroups import MAX_KEY_GROUPS
 from .codecs import CODEC_IDS, CODEC_NAMES, compressor, decompress
@@ -55,6 +56,14 @@ _CRC = struct.Struct("<I")
 VERSION = 2
 #: The most bytes one section may decode to: bounds what a damaged or forged section costs.
 MAX_SECTION_BYTES = 256 << 20
+#: The most arrays, maps and their elements one version-2 section decodes to. Writers put at most
+#: SECTION_ENTRIES entries (of 3 or 4 items) and SECTION_ENTRIES collection elements in a section,
+#: so this is ample; a forged section of millions of tiny arrays (a few KB compressed) is refused
+#: before it costs gigabytes.
+MAX_SECTION_OBJECTS = 8 * SECTION_ENTRIES
+#: The same bound for version-1 sections (one per key group, written before sections were split):
+#: it caps the memory of restoring one key group at a few hundred MB.
+MAX_V1_SECTION_OBJECTS = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -236,6 +245,46 @@ def _v2_tail(read_range: Any, where: str, size: int | None) -> tuple[bytes, list
     return meta_bytes, [_ENTRY.unpack_from(index_bytes, i * _ENTRY.size) for i in range(count)]
 
 
+class _TooManyObjects(ValueError):
+    pass
+
+
+def _unpack_bounded(body: bytes, budget: int) -> Any:  # noqa: ANN401 - msgpack data
+    """Unpack ``body``, refusing it once its arrays and maps hold more than ``budget`` elements.
+
+    Each container is limited before it is allocated (``max_*_len``), and the hooks
+    count every one as it completes: the total is refused early, whatever the nesting.
+    """
+    spent = 0
+
+    def counted_list(items: list[Any]) -> list[Any]:
+        nonlocal spent
+        spent += len(items) + 1
+        if spent > budget:
+            msg = f"section holds more than {budget} arrays, maps and elements"
+            raise _TooManyObjects(msg)
+        return items
+
+    def counted_map(pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
+        nonlocal spent
+        spent += len(pairs) + 1
+        if spent > budget:
+            msg = f"section holds more than {budget} arrays, maps and elements"
+            raise _TooManyObjects(msg)
+        return dict(pairs)
+
+    return msgpack.unpackb(
+        body,
+        raw=False,
+        strict_map_key=False,
+        use_list=True,
+        list_hook=counted_list,
+        object_pairs_hook=counted_map,
+        max_array_len=budget,
+        max_map_len=budget,
+    )
+
+
 def read_sections(
     read_range: Any,  # noqa: ANN401 - callable (start, end) -> bytes
     key_groups: KeyGroupRange,
@@ -287,8 +336,9 @@ def read_sections(
                 msg = f"snapshot section of key group {key_group} failed its checksum"
                 raise CorruptedError(msg, location=where, offset=offset)
             body = decompress(codec, stored, raw_length, where=where, offset=offset)
+            budget = MAX_SECTION_OBJECTS if version == VERSION else MAX_V1_SECTION_OBJECTS
             try:
-                entries = msgpack.unpackb(body, raw=False, strict_map_key=False)
+                entries = _unpack_bounded(body, budget)
             except (ValueError, TypeError, msgpack.UnpackException) as exc:
                 msg = f"snapshot section of key group {key_group} does not decode: {exc}"
                 raise CorruptedError(msg, location=where, offset=offset) from exc
