@@ -5,9 +5,11 @@ Counts per parser are printed (``-s`` or the CI log) for the record.
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import pytest
+import zstandard
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -32,6 +34,7 @@ from dstl.spi import (
     encode_change_set,
     iter_change_sets,
 )
+from dstl.spi.changeset_format import forge_change_set
 from tests.fuzz.oracle import EXAMPLES, FUZZ_SETTINGS, VARIANTS, Tally, bounded_memory, variants
 from tests.fuzz.strategies import hostile_values, json_inputs, mutated_bytes
 
@@ -112,11 +115,56 @@ def _checkpoint_doc() -> dict:
             {"path": "job/snapshots/op/op.kg0-8-1.snap", "key_groups": [0, 8], "sqn": 1, "size": 9}
         ],
     }
-    return {"version": 1, "checkpoint_id": 4, "snapshots": {"kg0-8": snapshot}}
+    return {
+        "version": 1,
+        "checkpoint_id": 4,
+        "snapshots": {"kg0-8": snapshot},
+        "time": {"watermark_ms": 120_000, "next_timers": {"kg0-8": 130_000}},
+    }
+
+
+def _savepoint_doc() -> dict:
+    full = {
+        "checkpoint_id": 4,
+        "handles": [],
+        "materialized": [
+            {"path": "job/snapshots/savepoint-4/instance-0.snap", "key_groups": [0, 8], "sqn": 0, "size": 9}
+        ],
+    }
+    checkpoint = {**_checkpoint_doc(), "snapshots": {"kg0-8": full}}
+    return {"version": 1, "job": "job", "max_parallelism": 128, "checkpoint": checkpoint}
+
+
+def _offer_doc() -> dict:
+    snapshot = _checkpoint_doc()["snapshots"]["kg0-8"]
+    return {
+        "run": 3,
+        "checkpoint": snapshot,
+        "rebased": {**snapshot, "handles": []},
+        "expired": [["totals", 3, "6b6579"], ["__dstl.timers", 5, "00ff"]],
+    }
 
 
 def test_checkpoint_documents():
     _fuzz("checkpoint document", json_inputs(_checkpoint_doc()), CompletedCheckpoint.from_json)
+
+
+def test_savepoint_documents():
+    from dstl.backend.savepoints import Savepoint
+
+    _fuzz("savepoint document", json_inputs(_savepoint_doc()), lambda text: Savepoint.from_json(text, "fuzz"))
+
+
+def test_working_copy_offers_and_expired_key_hints():
+    from dstl.backend.documents import parse_json
+    from dstl.backend.spark._private.working_copy import offer_from_document
+
+    def parse(text):
+        # a document of another shape (KeyError, TypeError): the task drops it
+        with contextlib.suppress(KeyError, TypeError):
+            offer_from_document(parse_json(text, "fuzz"))
+
+    _fuzz("working-copy offer", json_inputs(_offer_doc()), parse)
 
 
 def test_backend_snapshot_documents():
@@ -139,9 +187,33 @@ def test_snapshot_objects():
         list(sections)
 
     compressed = st.one_of(mutated_bytes(_SNAPSHOT_ZSTD), mutated_bytes(_SNAPSHOT_LZ4))
-    _fuzz("snapshot object", st.one_of(mutated_bytes(_SNAPSHOT), compressed, st.binary(max_size=300)), parse)
+    bombs = st.sampled_from(_SNAPSHOT_BOMBS)
+    _fuzz(
+        "snapshot object",
+        st.one_of(mutated_bytes(_SNAPSHOT), compressed, bombs, st.binary(max_size=300)),
+        parse,
+    )
 
 
+def _snapshot_bombs() -> list[bytes]:
+    """Valid snapshots whose one zstd section unpacks to far more arrays than any writer stores."""
+    from tests.fuzz.test_bombs import _snapshot_with_section, _zstd_of_repeated
+
+    shapes = [
+        (b"\xdd" + (1 << 20).to_bytes(4, "big"), b"\x90", 1 << 20),  # a million empty arrays
+        (b"\xdc\x10\x00", b"\xdc\x00\x40" + b"\x90" * 64, 4096),  # 4096 arrays of 64
+    ]
+    return [
+        _snapshot_with_section(_zstd_of_repeated(head, unit, count), len(head) + len(unit) * count)
+        for head, unit, count in shapes
+    ]
+
+
+_SNAPSHOT_BOMBS = _snapshot_bombs()
+# A zstd body declaring (and holding) 64 MiB in ~2 KB: refused by the compression ratio.
+_CHANGE_SET_BOMB = forge_change_set(
+    "op.kg0-8", 3, 9, 1, zstandard.ZstdCompressor().compress(b"\0" * (64 << 20)), flags=2
+)
 # Odd SQNs are zstd frames (their bodies compress), even ones plain.
 _FRAMES = b"".join(
     encode_change_set(
@@ -157,7 +229,10 @@ def test_change_set_frames():
         list(iter_change_sets(data, location="fuzz"))
         decode_change_set(data, offset, location="fuzz", key_groups=(0, 4))
 
-    frames = st.tuples(st.one_of(mutated_bytes(_FRAMES), st.binary(max_size=300)), st.integers(0, 400))
+    frames = st.tuples(
+        st.one_of(mutated_bytes(_FRAMES), st.just(_FRAMES + _CHANGE_SET_BOMB), st.binary(max_size=300)),
+        st.integers(0, 400),
+    )
     _fuzz(
         "change-set frame",
         frames,

@@ -20,6 +20,7 @@ import fcntl
 import hashlib
 import json
 import os
+import stat
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,6 +32,7 @@ from dstl.spi.durability import fsync_directory
 from ...changelog import BackendSnapshot
 from ...delegate import LmdbDelegate
 from ...delegate.lmdb_store import LAYOUT
+from ...documents import MAX_DOCUMENT_BYTES, parse_json
 
 __all__ = ["WorkingCopy", "snapshot_digest"]
 
@@ -78,7 +80,7 @@ class WorkingCopy:
         lack it): what a catch-up starts from.
         """
         try:
-            doc = json.loads(self._stamp.read_text())
+            doc = read_document(self._stamp)
         except (OSError, ValueError, RecursionError):
             return None
         if not isinstance(doc, dict) or not isinstance(doc.get("digest"), str):
@@ -134,15 +136,9 @@ class WorkingCopy:
         unreferenced snapshots at recovery.
         """
         try:
-            doc = json.loads(self._offer.read_text())
+            doc = read_document(self._offer)
             self._offer.unlink(missing_ok=True)
-            checkpoint, rebased = (
-                BackendSnapshot.from_dict(doc["checkpoint"]),
-                BackendSnapshot.from_dict(doc["rebased"]),
-            )
-            if type(doc["run"]) is not int:
-                return None
-            return Offer(doc["run"], checkpoint, rebased, _expired_keys(doc.get("expired", [])))
+            return offer_from_document(doc)
         except FileNotFoundError:
             return None
         except (OSError, ValueError, RecursionError, TypeError, KeyError, DstlError):
@@ -159,7 +155,7 @@ class WorkingCopy:
     def take_expired(self) -> list[ExpiredKey]:
         """What :meth:`keep_expired` kept (removed once read; damaged: nothing)."""
         try:
-            doc = json.loads(self._expired.read_text())
+            doc = read_document(self._expired)
             self._expired.unlink(missing_ok=True)
             return _expired_keys(doc["expired"])
         except FileNotFoundError:
@@ -208,6 +204,38 @@ class Offer(NamedTuple):
     checkpoint: BackendSnapshot
     rebased: BackendSnapshot
     expired: list[ExpiredKey]
+
+
+def offer_from_document(doc: Any) -> Offer | None:  # noqa: ANN401 - a file's JSON: validated
+    """The offer a ``dstl-materialized.json`` document holds; ``None`` when it is not one.
+
+    :raises DstlError: on a damaged snapshot in it (and ``KeyError``/``TypeError`` on a
+        document of another shape: the caller drops it).
+    """
+    checkpoint = BackendSnapshot.from_dict(doc["checkpoint"])
+    rebased = BackendSnapshot.from_dict(doc["rebased"])
+    if type(doc["run"]) is not int:
+        return None
+    return Offer(doc["run"], checkpoint, rebased, _expired_keys(doc.get("expired", [])))
+
+
+def read_document(path: Path) -> Any:  # noqa: ANN401 - JSON
+    """The JSON document in ``path``, read only if it is a regular file of a document's size.
+
+    A FIFO would block the task, a link could lead anywhere, a huge file exhaust
+    memory: each is refused with ``OSError``/``ValueError`` (the copy is then at
+    no known checkpoint, or the hint is dropped).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    try:
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode) or status.st_size > MAX_DOCUMENT_BYTES:
+            msg = f"{path} is not a regular file of at most {MAX_DOCUMENT_BYTES} bytes"
+            raise ValueError(msg)
+        data = os.read(fd, MAX_DOCUMENT_BYTES + 1)
+    finally:
+        os.close(fd)
+    return parse_json(data, str(path))
 
 
 def _expired_doc(expired: Sequence[ExpiredKey]) -> list[list[Any]]:
