@@ -10,9 +10,11 @@ from __future__ import annotations
 import math
 import threading
 from abc import abstractmethod
+from collections.abc import Iterable
 
 from .changeset_writer import ChangeSetWriter, log_id_for
 from .errors import ClosedError, JobConflictError, ReadOnlyError
+from .handle import ChangelogHandle
 from .metrics import StorageMetrics
 from .names import validate_name
 from .storage import StateChangelogStorage
@@ -80,6 +82,14 @@ class ChangeSetStorage(StateChangelogStorage):
         if self._closed:
             msg = f"{self.identifier} storage is closed"
             raise ClosedError(msg)
+
+    def collect_orphans(self, live: Iterable[ChangelogHandle], *, older_than: float) -> int:
+        """Collect nothing (storages with the ``orphan_collection`` capability override this).
+
+        :raises ReadOnlyError: on a storage opened read only, like every deletion.
+        """
+        self._check_writable()
+        return 0
 
     def _check_writable(self) -> None:
         """Refuse what would write or delete, on a storage opened read only."""
