@@ -28,6 +28,7 @@ from dstl.spi.handle import Location, LocationValue
 from .claims import ClaimsTracker
 from .clients import ClientFactory, ensure_topics, partition_for
 from .ledger import PartitionLedger
+from .owner import record_owner
 from .records import LOCATION_FIELDS, ChunkId, chunks, claim_headers, headers
 from .truncation import RecordTruncator
 
@@ -210,6 +211,7 @@ class KafkaStorage(ChangeSetStorage):
             read_only=bool(config["dstl.read-only"]),
         )
         self.factory = ClientFactory(config)
+        self._config = config
         self.topic = f"{config['dstl.kafka.topic']}.{self.job_id}"
         self.claims_topic = f"{self.topic}.claims"
         if self.read_only:  # readers consume the topics their handles name: no topic, producer or claim
@@ -230,6 +232,9 @@ class KafkaStorage(ChangeSetStorage):
         self._truncator = RecordTruncator(self.factory, self.topic, self.partitions)
         self._ledgers: dict[int, PartitionLedger] = {}
         self._ledgers_lock = threading.Lock()
+
+    def _record_owner(self, owner: str) -> str:
+        return record_owner(self.factory, self._config, self.topic, owner)
 
     @property
     def identifier(self) -> str:

@@ -359,3 +359,17 @@ def test_a_read_only_open_creates_no_topic_and_needs_none(kafka_config):
         with pytest.raises(ReadOnlyError):
             reader_only.create_writer("op", KG)
     assert set(admin.list_topics(timeout=10).topics) == before
+
+
+def test_a_job_id_is_bound_to_its_first_owner_on_the_broker(kafka_config):
+    from dstl.spi import JobConflictError
+
+    with load_storage(kafka_config, job_id="team") as first:
+        first.bind_job("s3://bucket/jobs/a/dstl-state/team/checkpoints")
+        first.bind_job("s3://bucket/jobs/a/dstl-state/team/checkpoints")  # the same owner again: fine
+    with load_storage(kafka_config, job_id="team") as second:
+        with pytest.raises(JobConflictError) as refused:
+            second.bind_job("s3://bucket/jobs/b/dstl-state/team/checkpoints")
+        assert "jobs/a/" in str(refused.value) and "jobs/b/" in str(refused.value)
+    with load_storage(kafka_config, job_id="other") as third:
+        third.bind_job("s3://bucket/jobs/b/dstl-state/other/checkpoints")
