@@ -7,13 +7,15 @@ epoch validation, log ids, and tracking of open writers. A storage implements
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 from abc import abstractmethod
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 
+from .changeset_format import ChangeSetIdentity
 from .changeset_writer import ChangeSetWriter, log_id_for
-from .errors import ClosedError, JobConflictError, ReadOnlyError
+from .errors import ClosedError, JobConflictError, ReadOnlyError, StorageError
 from .handle import ChangelogHandle
 from .metrics import StorageMetrics
 from .names import validate_name
@@ -21,6 +23,8 @@ from .storage import StateChangelogStorage
 from .types import KeyGroupRange
 
 __all__ = ["ChangeSetStorage"]
+
+log = logging.getLogger(__name__)
 
 
 class ChangeSetStorage(StateChangelogStorage):
@@ -90,6 +94,38 @@ class ChangeSetStorage(StateChangelogStorage):
         """
         self._check_writable()
         return 0
+
+    def _may_discard(
+        self,
+        identity: Callable[[], ChangeSetIdentity],
+        handle: ChangelogHandle,
+        location: Mapping[str, object],
+        *,
+        where: str,
+        offset: int,
+    ) -> bool:
+        """Whether a discard by ``handle`` may free the change set at ``offset`` of ``where``.
+
+        Only when the change set's header (``identity()``, read lazily) names the
+        handle's log, epoch and the location's SQN: a forged or damaged handle must
+        never free another log's data. A refusal is logged and counted
+        (``refused_discards``); so is a header that cannot be read.
+        """
+        try:
+            reason = identity().differs_from(handle.log_id, handle.epoch, location.get("sqn"))
+        except (OSError, StorageError) as exc:
+            reason = str(exc)
+        if reason is None:
+            return True
+        log.warning(
+            "ignoring the discard of %s offset %d by a handle of log %r: %s (a damaged or forged handle)",
+            where,
+            offset,
+            handle.log_id,
+            reason,
+        )
+        self._metrics.inc("refused_discards")
+        return False
 
     def _check_writable(self) -> None:
         """Refuse what would write or delete, on a storage opened read only."""

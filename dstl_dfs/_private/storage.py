@@ -432,26 +432,16 @@ class DfsStorage(ChangeSetStorage):
 
     def _holds(self, key: str, offset: int, handle: ChangelogHandle, loc: Location) -> bool:
         """Whether the change set at ``offset`` of ``key`` is the handle's (its header says whose it is)."""
-        with self._gc_lock:
-            identity = self._identities.get(key, {}).get(offset)
-        try:
-            if identity is None:
-                head = self.store.get_range(key, offset, offset + CHANGE_SET_HEADER_SIZE + MAX_NAME_LENGTH)
-                identity = change_set_identity(head, location=self.store.describe(key), offset=offset)
-            reason = identity.differs_from(handle.log_id, handle.epoch, loc.get("sqn"))
-        except (StorageError, CorruptedError) as exc:
-            reason = str(exc)
-        if reason is None:
-            return True
-        log.warning(
-            "ignoring the discard of %s offset %d by a handle of log %r: %s (a damaged or forged handle)",
-            self.store.describe(key),
-            offset,
-            handle.log_id,
-            reason,
-        )
-        self._metrics.inc("refused_discards")
-        return False
+
+        def identity() -> ChangeSetIdentity:
+            with self._gc_lock:
+                known = self._identities.get(key, {}).get(offset)
+            if known is not None:
+                return known
+            head = self.store.get_range(key, offset, offset + CHANGE_SET_HEADER_SIZE + MAX_NAME_LENGTH)
+            return change_set_identity(head, location=self.store.describe(key), offset=offset)
+
+        return self._may_discard(identity, handle, loc, where=self.store.describe(key), offset=offset)
 
     def _collect(self, key: str) -> None:
         with self._gc_lock:

@@ -19,7 +19,6 @@ from dstl.spi import (
     ClosedError,
     Config,
     ConfigError,
-    CorruptedError,
     DstlError,
     FencedError,
     InvalidHandleError,
@@ -27,7 +26,7 @@ from dstl.spi import (
     StorageError,
     check_relative_path,
 )
-from dstl.spi.changeset_format import CHANGE_SET_HEADER_SIZE, change_set_identity
+from dstl.spi.changeset_format import CHANGE_SET_HEADER_SIZE, ChangeSetIdentity, change_set_identity
 from dstl.spi.changeset_reader import (
     OFFSET_LENGTH_FIELDS,
     ChangeSetReader,
@@ -433,33 +432,17 @@ class LocalStorage(ChangeSetStorage):
         return False
 
     def _holds(self, path: Path, offset: int, handle: ChangelogHandle, loc: Location) -> bool:
-        """Whether the change set at ``offset`` is the handle's: its header names the handle's log and epoch.
+        """Whether the change set at ``offset`` is the handle's (its header says whose it is)."""
 
-        A handle naming another log's change set (forged, or damaged in a checkpoint
-        document) must never free it.
-        """
-        try:
-            fd = os.open(path, os.O_RDONLY)
+        def identity() -> ChangeSetIdentity:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
             try:
                 head = os.pread(fd, CHANGE_SET_HEADER_SIZE + MAX_NAME_LENGTH, offset)
             finally:
                 os.close(fd)
-            reason = change_set_identity(head, location=str(path), offset=offset).differs_from(
-                handle.log_id, handle.epoch, loc.get("sqn")
-            )
-        except (OSError, CorruptedError) as exc:
-            reason = str(exc)
-        if reason is None:
-            return True
-        log.warning(
-            "ignoring the discard of %s offset %d by a handle of log %r: %s (a damaged or forged handle)",
-            path,
-            offset,
-            handle.log_id,
-            reason,
-        )
-        self._metrics.inc("refused_discards")
-        return False
+            return change_set_identity(head, location=str(path), offset=offset)
+
+        return self._may_discard(identity, handle, loc, where=str(path), offset=offset)
 
     def _roll_if_discarded(self, touched: dict[str, set[tuple[int, int]]]) -> int:
         """Seal the active segment once everything in it was discarded, so that it can be deleted.

@@ -20,7 +20,7 @@ from ...changeset_reader import (
 from ...changeset_storage import ChangeSetStorage
 from ...changeset_writer import ChangeSet, ChangeSetWriter
 from ...config import Config
-from ...errors import CorruptedError, FencedError, InvalidHandleError, StorageError
+from ...errors import FencedError, InvalidHandleError, StorageError
 from ...handle import ChangelogHandle, Location, LocationValue
 from ...names import MAX_NAME_LENGTH
 from ...types import KeyGroupRange
@@ -254,15 +254,14 @@ class MemoryStorage(ChangeSetStorage):
     def _holds(self, name: str, offset: int, handle: ChangelogHandle, loc: Location) -> bool:
         """Whether the change set at ``offset`` of object ``name`` is the handle's (namespace lock held)."""
         head = bytes(self._ns.objects[name][offset : offset + CHANGE_SET_HEADER_SIZE + MAX_NAME_LENGTH])
-        try:
-            reason = change_set_identity(head, location=f"memory://{name}", offset=offset).differs_from(
-                handle.log_id, handle.epoch, loc.get("sqn")
-            )
-        except CorruptedError as exc:
-            reason = str(exc)
-        if reason is not None:
-            self._metrics.inc("refused_discards")
-        return reason is None
+        where = f"memory://{name}"
+        return self._may_discard(
+            lambda: change_set_identity(head, location=where, offset=offset),
+            handle,
+            loc,
+            where=where,
+            offset=offset,
+        )
 
     def collect_orphans(self, live: Iterable[ChangelogHandle], *, older_than: float) -> int:
         """Delete this job's objects no ``live`` handle needs, older than the asked grace.

@@ -5,17 +5,11 @@ import pytest
 from dstl.backend.spark.demo.pipeline import start_pipeline, write_input_file
 from dstl.backend.spark.job_identity import JOB_ID_FILE, default_job_id, resolve_job_id
 from dstl.spi import ConfigError, JobConflictError
-from tests.backend.spark.test_query import ROWS, assert_exact
+from tests.backend.spark.test_query import ROWS, assert_exact, run
 
 
 def _run(spark, workdir, config, files, job_id=None):
-    existing = len(list((workdir / "input").glob("events-*.json"))) if (workdir / "input").exists() else 0
-    for index in range(existing, files):
-        write_input_file(workdir / "input", index, ROWS)
-    query = start_pipeline(spark, workdir, config, trigger={"availableNow": True}, job_id=job_id)
-    query.await_termination(timeout=300)
-    assert query.exception() is None, query.exception()
-    return query.progress
+    return run(spark, workdir, config, files, job_id=job_id)
 
 
 def test_two_queries_with_default_ids_on_one_storage_stay_apart_and_warm(spark, tmp_path):

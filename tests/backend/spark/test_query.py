@@ -21,12 +21,14 @@ from dstl.backend.spark.demo.pipeline import (
 ROWS = 400
 
 
-def run(spark, workdir, config, files, processor=None):
+def run(spark, workdir, config, files, processor=None, **pipeline):
     """Write input files up to ``files`` and process everything; returns the run's progress."""
     existing = len(list((workdir / "input").glob("events-*.json"))) if (workdir / "input").exists() else 0
     for index in range(existing, files):
         write_input_file(workdir / "input", index, ROWS)
-    query = start_pipeline(spark, workdir, config, trigger={"availableNow": True}, processor=processor)
+    query = start_pipeline(
+        spark, workdir, config, trigger={"availableNow": True}, processor=processor, **pipeline
+    )
     query.await_termination(timeout=300)
     assert query.exception() is None, query.exception()
     return query.progress
