@@ -225,8 +225,9 @@ def test_after_a_rollback_nothing_the_damaged_checkpoint_needs_is_deleted_until_
 
 
 def _state_dir(where, tmp_path, request):
+    local = {"dstl.storage": "local", "dstl.local.dir": str(tmp_path / "log")}
     if where == "file":
-        return (tmp_path / "state").as_uri(), {"dstl.storage": "local", "dstl.local.dir": str(tmp_path / "log")}
+        return (tmp_path / "state").as_uri(), local
     s3 = request.getfixturevalue("s3_endpoint")
     options = {
         "state.checkpoints.storage-options.key": s3.access_key,
