@@ -248,3 +248,25 @@ def test_hostile_names_are_printed_escaped(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "\x1b" not in out and "\x07" not in out
     assert "\\x1b" in out and "[/]" in out
+
+
+@pytest.mark.parametrize("what", ["snapshot", "segment"])
+def test_a_snapshot_or_segment_that_is_a_fifo_is_reported_not_waited_for(job, tmp_path, capsys, what):
+    import os
+
+    config, directory = job
+    if what == "snapshot":
+        (target,) = (directory / "job" / "snapshots").rglob("*.snap")
+    else:
+        (target,) = (tmp_path / "log" / "job" / "segments").glob("*.log")
+    target.unlink()
+    os.mkfifo(target)
+    argv = ["inspect", str(directory), "--json", "--config", f"dstl.local.dir={config['dstl.local.dir']}"]
+    code = main([*argv, "--log"] if what == "segment" else argv)
+    out = capsys.readouterr().out
+    if what == "snapshot":
+        assert code == 0
+        (item,) = json.loads(out)["instances"]["kg0-128"]["materialized"]
+        assert "not a regular file" in item["error"]
+    else:
+        assert code != 0 and "not a regular file" in out
