@@ -83,7 +83,7 @@ class TimeProgress:
         return {"watermark_ms": self.watermark_ms, "next_timers": dict(sorted(self.next_timers.items()))}
 
     @classmethod
-    def from_dict(cls, doc: Any, source: str) -> TimeProgress:  # noqa: ANN401 - untrusted JSON
+    def from_dict(cls, doc: Any, source: str) -> TimeProgress:
         """Parse and validate (untrusted).
 
         :raises InvalidHandleError: naming ``source`` and the field.
@@ -168,7 +168,7 @@ class CompletedCheckpoint:
         return keys
 
 
-def _listing(fs: Any, directory: str) -> list[str]:  # noqa: ANN401 - fsspec
+def _listing(fs: Any, directory: str) -> list[str]:
     """The paths in ``directory``; none when it does not exist (object stores have no empty directories)."""
     try:
         return list(fs.ls(directory, detail=False))
@@ -176,13 +176,13 @@ def _listing(fs: Any, directory: str) -> list[str]:  # noqa: ANN401 - fsspec
         return []
 
 
-def _bounded_int(fs: Any, path: str) -> int:  # noqa: ANN401 - fsspec
+def _bounded_int(fs: Any, path: str) -> int:
     """A small counter file's value (untrusted: 0 when it is not one)."""
     text = fs.cat_file(path, start=0, end=32)
     return int(text) if text.strip().isdigit() else 0
 
 
-def read_checkpoints(fs: Any, directory: str) -> tuple[list[CompletedCheckpoint], list[tuple[int, str, str]]]:  # noqa: ANN401
+def read_checkpoints(fs: Any, directory: str) -> tuple[list[CompletedCheckpoint], list[tuple[int, str, str]]]:
     """The checkpoint documents in ``directory`` (read only), oldest first, and the damaged ones.
 
     A damaged one is ``(id from its file name, path, reason)``: unreadable, invalid,

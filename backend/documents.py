@@ -29,7 +29,7 @@ MAX_DOCUMENT_BYTES = 16 << 20
 MAX_DOCUMENT_DEPTH = 24
 
 
-def parse_json(text: str | bytes, what: str, *, max_bytes: int = MAX_DOCUMENT_BYTES) -> Any:  # noqa: ANN401
+def parse_json(text: str | bytes, what: str, *, max_bytes: int = MAX_DOCUMENT_BYTES) -> Any:
     """Parse untrusted JSON ``text`` within the size and depth bounds.
 
     :raises InvalidHandleError: naming ``what`` and the problem.
@@ -57,7 +57,7 @@ def parse_json(text: str | bytes, what: str, *, max_bytes: int = MAX_DOCUMENT_BY
     return doc
 
 
-def check_regular_file(fs: Any, path: str, what: str) -> dict[str, Any]:  # noqa: ANN401 - fsspec
+def check_regular_file(fs: Any, path: str, what: str) -> dict[str, Any]:
     """``path``'s listing entry, if it is a regular file (not a link, FIFO, device or directory).
 
     Reading a FIFO blocks for ever and a link may lead to ``/dev/zero`` or out of
@@ -74,7 +74,7 @@ def check_regular_file(fs: Any, path: str, what: str) -> dict[str, Any]:  # noqa
     return dict(info)
 
 
-def read_regular_file(fs: Any, path: str, what: str, *, max_bytes: int = MAX_DOCUMENT_BYTES) -> bytes:  # noqa: ANN401
+def read_regular_file(fs: Any, path: str, what: str, *, max_bytes: int = MAX_DOCUMENT_BYTES) -> bytes:
     """The bytes of regular file ``path``, reading at most ``max_bytes`` (+1 to tell it is longer).
 
     :raises InvalidHandleError: when it is no regular file or is longer than ``max_bytes``.
@@ -91,7 +91,7 @@ def read_regular_file(fs: Any, path: str, what: str, *, max_bytes: int = MAX_DOC
     return bytes(data)
 
 
-def _check_depth(doc: Any, what: str) -> None:  # noqa: ANN401
+def _check_depth(doc: Any, what: str) -> None:
     level: list[Any] = [doc]
     for _ in range(MAX_DOCUMENT_DEPTH + 1):
         level = [
@@ -107,7 +107,7 @@ def _check_depth(doc: Any, what: str) -> None:  # noqa: ANN401
     raise InvalidHandleError(msg)
 
 
-def check_fields(doc: Any, what: str, fields: dict[str, type | tuple[type, ...]]) -> dict[str, Any]:  # noqa: ANN401
+def check_fields(doc: Any, what: str, fields: dict[str, type | tuple[type, ...]]) -> dict[str, Any]:
     """``doc`` as a JSON object whose ``fields`` exist with the given types (bool is no int).
 
     :raises InvalidHandleError: naming ``what`` and the offending field.

@@ -41,7 +41,7 @@ def checkpoint_fs(url: str, config: Config | Mapping[str, Any] | None = None) ->
     return fs, root.rstrip("/")
 
 
-def put_atomically(fs: Any, directory: str, path: str, data: bytes) -> None:  # noqa: ANN401 - fsspec
+def put_atomically(fs: Any, directory: str, path: str, data: bytes) -> None:
     """Write ``data`` to ``path`` under a temporary name in ``directory``, then move it there.
 
     Readers never see half a document. On failure the temporary is removed (best
@@ -57,7 +57,7 @@ def put_atomically(fs: Any, directory: str, path: str, data: bytes) -> None:  # 
         raise
 
 
-def put_exclusively(fs: Any, directory: str, path: str, data: bytes) -> None:  # noqa: ANN401 - fsspec
+def put_exclusively(fs: Any, directory: str, path: str, data: bytes) -> None:
     """Create ``path`` holding ``data``, whole or not at all, unless it exists.
 
     On a local disk: written and synced under a temporary name, then hard-linked

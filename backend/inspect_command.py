@@ -47,7 +47,7 @@ def shown(value: object) -> str:
     return escape(text)
 
 
-def add_inspect_parser(sub: Any) -> None:  # noqa: ANN401 - argparse's subparsers action
+def add_inspect_parser(sub: Any) -> None:
     """Register ``dstl inspect``."""
     parser = sub.add_parser("inspect", help="show what a checkpoint holds, or the change records of a log")
     parser.add_argument("path", nargs="?", help="state.checkpoints.dir, or a Spark checkpoint location")
@@ -61,7 +61,7 @@ def add_inspect_parser(sub: Any) -> None:  # noqa: ANN401 - argparse's subparser
     parser.set_defaults(run=run_inspect)
 
 
-def add_savepoint_parser(sub: Any) -> None:  # noqa: ANN401 - argparse's subparsers action
+def add_savepoint_parser(sub: Any) -> None:
     """Register ``dstl savepoint``."""
     parser = sub.add_parser(
         "savepoint",

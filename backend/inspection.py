@@ -141,7 +141,7 @@ def _snapshot(location: CheckpointLocation, snapshot: BackendSnapshot) -> dict[s
             item["sqn"] = meta.get("sqn", ref.sqn)
             for name, kind in (meta.get("registrations") or {}).items():
                 states.setdefault(str(name), [str(part) for part in kind])
-        except Exception as exc:  # noqa: BLE001 - shown, not fatal: inspecting damage is a use
+        except Exception as exc:
             item["error"] = f"{type(exc).__name__}: {exc}"
         materialized.append(item)
     handles = [_handle(handle) for handle in snapshot.handles]
@@ -203,27 +203,27 @@ def describe_change(change: DecodedChange, serializer: str) -> dict[str, Any]:
     }
 
 
-def _key(raw: bytes) -> Any:  # noqa: ANN401
+def _key(raw: bytes) -> Any:
     try:
         return json_safe(map_key_from_bytes(raw))
-    except Exception:  # noqa: BLE001 - a key another serializer wrote: show its bytes
+    except Exception:
         return raw.hex()
 
 
-def _value(arg: Any) -> Any:  # noqa: ANN401
+def _value(arg: Any) -> Any:
     if not isinstance(arg, bytes):
         return json_safe(arg)
     try:
         return json_safe(msgpack.unpackb(arg, raw=False, strict_map_key=False))
-    except Exception:  # noqa: BLE001 - shown as bytes
+    except Exception:
         return {"bytes": len(arg)}
 
 
-def _opaque(arg: Any) -> Any:  # noqa: ANN401
+def _opaque(arg: Any) -> Any:
     return {"bytes": len(arg)} if isinstance(arg, bytes) else json_safe(arg)
 
 
-def json_safe(value: Any) -> Any:  # noqa: ANN401 - any decoded value
+def json_safe(value: Any) -> Any:
     """JSON-safe: bytes as hex, tuples as lists, map keys as strings."""
     if isinstance(value, bytes):
         return value.hex()
@@ -311,7 +311,7 @@ def state_entries(
                         yield _key(raw_key), name, kind, value
 
 
-def _read(state: Any, kind: str) -> Any:  # noqa: ANN401 - a state of the current key, and its value
+def _read(state: Any, kind: str) -> Any:
     if kind == "map":
         return dict(state.items())
     if kind in ("list", "reducing"):

@@ -222,7 +222,7 @@ def backend_option(name: str) -> ConfigOption:
     raise KeyError(name)
 
 
-def option_default(name: str) -> Any:  # noqa: ANN401 - the option's typed default
+def option_default(name: str) -> Any:
     """The declared default of backend option ``name``: constructors use it too (one source).
 
     :raises KeyError: for a name no backend option has.

@@ -202,7 +202,7 @@ def adopt_savepoint(
 _COPY_CHUNK = 8 << 20
 
 
-def _copy_snapshot(source_fs: Any, source: str, target_fs: Any, target: str, size: int) -> None:  # noqa: ANN401
+def _copy_snapshot(source_fs: Any, source: str, target_fs: Any, target: str, size: int) -> None:
     """Copy exactly ``size`` bytes of a regular file, or nothing (no partial file stays).
 
     The savepoint is untrusted: its snapshot may be a link (to ``/dev/zero``, to a

@@ -32,11 +32,11 @@ class Serializer(ABC):
     name: str
 
     @abstractmethod
-    def dumps(self, value: Any) -> bytes:  # noqa: ANN401 - any value the serializer supports
+    def dumps(self, value: Any) -> bytes:
         """Encode ``value``."""
 
     @abstractmethod
-    def loads(self, data: bytes) -> Any:  # noqa: ANN401
+    def loads(self, data: bytes) -> Any:
         """Decode bytes written by :meth:`dumps`."""
 
 
@@ -45,7 +45,7 @@ class MsgpackSerializer(Serializer):
 
     name = "msgpack"
 
-    def dumps(self, value: Any) -> bytes:  # noqa: ANN401
+    def dumps(self, value: Any) -> bytes:
         """Encode ``value``; a clear error for types msgpack cannot carry."""
         try:
             return msgpack.packb(value, use_bin_type=True)
@@ -56,7 +56,7 @@ class MsgpackSerializer(Serializer):
             )
             raise TypeError(msg) from exc
 
-    def loads(self, data: bytes) -> Any:  # noqa: ANN401
+    def loads(self, data: bytes) -> Any:
         """Decode (lists stay lists; map keys keep their types)."""
         return msgpack.unpackb(data, raw=False, strict_map_key=False)
 
@@ -66,13 +66,13 @@ class PickleSerializer(Serializer):
 
     name = "pickle"
 
-    def dumps(self, value: Any) -> bytes:  # noqa: ANN401
+    def dumps(self, value: Any) -> bytes:
         """Pickle ``value``."""
         return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
 
-    def loads(self, data: bytes) -> Any:  # noqa: ANN401
+    def loads(self, data: bytes) -> Any:
         """Unpickle (trusted input only)."""
-        return pickle.loads(data)  # noqa: S301 - opt-in by name, documented
+        return pickle.loads(data)
 
 
 _SERIALIZERS: dict[str, type[Serializer]] = {"msgpack": MsgpackSerializer, "pickle": PickleSerializer}

@@ -64,7 +64,7 @@ class StateDescriptor:
         return self.serializer + (TTL_SUFFIX if self.ttl is not None else "")
 
 
-def map_key_from_bytes(raw: bytes) -> Any:  # noqa: ANN401 - the user's map key
+def map_key_from_bytes(raw: bytes) -> Any:
     """A map key (or a state key) from its stored bytes; a tuple comes back as a tuple (hashable)."""
     return msgpack.unpackb(raw, raw=False, use_list=False, strict_map_key=False)
 
@@ -132,11 +132,11 @@ class _KeyedState:
     def name(self) -> str:
         return self.descriptor.name
 
-    def _entry(self) -> Any:  # noqa: ANN401
+    def _entry(self) -> Any:
         key_group, key = self._backend._current()
         return self._backend.delegate.get(self.name, key_group, key)
 
-    def _dump(self, value: Any) -> bytes:  # noqa: ANN401
+    def _dump(self, value: Any) -> bytes:
         payload = self._serializer.dumps(value)
         return payload if self.descriptor.ttl is None else stamp(payload, self._backend.clock())
 
@@ -145,11 +145,11 @@ class _KeyedState:
         ttl = self.descriptor.ttl
         return raw if ttl is None else unstamp(raw, ttl, self._backend.clock())
 
-    def _load(self, raw: bytes | None) -> Any | None:  # noqa: ANN401
+    def _load(self, raw: bytes | None) -> Any | None:
         live = None if raw is None else self._live(raw)
         return None if live is None else self._serializer.loads(live)
 
-    def _load_current(self, raw: bytes | None) -> Any | None:  # noqa: ANN401
+    def _load_current(self, raw: bytes | None) -> Any | None:
         """The current key's loaded value; an expired one is removed from state now (logged)."""
         if raw is None:
             return None
@@ -160,7 +160,7 @@ class _KeyedState:
             return None
         return self._serializer.loads(live)
 
-    def _apply(self, op: Op, *args: Any) -> None:  # noqa: ANN401
+    def _apply(self, op: Op, *args: Any) -> None:
         self._backend._apply(op, self._id, self.name, *args)
 
     def _bound(self, keys: KeySet | Iterable[Any]) -> KeySet:
@@ -206,7 +206,7 @@ class _KeyedState:
 class ValueState(_KeyedState):
     """One value per key."""
 
-    def value(self) -> Any | None:  # noqa: ANN401
+    def value(self) -> Any | None:
         """The current key's value, or ``None`` (also once it expired: then it is removed)."""
         return self._load_current(self._entry())
 
@@ -229,7 +229,7 @@ class ValueState(_KeyedState):
         dump = self._dump
         self._apply_many(Op.VALUE_PUT, bound, ((dump(value),) for value in values))
 
-    def update(self, value: Any) -> None:  # noqa: ANN401
+    def update(self, value: Any) -> None:
         """Set the current key's value (``None`` clears it)."""
         if value is None:
             self.clear()
@@ -240,11 +240,11 @@ class ValueState(_KeyedState):
 class ReducingState(_KeyedState):
     """A value per key folded with ``descriptor.reduce`` as elements are added."""
 
-    def get(self) -> Any | None:  # noqa: ANN401
+    def get(self) -> Any | None:
         """The reduced value, or ``None`` (also once it expired: then it is removed)."""
         return self._load_current(self._entry())
 
-    def add(self, value: Any) -> None:  # noqa: ANN401
+    def add(self, value: Any) -> None:
         """Fold ``value`` into the current key's value (the result is what is logged)."""
         current = self.get()
         reduce = self.descriptor.reduce
@@ -295,7 +295,7 @@ class ListState(_KeyedState):
             self._backend._expired(len(entry) - len(kept))
         return [self._serializer.loads(live) for _, live in kept]
 
-    def add(self, value: Any) -> None:  # noqa: ANN401
+    def add(self, value: Any) -> None:
         """Append one element."""
         self._apply(Op.LIST_ADD, self._dump(value))
 
@@ -341,12 +341,12 @@ class MapState(_KeyedState):
             return items
         return ((k, live) for k, v in items if (live := self._live(v)) is not None)
 
-    def get(self, map_key: Any) -> Any | None:  # noqa: ANN401
+    def get(self, map_key: Any) -> Any | None:
         """The value under ``map_key``, or ``None`` (an expired entry is removed)."""
         raw_key = map_key_bytes(map_key)
         return self._loaded_entry(raw_key, self._raw(raw_key))
 
-    def _loaded_entry(self, raw_key: bytes, raw: bytes | None) -> Any | None:  # noqa: ANN401
+    def _loaded_entry(self, raw_key: bytes, raw: bytes | None) -> Any | None:
         """An entry's loaded value; an expired entry is removed from state now (logged)."""
         if raw is None:
             return None
@@ -368,17 +368,17 @@ class MapState(_KeyedState):
         self._apply(Op.MAP_REMOVE, raw_key)
         self._backend._expired(1)
 
-    def put(self, map_key: Any, value: Any) -> None:  # noqa: ANN401
+    def put(self, map_key: Any, value: Any) -> None:
         """Set ``map_key`` to ``value``."""
         self._apply(Op.MAP_PUT, map_key_bytes(map_key), self._dump(value))
 
-    def remove(self, map_key: Any) -> None:  # noqa: ANN401
+    def remove(self, map_key: Any) -> None:
         """Remove ``map_key`` (no-op when absent)."""
         raw_key = map_key_bytes(map_key)
         if self._raw(raw_key) is not None:  # expired entries too: removing frees them now
             self._apply(Op.MAP_REMOVE, raw_key)
 
-    def contains(self, map_key: Any) -> bool:  # noqa: ANN401
+    def contains(self, map_key: Any) -> bool:
         """Whether ``map_key`` is present (an expired entry is removed)."""
         raw_key = map_key_bytes(map_key)
         raw = self._raw(raw_key)

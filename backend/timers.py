@@ -232,7 +232,7 @@ class TimerService:
         return queue
 
 
-def _checked(expiry_ms: Any) -> int:  # noqa: ANN401 - caller input
+def _checked(expiry_ms: Any) -> int:
     if isinstance(expiry_ms, bool) or not isinstance(expiry_ms, int):
         msg = f"a timer's expiry is an int of epoch milliseconds, got {expiry_ms!r}"
         raise TypeError(msg)

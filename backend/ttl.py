@@ -41,7 +41,7 @@ def unstamp(raw: bytes, ttl: float, now: float) -> bytes | None:
     return payload
 
 
-def purge_expired(kind: str, entry: Any, ttl: float, now: float) -> Any | None:  # noqa: ANN401 - entry
+def purge_expired(kind: str, entry: Any, ttl: float, now: float) -> Any | None:
     """``entry`` without its expired parts, or ``None`` when nothing is left (for full snapshots)."""
     if kind == "list":
         kept = [element for element in entry if unstamp(element, ttl, now) is not None]

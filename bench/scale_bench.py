@@ -76,7 +76,7 @@ def peak_during(work: Callable[[], Any]) -> tuple[float, int]:
     return seconds, max(peak, anon_rss()) - before
 
 
-def _value(rng: Any, value_bytes: int) -> bytes:  # noqa: ANN401 - random.Random
+def _value(rng: Any, value_bytes: int) -> bytes:
     """A value like real state (counters, a timestamp, a random hex id): about 2:1 compressible."""
     import msgpack
 
@@ -91,11 +91,11 @@ UPDATES_PER_CHECKPOINT = 1000
 
 
 def _steady_checkpoints(
-    backend: Any,  # noqa: ANN401
+    backend: Any,
     state: str,
     keys: int,
     map_entries: int,
-    rng: Any,  # noqa: ANN401 - random.Random
+    rng: Any,
 ) -> tuple[float, list[float]]:
     """``(µs per update, checkpoint ms each)`` of updates through the state API on the full state.
 
@@ -122,7 +122,7 @@ def _steady_checkpoints(
     return update_s / (CHECKPOINTS * UPDATES_PER_CHECKPOINT) * 1e6, checkpoint_ms
 
 
-def probe(  # noqa: PLR0913
+def probe(
     delegate_kind: str, keys: int, value_bytes: int, out: Path, codec: str = "zstd", map_entries: int = 0
 ) -> dict[str, Any]:
     """Fill, materialize and restore once in this process; writes and returns the figures.
@@ -139,7 +139,7 @@ def probe(  # noqa: PLR0913
         snapshots = Path(workdir, "snapshots").as_uri()
         config = {"dstl.storage": "memory", "dstl.memory.namespace": f"scale-{uuid.uuid4().hex}"}
 
-        def delegate() -> Any:  # noqa: ANN401
+        def delegate() -> Any:
             if delegate_kind == "lmdb":
                 return LmdbDelegate(Path(workdir, f"lmdb-{uuid.uuid4().hex[:6]}"), map_size=1 << 30)
             return HeapDelegate()
@@ -237,10 +237,10 @@ def collection_op_costs(delegate_kind: str, size: int, workdir: str) -> dict[str
         backend = ChangelogKeyedStateBackend(storage, "op", KeyGroupRange(0, 128), delegate=delegate)
         items, pages = backend.list_state("l"), backend.map_state("m")
         backend.set_current_key("the-key")
-        key_group, key = backend._current()  # noqa: SLF001 - the fill bypasses the log
-        element = items._dump("x" * 50)  # noqa: SLF001
+        key_group, key = backend._current()
+        element = items._dump("x" * 50)
         backend.delegate.put("l", key_group, key, [element] * size)
-        backend.delegate.put("m", key_group, key, {items._dump(i): element for i in range(size)})  # noqa: SLF001
+        backend.delegate.put("m", key_group, key, {items._dump(i): element for i in range(size)})
         rng = random.Random(5)
         probes = rng.sample(range(size), COLLECTION_OPS)  # distinct: each remove removes
 
@@ -271,7 +271,7 @@ def collections_table(sizes: list[int], delegates: list[str], console: Console) 
     return size_table(console, "entries", sizes, delegates, collection_op_costs, ratios=ops)
 
 
-def size_table(  # noqa: PLR0913
+def size_table(
     console: Console,
     unit: str,
     sizes: list[int],
@@ -467,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _report(console: Console, stem: Path, title: str, columns: list, rows: list, records: list) -> None:  # noqa: PLR0913
+def _report(console: Console, stem: Path, title: str, columns: list, rows: list, records: list) -> None:
     """Print the table; write it as ``stem.md`` and the records as ``stem.json``."""
     console.print(_table(title, columns, rows))
     stem.parent.mkdir(parents=True, exist_ok=True)

@@ -39,15 +39,15 @@ FILE_TIME = 1_750_000_000
 class Counter(StatefulProcessor):
     """One ValueState per key, updated row by row in one pass over the instance's rows."""
 
-    def init(self, context) -> None:  # noqa: ANN001
+    def init(self, context) -> None:
         """Register the counter."""
         self.count = context.get_value_state("count")
 
-    def handle_input_rows(self, key, rows):  # noqa: ANN001, ANN201 - unused: the batch form is used
+    def handle_input_rows(self, key, rows):
         """Not used (see handle_input_batch)."""
         raise NotImplementedError
 
-    def handle_input_batch(self, rows, context):  # noqa: ANN001, ANN201
+    def handle_input_batch(self, rows, context):
         """Count every row of its key; emits nothing (the state cost is what is measured)."""
         for key in rows["k"].tolist():
             context.set_current_key(key)
@@ -66,7 +66,7 @@ def _write(directory: Path, index: int, keys: list[str]) -> None:
 CLUSTER = "local-cluster[2,1,1024]"
 
 
-def measure(spark, keys: int, touched: int, batches: int, workdir: Path, *, cluster: bool = False) -> list:  # noqa: ANN001, PLR0913
+def measure(spark, keys: int, touched: int, batches: int, workdir: Path, *, cluster: bool = False) -> list:
     """Load ``keys`` keys, then ``batches`` batches touching ``touched`` of them; the progress per batch."""
     rng = random.Random(7)
     inputs = workdir / "input"

@@ -109,11 +109,11 @@ def _dir_bytes(*directories: Path) -> tuple[int, int]:
     return sum(st.st_size for st in stats), sum(st.st_blocks * 512 for st in stats)
 
 
-def _source(spark: Any, inputs: Path) -> Any:  # noqa: ANN401
+def _source(spark: Any, inputs: Path) -> Any:
     return spark.readStream.schema("k string").option("maxFilesPerTrigger", 1).json(str(inputs))
 
 
-def _counts(key: Any, rows: Any, previous: int) -> Any:  # noqa: ANN401
+def _counts(key: Any, rows: Any, previous: int) -> Any:
     import pandas as pd
 
     return pd.DataFrame({"k": [key[0] if isinstance(key, tuple) else key], "n": [previous + len(rows)]})
@@ -124,16 +124,16 @@ def _count_processors() -> tuple[type, type]:
     from dstl.backend.spark import StatefulProcessor
 
     class CountPerKey(StatefulProcessor):
-        def init(self, context: Any) -> None:  # noqa: ANN401
+        def init(self, context: Any) -> None:
             self.count = context.get_value_state("n")
 
-        def handle_input_rows(self, key: Any, rows: Any) -> Any:  # noqa: ANN401
+        def handle_input_rows(self, key: Any, rows: Any) -> Any:
             out = _counts(key, rows, self.count.value() or 0)
             self.count.update(int(out["n"].iloc[0]))
             return out
 
     class CountBatch(CountPerKey):
-        def handle_batch(self, batch: Any, context: Any) -> Any:  # noqa: ANN401
+        def handle_batch(self, batch: Any, context: Any) -> Any:
             previous = self.count.get_many(batch.key_set)
             totals = [(p or 0) + c for p, c in zip(previous, batch.counts().tolist(), strict=True)]
             self.count.update_many(batch.key_set, totals)
@@ -142,7 +142,7 @@ def _count_processors() -> tuple[type, type]:
     return CountPerKey, CountBatch
 
 
-def _run_dstl(spark: Any, inputs: Path, workdir: Path, *, batch_api: bool) -> StoreResult:  # noqa: ANN401
+def _run_dstl(spark: Any, inputs: Path, workdir: Path, *, batch_api: bool) -> StoreResult:
     """The job on dstl's changelog backend (local storage, LMDB working copies)."""
     from dstl.backend.spark import transform_with_state
 
@@ -184,17 +184,17 @@ def _run_dstl(spark: Any, inputs: Path, workdir: Path, *, batch_api: bool) -> St
     return result
 
 
-def run_dstl_batch(spark: Any, inputs: Path, workdir: Path) -> StoreResult:  # noqa: ANN401
+def run_dstl_batch(spark: Any, inputs: Path, workdir: Path) -> StoreResult:
     """The job on dstl with the batch API."""
     return _run_dstl(spark, inputs, workdir, batch_api=True)
 
 
-def run_dstl_per_key(spark: Any, inputs: Path, workdir: Path) -> StoreResult:  # noqa: ANN401
+def run_dstl_per_key(spark: Any, inputs: Path, workdir: Path) -> StoreResult:
     """The job on dstl with the per-key API."""
     return _run_dstl(spark, inputs, workdir, batch_api=False)
 
 
-def _spark_query_result(key: str, engine: str, output: Any, checkpoint: Path) -> StoreResult:  # noqa: ANN401
+def _spark_query_result(key: str, engine: str, output: Any, checkpoint: Path) -> StoreResult:
     """Run ``output`` (a stateful DataFrame) to the end of the input; its per-batch state commit."""
     query = (
         output.writeStream.format("noop")
@@ -219,11 +219,11 @@ def _spark_query_result(key: str, engine: str, output: Any, checkpoint: Path) ->
     return result
 
 
-def run_apply_in_pandas_with_state(spark: Any, inputs: Path, workdir: Path) -> StoreResult:  # noqa: ANN401
+def run_apply_in_pandas_with_state(spark: Any, inputs: Path, workdir: Path) -> StoreResult:
     """The job on ``applyInPandasWithState`` (HDFS-backed state store)."""
     from pyspark.sql.streaming.state import GroupStateTimeout
 
-    def count(key: Any, frames: Iterator[Any], state: Any) -> Iterator[Any]:  # noqa: ANN401
+    def count(key: Any, frames: Iterator[Any], state: Any) -> Iterator[Any]:
         rows = sum(len(f) for f in frames)
         previous = state.get[0] if state.exists else 0
         state.update((previous + rows,))
@@ -240,15 +240,15 @@ def run_apply_in_pandas_with_state(spark: Any, inputs: Path, workdir: Path) -> S
     )
 
 
-def run_transform_with_state_rocksdb(spark: Any, inputs: Path, workdir: Path) -> StoreResult:  # noqa: ANN401
+def run_transform_with_state_rocksdb(spark: Any, inputs: Path, workdir: Path) -> StoreResult:
     """The job on ``transformWithStateInPandas`` (RocksDB store, changelog checkpointing)."""
     from pyspark.sql.streaming import StatefulProcessor
 
     class Count(StatefulProcessor):
-        def init(self, handle: Any) -> None:  # noqa: ANN401
+        def init(self, handle: Any) -> None:
             self.count = handle.getValueState("n", "n long")
 
-        def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:  # noqa: ANN401, N802, N803
+        def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
             previous = self.count.get()[0] if self.count.exists() else 0
             total = sum(len(r) for r in rows)
             self.count.update((previous + total,))
@@ -281,7 +281,7 @@ ENGINES = {
 
 
 def compare(
-    spark: Any,  # noqa: ANN401
+    spark: Any,
     workdir: Path,
     batches: int,
     rows: int,

@@ -112,7 +112,7 @@ def docker_unavailable_reason() -> str | None:
         return "the docker package is not installed (pip install 'dstl[docker]')"
     try:
         docker.from_env(timeout=5).ping()
-    except Exception as exc:  # noqa: BLE001 - any failure means: no usable engine
+    except Exception as exc:
         return f"no Docker engine is reachable ({type(exc).__name__}: {exc})"
     return None
 
@@ -137,7 +137,7 @@ def minio_endpoint(bucket: str = "dstl-test", image: str = MINIO_IMAGE) -> Itera
         deadline = time.monotonic() + 60
         while True:
             try:
-                with urllib.request.urlopen(f"{url}/minio/health/live", timeout=2):  # noqa: S310 - our URL
+                with urllib.request.urlopen(f"{url}/minio/health/live", timeout=2):
                     break
             except OSError:
                 if time.monotonic() > deadline:
@@ -262,7 +262,7 @@ class FaultInjectingProxy:
                 # algorithm and delayed ACKs add ~40 ms to each request.
                 self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
-            def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib name
+            def log_message(self, format: str, *args: object) -> None:
                 return
 
             def _body(self) -> bytes:
@@ -327,6 +327,6 @@ class FaultInjectingProxy:
                     return
                 self.wfile.write(data)
 
-            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle  # noqa: N815
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle
 
         return Handler

@@ -50,7 +50,7 @@ class TansuBroker:
             self.env.update(
                 AWS_ENDPOINT=s3.url,
                 AWS_ACCESS_KEY_ID="testing",
-                AWS_SECRET_ACCESS_KEY="testing",  # noqa: S105 - moto's fixed test credentials
+                AWS_SECRET_ACCESS_KEY="testing",
                 AWS_DEFAULT_REGION="us-east-1",
                 AWS_ALLOW_HTTP="true",
             )
@@ -116,5 +116,5 @@ def _ensure_bucket(s3: S3Endpoint, bucket: str) -> None:
     client = s3.client()
     try:
         client.head_bucket(Bucket=bucket)
-    except Exception:  # noqa: BLE001 - botocore's 404 ClientError: the bucket is missing
+    except Exception:
         client.create_bucket(Bucket=bucket)

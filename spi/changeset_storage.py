@@ -167,5 +167,5 @@ class ChangeSetStorage(StateChangelogStorage):
             writer.close()
         self._close_resources()
 
-    def _close_resources(self) -> None:  # noqa: B027 - optional hook
+    def _close_resources(self) -> None:
         """Release what the storage holds once its writers are closed."""

@@ -165,7 +165,7 @@ class ChangeSetWriter(StateChangelogWriter):
         :class:`~dstl.spi.StorageError` on other failures.
         """
 
-    def _released(self, locations: list[Location]) -> None:  # noqa: B027 - optional hook
+    def _released(self, locations: list[Location]) -> None:
         """Called when the writer no longer reuses ``locations`` (truncate, reset, close).
 
         Storages that reference-count their stored data unpin them here. Called with
@@ -310,7 +310,7 @@ class ChangeSetWriter(StateChangelogWriter):
                 return
             try:
                 result.set_result(self._handle(start_sqn, end_sqn, in_range, new_bytes, checkpoint_id))
-            except BaseException as exc:  # noqa: BLE001 - surfaced through the future
+            except BaseException as exc:
                 result.set_exception(exc)
 
         _when_all(dependencies, finish)

@@ -48,7 +48,7 @@ _declared: Callable[[], Iterable[ConfigOption]] | None = None
 
 def use_declared_options(source: Callable[[], Iterable[ConfigOption]]) -> None:
     """Make ``source`` what configs built without ``options`` validate against."""
-    global _declared  # noqa: PLW0603 - one process-wide source, set once at import
+    global _declared
     _declared = source
 
 
@@ -110,7 +110,7 @@ class Config(Mapping[str, Any]):
         cls,
         conf: Any,
         *,
-        extra: Mapping[str, Any] | None = None,  # noqa: ANN401 - duck-typed
+        extra: Mapping[str, Any] | None = None,
     ) -> Config:
         """Read ``spark.dstl.*`` and ``spark.state.*`` keys of a Spark conf.
 
@@ -188,7 +188,7 @@ class Config(Mapping[str, Any]):
             )
         return message + " Run 'dstl config' to list every option."
 
-    def get(self, key: str, default: Any = None) -> Any:  # noqa: ANN401
+    def get(self, key: str, default: Any = None) -> Any:
         """The parsed value of ``key``: set value, else the option's default.
 
         :raises ConfigError: when ``key`` is not a declared option.
@@ -199,7 +199,7 @@ class Config(Mapping[str, Any]):
         opt = self.option(key)
         return opt.default if opt.default is not None else default
 
-    def __getitem__(self, key: str) -> Any:  # noqa: ANN401
+    def __getitem__(self, key: str) -> Any:
         """The parsed value of ``key`` (set or default)."""
         return self.get(key)
 

@@ -221,7 +221,7 @@ class ChangelogHandle:
         return json.dumps(self.to_dict(), separators=(",", ":"), sort_keys=True)
 
     @classmethod
-    def from_dict(cls, doc: Any) -> ChangelogHandle:  # noqa: ANN401 - untrusted input
+    def from_dict(cls, doc: Any) -> ChangelogHandle:
         """Validate a decoded JSON document and build the handle.
 
         :raises InvalidHandleError: naming the offending field.

@@ -263,7 +263,7 @@ class ConfigOption:
             return "any string (passed through)"
         return self.type.expected
 
-    def parse(self, key: str, value: object) -> Any:  # noqa: ANN401 - typed by OptionType
+    def parse(self, key: str, value: object) -> Any:
         """Parse ``value`` for ``key`` or raise :class:`ConfigError` naming both and the form."""
         if self.is_prefix:
             if isinstance(value, str | int | float | bool):

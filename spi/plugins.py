@@ -56,7 +56,7 @@ def _load_env_plugins(
             continue
         try:
             module = importlib.import_module(name)
-        except Exception as exc:  # noqa: BLE001 - reported like a broken entry point
+        except Exception as exc:
             broken[name] = f"{PLUGINS_ENV}: {type(exc).__name__}: {exc}"
             log.warning("dstl plugin module %r from %s failed to load: %s", name, PLUGINS_ENV, exc)
             continue
@@ -73,7 +73,7 @@ def _load_entry_points(
         dist = (ep.dist.name, ep.dist.version) if ep.dist is not None else ("?", "?")
         try:
             plugin = ep.load()
-        except Exception as exc:  # noqa: BLE001 - one broken plugin must not hide the others
+        except Exception as exc:
             broken[ep.name] = f"{dist[0]} {dist[1]}: {type(exc).__name__}: {exc}"
             log.warning("dstl plugin %r from %s failed to load: %s", ep.name, dist[0], exc)
             continue

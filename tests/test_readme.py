@@ -36,10 +36,10 @@ def test_python_examples_run(tmp_path):
             # (tests/backend/spark runs the same API end to end).
             head = block.split("query = transform_with_state(")[0]
             namespace = {}
-            exec(compile(head, "README.md", "exec"), namespace)  # noqa: S102
+            exec(compile(head, "README.md", "exec"), namespace)
             assert namespace["transform_with_state"].__module__ == "dstl.backend.spark.query"
             continue
         code = block.replace("/var/lib/dstl-snapshots", str(tmp_path / "snapshots")).replace(
             "/var/lib/dstl", str(tmp_path / "log")
         )
-        exec(compile(code, "README.md", "exec"), {})  # noqa: S102 - our own documentation
+        exec(compile(code, "README.md", "exec"), {})

@@ -133,7 +133,7 @@ class BackendSnapshot:
         return cls.from_dict(parse_json(text, "backend snapshot"))
 
     @classmethod
-    def from_dict(cls, doc: Any, _depth: int = 0) -> BackendSnapshot:  # noqa: ANN401 - untrusted JSON
+    def from_dict(cls, doc: Any, _depth: int = 0) -> BackendSnapshot:
         """Validate an already parsed document (e.g. inside a checkpoint).
 
         :raises InvalidHandleError: naming the field.
@@ -158,7 +158,7 @@ class BackendSnapshot:
         )
 
 
-def _parts_from(value: Any, depth: int) -> tuple[tuple[KeyGroupRange, BackendSnapshot], ...]:  # noqa: ANN401
+def _parts_from(value: Any, depth: int) -> tuple[tuple[KeyGroupRange, BackendSnapshot], ...]:
     """The validated ``parts`` of a snapshot document."""
     if not isinstance(value, list):
         msg = "backend snapshot field 'parts' must be a list"
@@ -168,9 +168,9 @@ def _parts_from(value: Any, depth: int) -> tuple[tuple[KeyGroupRange, BackendSna
         raise InvalidHandleError(msg)
     parts = []
     for part in value:
-        part = check_fields(part, "backend snapshot part", {"key_groups": list})  # noqa: PLW2901
+        part = check_fields(part, "backend snapshot part", {"key_groups": list})
         bounds = part["key_groups"]
-        if len(bounds) != 2 or not all(type(b) is int for b in bounds) or not 0 <= bounds[0] <= bounds[1]:  # noqa: PLR2004
+        if len(bounds) != 2 or not all(type(b) is int for b in bounds) or not 0 <= bounds[0] <= bounds[1]:
             msg = f"backend snapshot part 'key_groups' must be [start, end], got {bounds!r:.60}"
             raise InvalidHandleError(msg)
         parts.append((KeyGroupRange(*bounds), BackendSnapshot.from_dict(part.get("snapshot"), depth + 1)))
@@ -271,7 +271,7 @@ def _bulk_load() -> Iterator[None]:
             gc.enable()
 
 
-def _never_called(_a: Any, _b: Any) -> Any:  # noqa: ANN401 - a restored-only reducing state
+def _never_called(_a: Any, _b: Any) -> Any:
     msg = "a reducing state known only from the checkpoint cannot be added to: register it with its function"
     raise AssertionError(msg)
 
@@ -445,7 +445,7 @@ class ChangelogKeyedStateBackend:
             raise RuntimeError(msg)
         return self._key
 
-    def _apply(self, op: Op, state_id: int, state: str, *args: Any) -> None:  # noqa: ANN401
+    def _apply(self, op: Op, state_id: int, state: str, *args: Any) -> None:
         key_group, key = self._current()
         record = encode_change(op, state_id, key, *args)
         # The working state first: a write it refuses (a full disk) must not be in the log either.
@@ -495,7 +495,7 @@ class ChangelogKeyedStateBackend:
                 changed(state, key_group, key)
 
     # -- registration ----------------------------------------------------------------------------
-    def register(self, descriptor: StateDescriptor) -> Any:  # noqa: ANN401 - the state class of its kind
+    def register(self, descriptor: StateDescriptor) -> Any:
         """Register (or return) the state named ``descriptor.name``.
 
         :raises ConfigError: when a state of that name exists with another kind or
@@ -506,7 +506,7 @@ class ChangelogKeyedStateBackend:
             raise ConfigError(msg)
         return self._register(descriptor)
 
-    def _register(self, descriptor: StateDescriptor) -> Any:  # noqa: ANN401 - the state class of its kind
+    def _register(self, descriptor: StateDescriptor) -> Any:
         """:meth:`register` for any name (dstl's own states, e.g. timers, use it too)."""
         existing = self._states.get(descriptor.name)
         same_form = existing is not None and (
@@ -553,7 +553,7 @@ class ChangelogKeyedStateBackend:
         self._states[descriptor.name] = state
         return state
 
-    def known_state(self, name: str) -> Any | None:  # noqa: ANN401 - the state class of its kind
+    def known_state(self, name: str) -> Any | None:
         """State ``name`` as registered in this run, or else as the restored checkpoint knows it.
 
         ``None`` when neither knows it. A state known only from the checkpoint is
@@ -674,7 +674,7 @@ class ChangelogKeyedStateBackend:
                 snapshot = BackendSnapshot(checkpoint_id, (*base, future.result()), refs, bridge, parts)
                 self._metrics.checkpointed(snapshot, time.perf_counter() - began)
                 result.set_result(snapshot)
-            except BaseException as exc:  # noqa: BLE001 - the caller's future must always settle
+            except BaseException as exc:
                 result.set_exception(exc)
 
         persisted.add_done_callback(done)
@@ -703,7 +703,7 @@ class ChangelogKeyedStateBackend:
                     pending.result()
                     chain, bridge = self.materializer.chain, self.materializer.bridge
                     rebased.set_result(BackendSnapshot(checkpoint_id, (tail.result(),), chain, bridge))
-                except BaseException as exc:  # noqa: BLE001 - the caller's future must always settle
+                except BaseException as exc:
                     rebased.set_exception(exc)
 
         wait([tail])  # the writer may close once the tail is persisted (it needs no upload)

@@ -258,9 +258,9 @@ class Materializer:
                 raise
             return future
 
-    def _upload(  # noqa: PLR0913
+    def _upload(
         self,
-        fs: Any,  # noqa: ANN401
+        fs: Any,
         root: str,
         sqn: int,
         views: list[tuple[str, StateView]],
@@ -274,7 +274,7 @@ class Materializer:
         written: list[str] = []  # paths this attempt created: removed again if it fails
         try:
             refs = [self._write(fs, root, sqn, kind, view, context, written) for kind, view in views]
-        except Exception as exc:  # noqa: BLE001 - counted, reported through the future
+        except Exception as exc:
             for path in written:
                 with contextlib.suppress(Exception):  # best effort: recovery removes what is left
                     fs.rm_file(path)
@@ -297,7 +297,7 @@ class Materializer:
                 self._expired, self._expired_in_flight = self._expired_in_flight, []
                 self._last_full_clock = context[2]
                 # An incremental written next to the full snapshot bridges the previous chain.
-                self.bridge = (*self.chain, refs[0]) if len(refs) == 2 else ()  # noqa: PLR2004
+                self.bridge = (*self.chain, refs[0]) if len(refs) == 2 else ()
                 self.chain = (ref,)
             else:
                 self.chain = (*self.chain, ref)
@@ -309,9 +309,9 @@ class Materializer:
             self.last_duration = time.perf_counter() - began
         future.set_result(ref)
 
-    def _write(  # noqa: PLR0913
+    def _write(
         self,
-        fs: Any,  # noqa: ANN401
+        fs: Any,
         root: str,
         sqn: int,
         kind: str,
@@ -477,7 +477,7 @@ class ChangedKeysView(StateView):
         for key in self._by_state.get(state, {}).get(key_group, ()):
             yield key, get(state, key_group, key)
 
-    def get(self, state: str, key_group: int, key: bytes) -> Any | None:  # noqa: ANN401 - entry
+    def get(self, state: str, key_group: int, key: bytes) -> Any | None:
         """The underlying view's entry."""
         return self._view.get(state, key_group, key)
 
@@ -526,7 +526,7 @@ def _purged(
                 expired(state, key)
             if live is None and (continued or kind not in ("list", "map")):
                 continue
-            entry = live  # noqa: PLW2901 - the entry as kept
+            entry = live
         kept.append([state, key, entry, *continued])
     return kept
 

@@ -21,7 +21,7 @@ class Op(enum.IntEnum):
     MAP_REMOVE = 5
 
 
-def encode_change(op: Op, state_id: int, key: bytes, *args: Any) -> bytes:  # noqa: ANN401
+def encode_change(op: Op, state_id: int, key: bytes, *args: Any) -> bytes:
     """One change record."""
     return msgpack.packb([int(op), state_id, key, *args], use_bin_type=True)
 

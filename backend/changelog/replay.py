@@ -77,7 +77,7 @@ class _Registrations:
         return name
 
 
-def applied(op: Op, current: Any | None, args: list[Any], *, owned: bool = False) -> Any | None:  # noqa: ANN401
+def applied(op: Op, current: Any | None, args: list[Any], *, owned: bool = False) -> Any | None:
     """The entry after ``op`` on ``current`` (``None``: absent, before or after).
 
     :param owned: ``current`` belongs to the caller and may change in place (a squash's
@@ -194,7 +194,7 @@ def squash(logs: Iterable[FetchedLog], base: Callable[[str, int, bytes], Any] | 
                     continue
                 try:
                     record = unpackb(data, raw=False, strict_map_key=False)
-                except Exception:  # noqa: BLE001 - decode_change below names the damage
+                except Exception:
                     record = None
                 if (
                     type(record) is list

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 __all__ = ["HeapDelegate", "LmdbDelegate", "MappingView", "StateDelegate", "StateView"]
 
 
-def __getattr__(name: str) -> Any:  # noqa: ANN401 - a module attribute
+def __getattr__(name: str) -> Any:
     if name == "LmdbDelegate":
         from .lmdb_store import LmdbDelegate
 

@@ -30,7 +30,7 @@ class StateView(ABC):
         """``(key, entry)`` of a state in a key group, as the view holds them."""
 
     @abstractmethod
-    def get(self, state: str, key_group: int, key: bytes) -> Any | None:  # noqa: ANN401 - entry
+    def get(self, state: str, key_group: int, key: bytes) -> Any | None:
         """One key's entry as the view holds it, or ``None``."""
 
     def chunks(self, state: str, key_group: int) -> Iterator[tuple[bytes, Any, bool]]:
@@ -73,7 +73,7 @@ class StateView(ABC):
         self.close()
 
 
-def split_entry(key: bytes, entry: Any) -> Iterator[tuple[bytes, Any, bool]]:  # noqa: ANN401 - entry
+def split_entry(key: bytes, entry: Any) -> Iterator[tuple[bytes, Any, bool]]:
     """``(key, part, continued)`` of one entry, a collection in parts of :data:`SECTION_ENTRIES` elements."""
     if not isinstance(entry, (list, dict)) or len(entry) <= SECTION_ENTRIES:
         yield key, entry, False
@@ -132,7 +132,7 @@ class MappingView(StateView):
         """The mapping's items of the state and key group."""
         return self._view[state].get(key_group, {}).items()
 
-    def get(self, state: str, key_group: int, key: bytes) -> Any | None:  # noqa: ANN401 - entry
+    def get(self, state: str, key_group: int, key: bytes) -> Any | None:
         """The mapping's entry of the key, or ``None``."""
         groups = self._view.get(state)
         group = None if groups is None else groups.get(key_group)
@@ -159,11 +159,11 @@ class StateDelegate(ABC):
     """
 
     @abstractmethod
-    def get(self, state: str, key_group: int, key: bytes) -> Any | None:  # noqa: ANN401 - entry
+    def get(self, state: str, key_group: int, key: bytes) -> Any | None:
         """The entry, or ``None``."""
 
     @abstractmethod
-    def put(self, state: str, key_group: int, key: bytes, entry: Any) -> None:  # noqa: ANN401
+    def put(self, state: str, key_group: int, key: bytes, entry: Any) -> None:
         """Store ``entry`` (replacing what was there)."""
 
     @abstractmethod

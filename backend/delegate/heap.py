@@ -39,7 +39,7 @@ class HeapDelegate(StateDelegate):
         groups = self._data.get(state)
         return None if groups is None else groups.get(key_group)
 
-    def get(self, state: str, key_group: int, key: bytes) -> Any | None:  # noqa: ANN401
+    def get(self, state: str, key_group: int, key: bytes) -> Any | None:
         """The entry, or ``None``."""
         group = self._group(state, key_group)
         return None if group is None else group.get(key)
@@ -57,11 +57,11 @@ class HeapDelegate(StateDelegate):
             group = groups[key_group] = dict(group)
         return group
 
-    def put(self, state: str, key_group: int, key: bytes, entry: Any) -> None:  # noqa: ANN401
+    def put(self, state: str, key_group: int, key: bytes, entry: Any) -> None:
         """Store ``entry``."""
         self._writable(state, key_group)[key] = entry
 
-    def _in_place(self, group: dict[bytes, Any], key: bytes) -> Any | None:  # noqa: ANN401 - a collection
+    def _in_place(self, group: dict[bytes, Any], key: bytes) -> Any | None:
         """The key's collection, safe to change in place (copied first when an open view may read it)."""
         entry = group.get(key)
         if entry is not None and self._open_views and id(entry) not in self._owned:
@@ -69,7 +69,7 @@ class HeapDelegate(StateDelegate):
             self._owned.add(id(entry))
         return entry
 
-    def _created(self, group: dict[bytes, Any], key: bytes, entry: Any) -> None:  # noqa: ANN401
+    def _created(self, group: dict[bytes, Any], key: bytes, entry: Any) -> None:
         group[key] = entry
         if self._open_views:
             self._owned.add(id(entry))

@@ -123,7 +123,7 @@ class LmdbDelegate(StateDelegate):
 
     def _base(self, state: str, key_group: int, key: bytes, extra: int = 0) -> bytes:
         """The key's base, checked against LMDB's key size with ``extra`` bytes (an element's) to follow."""
-        if len(state.encode()) > 255:  # noqa: PLR2004 - one length byte
+        if len(state.encode()) > 255:
             msg = f"state name {state[:40]!r}... is longer than 255 bytes"
             raise ValueError(msg)
         base = _base(_prefix(state, key_group), key)
@@ -136,7 +136,7 @@ class LmdbDelegate(StateDelegate):
             raise ValueError(msg)
         return base
 
-    def get(self, state: str, key_group: int, key: bytes) -> Any | None:  # noqa: ANN401
+    def get(self, state: str, key_group: int, key: bytes) -> Any | None:
         """The entry, or ``None`` (a collection's elements gathered: one seek, then a range)."""
         base = self._base(state, key_group, key)
         with self._read() as txn:
@@ -153,7 +153,7 @@ class LmdbDelegate(StateDelegate):
                 found.append(raw if raw is not None else _entry_at(txn, base))
             return found
 
-    def put(self, state: str, key_group: int, key: bytes, entry: Any) -> None:  # noqa: ANN401
+    def put(self, state: str, key_group: int, key: bytes, entry: Any) -> None:
         """Store ``entry`` (a collection replaces every element the key had)."""
         base = self._base(state, key_group, key)
         self._write(lambda txn: _store(txn, base, entry))
@@ -366,7 +366,7 @@ class LmdbView(StateView):
         if cursor.set_range(prefix):
             yield from _decoded(iter(cursor), prefix)
 
-    def get(self, state: str, key_group: int, key: bytes) -> Any | None:  # noqa: ANN401 - entry
+    def get(self, state: str, key_group: int, key: bytes) -> Any | None:
         """One key's entry as the view holds it."""
         return _entry_at(self._open(), _base(_prefix(state, key_group), key))
 
@@ -396,7 +396,7 @@ class LmdbView(StateView):
         if self._txn is not None:
             self._txn.abort()
             self._txn = None
-            self._delegate._view_closed()  # noqa: SLF001 - the view belongs to its delegate
+            self._delegate._view_closed()
 
 
 def _next_index(txn: lmdb.Transaction, base: bytes) -> int:
@@ -448,7 +448,7 @@ def _chunked(
         yield key, part, continued
 
 
-def _entry_at(txn: lmdb.Transaction, base: bytes) -> Any | None:  # noqa: ANN401 - entry
+def _entry_at(txn: lmdb.Transaction, base: bytes) -> Any | None:
     cursor = txn.cursor()
     if not cursor.set_range(base) or not cursor.key().startswith(base):
         return None
@@ -467,7 +467,7 @@ def _remove(txn: lmdb.Transaction, base: bytes) -> None:
             pass
 
 
-def _store(txn: lmdb.Transaction, base: bytes, entry: Any) -> None:  # noqa: ANN401 - entry
+def _store(txn: lmdb.Transaction, base: bytes, entry: Any) -> None:
     """Write ``entry`` at ``base``: bytes as one record, a list or map as one record per element."""
     if type(entry) is bytes:
         txn.put(base, entry)  # a key's state has one kind: no elements to remove

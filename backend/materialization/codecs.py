@@ -78,7 +78,7 @@ def decompress(codec: int, stored: bytes, raw_length: int, *, where: str, offset
             raise CorruptedError(msg, location=where, offset=offset)
     except CorruptedError:
         raise
-    except Exception as exc:  # noqa: BLE001 - every codec error of damaged input is corruption
+    except Exception as exc:
         msg = f"snapshot section does not decompress: {exc}"
         raise CorruptedError(msg, location=where, offset=offset) from exc
     if len(raw) != raw_length:

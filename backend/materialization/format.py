@@ -92,7 +92,7 @@ class MaterializationRef:
         return doc
 
     @classmethod
-    def from_dict(cls, doc: Any) -> MaterializationRef:  # noqa: ANN401 - untrusted JSON
+    def from_dict(cls, doc: Any) -> MaterializationRef:
         """Validate untrusted JSON."""
         try:
             if not isinstance(doc["path"], str):
@@ -163,7 +163,7 @@ class SnapshotWriter:
         body = self._compress(raw)
         self._index.append(_ENTRY.pack(key_group, self._offset, len(body) + _CRC.size, len(raw)))
         self._write(body + _CRC.pack(google_crc32c.value(body)))
-        self.entries += sum(1 for entry in entries if len(entry) == 3)  # parts of one collection: once  # noqa: PLR2004
+        self.entries += sum(1 for entry in entries if len(entry) == 3)  # parts of one collection: once
 
     def finish(self, meta: dict[str, Any]) -> int:
         """Write the meta, the index and the trailer; returns the snapshot's size in bytes."""
@@ -196,7 +196,7 @@ def _check_counts(count: int, meta_len: int, where: str, max_count: int) -> None
         raise CorruptedError(msg, location=where, offset=0)
 
 
-def _v1_head(read_range: Any, where: str) -> tuple[bytes, list[tuple[int, int, int, int]]]:  # noqa: ANN401
+def _v1_head(read_range: Any, where: str) -> tuple[bytes, list[tuple[int, int, int, int]]]:
     """Meta, index and section count of a version-1 snapshot (checked against the header crc)."""
     head = read_range(0, _HEADER.size)
     if len(head) < _HEADER.size:
@@ -218,7 +218,7 @@ def _v1_head(read_range: Any, where: str) -> tuple[bytes, list[tuple[int, int, i
     return meta_bytes, index
 
 
-def _v2_tail(read_range: Any, where: str, size: int | None) -> tuple[bytes, list[tuple[int, int, int, int]]]:  # noqa: ANN401
+def _v2_tail(read_range: Any, where: str, size: int | None) -> tuple[bytes, list[tuple[int, int, int, int]]]:
     """Meta, index and section count of a version-2 snapshot (checked against the trailer crc)."""
     if size is None or size < _PREAMBLE.size + _TRAILER.size:
         msg = f"snapshot of {size} bytes cannot hold a trailer (size unknown or too small)"
@@ -249,7 +249,7 @@ class _TooManyObjects(ValueError):
     pass
 
 
-def _unpack_bounded(body: bytes, budget: int) -> Any:  # noqa: ANN401 - msgpack data
+def _unpack_bounded(body: bytes, budget: int) -> Any:
     """Unpack ``body``, refusing it once its arrays and maps hold more than ``budget`` elements.
 
     Each container is limited before it is allocated (``max_*_len``), and the hooks
@@ -286,7 +286,7 @@ def _unpack_bounded(body: bytes, budget: int) -> Any:  # noqa: ANN401 - msgpack 
 
 
 def read_sections(
-    read_range: Any,  # noqa: ANN401 - callable (start, end) -> bytes
+    read_range: Any,
     key_groups: KeyGroupRange,
     *,
     where: str,

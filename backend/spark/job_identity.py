@@ -82,7 +82,7 @@ def resolve_job_id(
     return recorded
 
 
-def _read_record(fs: Any, path: str) -> str | None:  # noqa: ANN401 - fsspec
+def _read_record(fs: Any, path: str) -> str | None:
     """The recorded job id, ``None`` when there is none (the record is untrusted: checked)."""
     try:
         data = read_regular_file(fs, path, f"the job id record {path}", max_bytes=_MAX_RECORD)

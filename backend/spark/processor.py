@@ -154,7 +154,7 @@ class StateContext:
             raise RuntimeError(msg)
         return domain
 
-    def set_current_key(self, key: Any) -> None:  # noqa: ANN401
+    def set_current_key(self, key: Any) -> None:
         """Bind state access to ``key`` (a tuple when the key has several columns)."""
         self._backend.set_current_key(key)
         self.keys_touched.add(key)
@@ -202,7 +202,7 @@ class StatefulProcessor(ABC):
     def init(self, context: StateContext) -> None:
         """Register the states this processor uses (called before any rows)."""
 
-    def handle_input_rows(self, key: Any, rows: pd.DataFrame) -> pd.DataFrame | Iterable[dict] | None:  # noqa: ANN401
+    def handle_input_rows(self, key: Any, rows: pd.DataFrame) -> pd.DataFrame | Iterable[dict] | None:
         """Process one key's rows of the micro-batch; return the rows to emit (or ``None``).
 
         Override it (the per-key API) or :meth:`handle_batch` (the batch API).
@@ -243,7 +243,7 @@ class StatefulProcessor(ABC):
         context.phases_ms["group"] = round((time.perf_counter() - began) * 1000, 3)
         return self.handle_batch(batch, context)
 
-    def handle_expired_timer(self, key: Any, expiry_ms: int, context: StateContext) -> Output:  # noqa: ANN401
+    def handle_expired_timer(self, key: Any, expiry_ms: int, context: StateContext) -> Output:
         """A timer of ``key`` fired (it is removed already); returns rows as ``handle_input_rows`` does.
 
         Called after the batch's input rows, in expiry then key order, with ``key``
@@ -252,7 +252,7 @@ class StatefulProcessor(ABC):
         """
         return None
 
-    def handle_initial_state(self, key: Any, rows: pd.DataFrame, context: StateContext) -> None:  # noqa: ANN401
+    def handle_initial_state(self, key: Any, rows: pd.DataFrame, context: StateContext) -> None:
         """Load ``key``'s rows of the query's ``initial_state`` (first batch only, before its rows).
 
         Override it when the query is started with ``initial_state``.
@@ -264,6 +264,6 @@ class StatefulProcessor(ABC):
         """Called after the instance's rows of the batch were processed (before the checkpoint)."""
 
 
-def plain(value: Any) -> Any:  # noqa: ANN401
+def plain(value: Any) -> Any:
     """Numpy scalars as the Python values the key hash knows (``int``, ``float``, ``str``...)."""
     return value.item() if hasattr(value, "item") else value

@@ -63,7 +63,7 @@ class BatchProgress:
     storage: dict[str, float] = field(default_factory=dict)
 
     @classmethod
-    def from_instances(  # noqa: PLR0913
+    def from_instances(
         cls,
         batch_id: int,
         stats: list[dict[str, Any]],

@@ -71,7 +71,7 @@ class PrometheusExporter:
         *,
         port: int | None = None,
         address: str = "127.0.0.1",
-        registry: Any = None,  # noqa: ANN401 - prometheus_client.CollectorRegistry
+        registry: Any = None,
     ) -> None:
         try:
             import prometheus_client

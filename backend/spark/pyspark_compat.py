@@ -40,13 +40,13 @@ __all__ = ["PySparkProcessor", "is_pyspark_processor", "pyspark_processor"]
 _SERIALIZER = "pickle"  # PySpark's state values are tuples of any Spark type's Python value
 
 
-def _pyspark_api() -> Any:  # noqa: ANN401 - the module
+def _pyspark_api() -> Any:
     from pyspark.sql.streaming import stateful_processor
 
     return stateful_processor
 
 
-def is_pyspark_processor(processor: Any) -> bool:  # noqa: ANN401
+def is_pyspark_processor(processor: Any) -> bool:
     """Whether ``processor`` is a PySpark ``StatefulProcessor`` subclass or instance."""
     try:
         base = _pyspark_api().StatefulProcessor
@@ -55,7 +55,7 @@ def is_pyspark_processor(processor: Any) -> bool:  # noqa: ANN401
     return isinstance(processor, base) or (isinstance(processor, type) and issubclass(processor, base))
 
 
-def pyspark_processor(processor: Any) -> Callable[[], StatefulProcessor]:  # noqa: ANN401
+def pyspark_processor(processor: Any) -> Callable[[], StatefulProcessor]:
     """A factory of dstl processors that each run a fresh copy of the PySpark ``processor``.
 
     :param processor: a PySpark ``StatefulProcessor`` subclass (instantiated without
@@ -65,7 +65,7 @@ def pyspark_processor(processor: Any) -> Callable[[], StatefulProcessor]:  # noq
     return functools.partial(PySparkProcessor, make)
 
 
-def _key(key: Any) -> tuple[Any, ...]:  # noqa: ANN401
+def _key(key: Any) -> tuple[Any, ...]:
     """The grouping key as PySpark passes it: a tuple of the key columns' values."""
     return key if isinstance(key, tuple) else (key,)
 
@@ -97,24 +97,24 @@ class PySparkProcessor(StatefulProcessor):
         self._context = context
         self._user.init(_handle_class()(context))
 
-    def _timer_values(self) -> Any:  # noqa: ANN401 - PySpark's TimerValues
+    def _timer_values(self) -> Any:
         context = self._context
-        assert context is not None  # noqa: S101 - init runs first
+        assert context is not None
         watermark = context.watermark_ms()
         return _pyspark_api().TimerValues(
             context.processing_time_ms(), -1 if watermark is None else watermark
         )
 
-    def handle_input_rows(self, key: Any, rows: pd.DataFrame) -> pd.DataFrame | None:  # noqa: ANN401
+    def handle_input_rows(self, key: Any, rows: pd.DataFrame) -> pd.DataFrame | None:
         """``handleInputRows(key, iter([rows]), timerValues)``."""
         return _frames(self._user.handleInputRows(_key(key), iter([rows]), self._timer_values()))
 
-    def handle_expired_timer(self, key: Any, expiry_ms: int, context: StateContext) -> pd.DataFrame | None:  # noqa: ANN401
+    def handle_expired_timer(self, key: Any, expiry_ms: int, context: StateContext) -> pd.DataFrame | None:
         """``handleExpiredTimer(key, timerValues, ExpiredTimerInfo(expiry_ms))``."""
         info = _pyspark_api().ExpiredTimerInfo(expiry_ms)
         return _frames(self._user.handleExpiredTimer(_key(key), self._timer_values(), info))
 
-    def handle_initial_state(self, key: Any, rows: pd.DataFrame, context: StateContext) -> None:  # noqa: ANN401
+    def handle_initial_state(self, key: Any, rows: pd.DataFrame, context: StateContext) -> None:
         """``handleInitialState(key, rows, timerValues)``."""
         self._user.handleInitialState(_key(key), rows, self._timer_values())
 
@@ -137,34 +137,34 @@ def _handle_class() -> type:
             super().__init__(None)  # no API client: every call below is served by dstl
             self._context = context
 
-        def getValueState(self, stateName: str, schema: Any, ttlDurationMs: int | None = None) -> Any:  # noqa: N802, N803, ANN401
+        def getValueState(self, stateName: str, schema: Any, ttlDurationMs: int | None = None) -> Any:
             ttl = _ttl(ttlDurationMs)
             return _states()[0](self._context.get_value_state(stateName, ttl=ttl, serializer=_SERIALIZER))
 
-        def getListState(self, stateName: str, schema: Any, ttlDurationMs: int | None = None) -> Any:  # noqa: N802, N803, ANN401
+        def getListState(self, stateName: str, schema: Any, ttlDurationMs: int | None = None) -> Any:
             ttl = _ttl(ttlDurationMs)
             return _states()[1](self._context.get_list_state(stateName, ttl=ttl, serializer=_SERIALIZER))
 
-        def getMapState(  # noqa: N802
+        def getMapState(
             self,
-            stateName: str,  # noqa: N803
-            userKeySchema: Any,  # noqa: N803, ANN401
-            valueSchema: Any,  # noqa: N803, ANN401
-            ttlDurationMs: int | None = None,  # noqa: N803
-        ) -> Any:  # noqa: ANN401
+            stateName: str,
+            userKeySchema: Any,
+            valueSchema: Any,
+            ttlDurationMs: int | None = None,
+        ) -> Any:
             ttl = _ttl(ttlDurationMs)
             return _states()[2](self._context.get_map_state(stateName, ttl=ttl, serializer=_SERIALIZER))
 
-        def registerTimer(self, expiryTimestampMs: int) -> None:  # noqa: N802, N803
+        def registerTimer(self, expiryTimestampMs: int) -> None:
             self._context.register_timer(int(expiryTimestampMs))
 
-        def deleteTimer(self, expiryTimestampMs: int) -> None:  # noqa: N802, N803
+        def deleteTimer(self, expiryTimestampMs: int) -> None:
             self._context.delete_timer(int(expiryTimestampMs))
 
-        def listTimers(self) -> Iterator[int]:  # noqa: N802
+        def listTimers(self) -> Iterator[int]:
             return iter(self._context.list_timers())
 
-        def deleteIfExists(self, stateName: str) -> None:  # noqa: N802, N803
+        def deleteIfExists(self, stateName: str) -> None:
             self._context.delete_state(stateName)
 
     return Handle
@@ -185,7 +185,7 @@ def _states() -> tuple[type, type, type]:
         def get(self) -> tuple | None:
             return self._state.value()
 
-        def update(self, newValue: tuple) -> None:  # noqa: N803
+        def update(self, newValue: tuple) -> None:
             self._state.update(_row(newValue))
 
         def clear(self) -> None:
@@ -201,13 +201,13 @@ def _states() -> tuple[type, type, type]:
         def get(self) -> Iterator[tuple]:
             return iter(self._state.get())
 
-        def put(self, newState: list[tuple]) -> None:  # noqa: N803
+        def put(self, newState: list[tuple]) -> None:
             self._state.update([_row(value) for value in newState])
 
-        def appendValue(self, newState: tuple) -> None:  # noqa: N802, N803
+        def appendValue(self, newState: tuple) -> None:
             self._state.add(_row(newState))
 
-        def appendList(self, newState: list[tuple]) -> None:  # noqa: N802, N803
+        def appendList(self, newState: list[tuple]) -> None:
             self._state.add_all([_row(value) for value in newState])
 
         def clear(self) -> None:
@@ -220,13 +220,13 @@ def _states() -> tuple[type, type, type]:
         def exists(self) -> bool:
             return not self._state.is_empty()
 
-        def getValue(self, key: tuple) -> tuple | None:  # noqa: N802
+        def getValue(self, key: tuple) -> tuple | None:
             return self._state.get(_row(key))
 
-        def containsKey(self, key: tuple) -> bool:  # noqa: N802
+        def containsKey(self, key: tuple) -> bool:
             return self._state.contains(_row(key))
 
-        def updateValue(self, key: tuple, value: tuple) -> None:  # noqa: N802
+        def updateValue(self, key: tuple, value: tuple) -> None:
             self._state.put(_row(key), _row(value))
 
         def iterator(self) -> Iterator[tuple[tuple, tuple]]:
@@ -238,7 +238,7 @@ def _states() -> tuple[type, type, type]:
         def values(self) -> Iterator[tuple]:
             return self._state.values()
 
-        def removeKey(self, key: tuple) -> None:  # noqa: N802
+        def removeKey(self, key: tuple) -> None:
             self._state.remove(_row(key))
 
         def clear(self) -> None:

@@ -74,7 +74,7 @@ _LINEAGE_DEPTH = 64
 RECENT_BATCHES = 1000
 
 
-def _job_config(spark_conf: Any, config: Mapping[str, Any] | None, checkpoint_location: str) -> Config:  # noqa: ANN401
+def _job_config(spark_conf: Any, config: Mapping[str, Any] | None, checkpoint_location: str) -> Config:
     """The Spark conf's ``spark.dstl.*``/``spark.state.*``, then ``config``; defaults under the checkpoint."""
     cfg = Config.from_spark_conf(spark_conf, extra=dict(config or {}))
     check_storage_for_spark(cfg)
@@ -107,7 +107,7 @@ class StatefulQuery:
         runner: _BatchRunner,
         query: StreamingQuery,
         bridge: ProgressBridge,
-        streams: Any,  # noqa: ANN401
+        streams: Any,
     ) -> None:
         self._runner = runner
         self._bridge = bridge
@@ -345,7 +345,7 @@ class _BatchRunner:
             return frozenset()
         return frozenset({names.index(oldest)})
 
-    def _pinned(self, routed: DataFrame, plan: TaskPlan, schema: Any) -> DataFrame | None:  # noqa: ANN401
+    def _pinned(self, routed: DataFrame, plan: TaskPlan, schema: Any) -> DataFrame | None:
         """The instances' results with sticky placement (one partition per instance, on its home).
 
         ``None`` when placement is Spark's (by config, or the gateway cannot pin).
@@ -409,7 +409,7 @@ class _BatchRunner:
         return TimeProgress(watermark, next_timers)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        from pyspark.sql import functions as F  # noqa: N812
+        from pyspark.sql import functions as F
         from pyspark.sql.types import StringType, StructField, StructType
 
         began = time.perf_counter()
@@ -529,7 +529,7 @@ def _routed(
 
     Key columns are widened first to the types the Python key hash mirrors (bigint, double).
     """
-    from pyspark.sql import functions as F  # noqa: N812
+    from pyspark.sql import functions as F
     from pyspark.sql.types import ByteType, FloatType, IntegerType, ShortType, TimestampNTZType, TimestampType
 
     fields = frame.schema.fields
@@ -566,7 +566,7 @@ def _with_wake_rows(routed: DataFrame, wake: frozenset[int]) -> DataFrame:
     """``routed`` plus one data-less row per instance in ``wake``, so that its task runs (timers are due)."""
     if not wake:
         return routed
-    from pyspark.sql import functions as F  # noqa: N812
+    from pyspark.sql import functions as F
 
     spark = routed.sparkSession
     marks = spark.createDataFrame([(index,) for index in sorted(wake)], f"{INSTANCE_COLUMN} int")
@@ -581,12 +581,12 @@ def _with_wake_rows(routed: DataFrame, wake: frozenset[int]) -> DataFrame:
     return routed.unionByName(marks.select(columns))
 
 
-def transform_with_state(  # noqa: PLR0913
+def transform_with_state(
     frame: DataFrame,
     *,
     key_columns: list[str],
     processor: Callable[[], StatefulProcessor],
-    output_schema: Any,  # noqa: ANN401 - StructType or DDL string
+    output_schema: Any,
     sink: Sink | str,
     checkpoint_location: str,
     config: Mapping[str, Any] | None = None,
@@ -672,17 +672,17 @@ def transform_with_state(  # noqa: PLR0913
     return StatefulQuery(runner, query, bridge, spark.streams)
 
 
-def _session_conf(spark: Any) -> dict[str, str]:  # noqa: ANN401
+def _session_conf(spark: Any) -> dict[str, str]:
     """``spark.dstl.*``/``spark.state.*`` keys set on the session (``spark.conf.set``)."""
     try:
         everything = spark.conf.getAll
         items = everything() if callable(everything) else everything
         return {k: v for k, v in dict(items).items() if k.startswith(("spark.dstl.", "spark.state."))}
-    except Exception:  # noqa: BLE001 - older PySpark has no getAll on the session conf
+    except Exception:
         return {}
 
 
-def _adapted(processor: Any) -> Callable[[], StatefulProcessor]:  # noqa: ANN401
+def _adapted(processor: Any) -> Callable[[], StatefulProcessor]:
     """``processor`` as a factory of dstl processors: a PySpark ``StatefulProcessor`` class is wrapped."""
     from .pyspark_compat import is_pyspark_processor, pyspark_processor
 

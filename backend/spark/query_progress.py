@@ -68,7 +68,7 @@ class ProgressBridge(StreamingQueryListener):
         self.recent: deque[QueryProgress] = deque(maxlen=RECENT_PROGRESS)
         self.listeners: list[Callable[[QueryProgress], None]] = []
 
-    def bind(self, query_id: str, streams: Any = None) -> None:  # noqa: ANN401
+    def bind(self, query_id: str, streams: Any = None) -> None:
         """The Spark query (``StreamingQuery.id``) whose progress to join.
 
         With ``streams`` (the session's ``StreamingQueryManager``) the bridge leaves
@@ -81,10 +81,10 @@ class ProgressBridge(StreamingQueryListener):
         for progress in early:
             self._join(progress)
 
-    def onQueryStarted(self, event: Any) -> None:  # noqa: ANN401, N802 - Spark's listener API
+    def onQueryStarted(self, event: Any) -> None:
         """Nothing to join yet."""
 
-    def onQueryProgress(self, event: Any) -> None:  # noqa: ANN401, N802
+    def onQueryProgress(self, event: Any) -> None:
         """Join Spark's progress of one batch with the batch's state figures."""
         progress = event.progress
         with self._lock:
@@ -93,10 +93,10 @@ class ProgressBridge(StreamingQueryListener):
                 return
         self._join(progress)
 
-    def onQueryIdle(self, event: Any) -> None:  # noqa: ANN401, N802
+    def onQueryIdle(self, event: Any) -> None:
         """No batch ran."""
 
-    def onQueryTerminated(self, event: Any) -> None:  # noqa: ANN401, N802
+    def onQueryTerminated(self, event: Any) -> None:
         """Leave Spark's bus once the query ended (not from the bus's own thread)."""
         with self._lock:
             ours = self._query_id is not None and str(event.id) == self._query_id
@@ -105,13 +105,13 @@ class ProgressBridge(StreamingQueryListener):
             leave = threading.Thread(target=self._leave, args=(streams,), name="dstl-bridge", daemon=True)
             leave.start()
 
-    def _leave(self, streams: Any) -> None:  # noqa: ANN401
+    def _leave(self, streams: Any) -> None:
         try:
             streams.removeListener(self)
-        except Exception:  # noqa: BLE001 - the session may be stopping; the bridge is inert anyway
+        except Exception:
             log.debug("dstl progress bridge could not leave the listener bus", exc_info=True)
 
-    def _join(self, progress: Any) -> None:  # noqa: ANN401 - pyspark's StreamingQueryProgress
+    def _join(self, progress: Any) -> None:
         if str(progress.id) != self._query_id:  # another query's (also among the early ones)
             return
         state = self._state_of(int(progress.batchId))

@@ -154,11 +154,11 @@ def _all_handles(snapshot: BackendSnapshot) -> Iterator[ChangelogHandle]:
         yield from _all_handles(part)
 
 
-def _json(value: Any) -> str:  # noqa: ANN401
+def _json(value: Any) -> str:
     return json.dumps(json_safe(value), default=str)
 
 
-def _state_reader(  # noqa: PLR0913
+def _state_reader(
     config: dict[str, Any],
     batch_id: int,
     max_parallelism: int,

@@ -11,7 +11,7 @@ from ..testing import DEFAULT_TIMEOUT
 
 
 def child_request(
-    sut: Any,  # noqa: ANN401 - StorageUnderTest, imported lazily to avoid a cycle
+    sut: Any,
     *,
     mode: str,
     operator_id: str,

@@ -21,7 +21,7 @@ def test_threads_append_and_persist_without_loss_or_duplicates(storage, sut):
                 for index in range(per_round):
                     writer.append((n + index) % 32, change_bytes(f"t{n}", round_ * per_round + index))
                 handles[n] = writer.persist(0, round_ + 1).result(timeout=sut.timeout)
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=work, args=(n,)) for n in range(threads_n)]

@@ -46,7 +46,7 @@ def _forgeries(log_id: str, epoch: int, sqn: int) -> dict[str, bytes]:
     count = len(CHANGES)
     last_length_at = len(body) - len(CHANGES[-1][1]) - CHANGE_ITEM.size + 4  # the last item's u32 length
 
-    def frame(stored: bytes, **fields) -> bytes:  # noqa: ANN003
+    def frame(stored: bytes, **fields) -> bytes:
         values = {"log_id": log_id, "epoch": epoch, "sqn": sqn, "count": count, **fields}
         return forge_change_set(values.pop("log_id"), stored_body=stored, **values)
 
@@ -82,7 +82,7 @@ def _forgeries(log_id: str, epoch: int, sqn: int) -> dict[str, bytes]:
     }
 
 
-def _read_paths(storage) -> dict[str, Callable[[ChangelogHandle], list]]:  # noqa: ANN001
+def _read_paths(storage) -> dict[str, Callable[[ChangelogHandle], list]]:
     """Every way to read a handle; each returns what it yielded before it raised."""
 
     def via(read: Callable) -> Callable[[ChangelogHandle], list]:
@@ -112,7 +112,7 @@ def _read_paths(storage) -> dict[str, Callable[[ChangelogHandle], list]]:  # noq
 
 
 @pytest.fixture
-def honest(storage, sut):  # noqa: ANN001
+def honest(storage, sut):
     """A handle of one change set of :data:`CHANGES`, to forge others of its log, epoch and SQN."""
     writer = storage.create_writer("op", KG, epoch=7)
     for key_group, data in CHANGES:

@@ -49,7 +49,7 @@ class DownloadCache:
             self._metrics.inc("downloads")
             try:
                 entry.data = self._fetch(key)
-            except BaseException as exc:  # noqa: BLE001 - handed to every waiting reader
+            except BaseException as exc:
                 entry.error = exc
                 with self._lock:
                     self._entries.pop(key, None)

@@ -106,7 +106,7 @@ class HedgedUpload:
         error: BaseException | None = None
         try:
             self._put(key)
-        except BaseException as exc:  # noqa: BLE001 - recorded; the upload decides
+        except BaseException as exc:
             error = exc
         with self._lock:
             self._running.discard(attempt)
@@ -150,7 +150,7 @@ class HedgedUpload:
         try:
             self._delete(key)
             self._metrics.inc("hedge_losers_deleted")
-        except Exception as exc:  # noqa: BLE001 - a leftover object is only space
+        except Exception as exc:
             log.warning("could not delete the losing upload %s: %s", key, exc)
 
     def _fail(self) -> None:

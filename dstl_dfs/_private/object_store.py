@@ -102,7 +102,7 @@ class FsspecStore(ObjectStore):
             raise StorageError(msg) from exc
         except DstlError:
             raise
-        except Exception as exc:  # noqa: BLE001 - OSError, and what fsspec backends raise raw (aiohttp, botocore)
+        except Exception as exc:
             msg = f"{action} {self.describe(key)} failed: {type(exc).__name__}: {exc}"
             raise StorageError(msg, retriable=True) from exc
 
@@ -222,7 +222,7 @@ class S3Store(ObjectStore):
             raise StorageError(msg, retriable=True) from exc
         except DstlError:
             raise
-        except Exception as exc:  # noqa: BLE001 - urllib3 errors while a body is read escape botocore
+        except Exception as exc:
             msg = f"{action} {self.describe(key)} failed: {type(exc).__name__}: {exc}"
             raise StorageError(msg, retriable=True) from exc
 

@@ -125,7 +125,7 @@ class BatchingScheduler:
         self._metrics.observe("batch_bytes", size)
         try:
             self._upload_batch(batch, done)
-        except BaseException as exc:  # noqa: BLE001 - every request must learn of it
+        except BaseException as exc:
             done()
             for request in batch:
                 if not request.future.done():

@@ -51,7 +51,7 @@ class TimerThread:
                     continue
             try:
                 callback()
-            except Exception:  # noqa: BLE001 - a failing callback must not stop the timers
+            except Exception:
                 log.exception("timer callback failed")
 
     def close(self) -> None:

@@ -186,14 +186,14 @@ class ClaimsTracker:
         with self._producers_lock:
             return len(self._producers)
 
-    def _new_producer(self, log_id: str) -> Any:  # noqa: ANN401 - confluent_kafka.Producer
+    def _new_producer(self, log_id: str) -> Any:
         """A producer of the log's transactional id, not yet initialised."""
         from confluent_kafka import Producer
 
         # "/" is in no job id or log id: job "a.x" with log "y.kg0-8" and job "a" with "x.y.kg0-8" differ
         return Producer(self._factory.producer_config(**{"transactional.id": f"dstl/{self._job}/{log_id}"}))
 
-    def _commit(self, producer: Any, record: dict[str, Any], *, fresh: bool) -> bool:  # noqa: ANN401
+    def _commit(self, producer: Any, record: dict[str, Any], *, fresh: bool) -> bool:
         """Commit ``record`` in a transaction of ``producer``; initialise it first when ``fresh``.
 
         :returns: whether it committed; ``False`` only for a kept producer (fenced
@@ -224,12 +224,12 @@ class ClaimsTracker:
             raise StorageError(msg, retriable=True) from exc
         return True
 
-    def _take_producer(self, log_id: str) -> Any:  # noqa: ANN401
+    def _take_producer(self, log_id: str) -> Any:
         """The kept producer of ``log_id``'s last claim, now this caller's alone; or ``None``."""
         with self._producers_lock:
             return self._producers.pop(log_id, None)
 
-    def _keep_producer(self, log_id: str, producer: Any) -> None:  # noqa: ANN401
+    def _keep_producer(self, log_id: str, producer: Any) -> None:
         """Keep ``producer`` for the next claim of ``log_id``; close what falls out."""
         dropped = [producer] if self._kept_producers == 0 else []
         with self._producers_lock:

@@ -38,7 +38,7 @@ class ClientFactory:
             "log_level": 3,
         }
 
-    def producer_config(self, **overrides: Any) -> dict[str, Any]:  # noqa: ANN401
+    def producer_config(self, **overrides: Any) -> dict[str, Any]:
         """An idempotent, acks=all producer that sends at once."""
         timeout_ms = int(self.timeout * 1000)
         return {
@@ -53,7 +53,7 @@ class ClientFactory:
             **overrides,
         }
 
-    def consumer_config(self, **overrides: Any) -> dict[str, Any]:  # noqa: ANN401
+    def consumer_config(self, **overrides: Any) -> dict[str, Any]:
         """A read_committed consumer that is only ever assigned partitions."""
         return {
             **self._common(),

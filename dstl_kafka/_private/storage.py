@@ -67,7 +67,7 @@ class KafkaWriter(ChangeSetWriter):
         errors: list[str] = []
         result: Future[list[Location]] = Future()
 
-        def delivered(cs_index: int, chunk_index: int, err: Any, message: Any) -> None:  # noqa: ANN401
+        def delivered(cs_index: int, chunk_index: int, err: Any, message: Any) -> None:
             if err is not None:
                 errors.append(str(err))
             else:
@@ -89,7 +89,7 @@ class KafkaWriter(ChangeSetWriter):
             )
             last = max(map(max, offsets))
             storage.rule_out_fencing(partition, last, speculation, self.log_id, self.epoch, self._token)
-        except BaseException as exc:  # noqa: BLE001 - the persist's future carries it
+        except BaseException as exc:
             storage.metrics.inc("upload_failures")
             result.set_exception(exc)
             return result
@@ -272,7 +272,7 @@ class KafkaStorage(ChangeSetStorage):
         self.metrics.inc("fencing_requests")
         return seen, self.claims.watermarks(partition)
 
-    def rule_out_fencing(  # noqa: PLR0913 - the persist's facts plus the writer's identity
+    def rule_out_fencing(
         self,
         partition: int,
         last: int,
@@ -305,12 +305,12 @@ class KafkaStorage(ChangeSetStorage):
             ledger.cover(seen)
         ledger.speculate = not ledger.follows(last)
 
-    def _produce(self, partition: int, **kwargs: Any) -> None:  # noqa: ANN401
+    def _produce(self, partition: int, **kwargs: Any) -> None:
         """Produce to the data topic; the record's offset goes into the partition's ledger."""
         ledger = self.ledger(partition)
         callback = kwargs.pop("on_delivery", None)
 
-        def delivered(err: Any, message: Any) -> None:  # noqa: ANN401
+        def delivered(err: Any, message: Any) -> None:
             if err is None:
                 ledger.delivered(message.offset())
             elif err.fatal() or err.code() in _poisoning_errors():
@@ -335,7 +335,7 @@ class KafkaStorage(ChangeSetStorage):
         partition = self.partition(log_id)
         failures: list[str] = []
 
-        def delivered(err: Any, message: Any) -> None:  # noqa: ANN401
+        def delivered(err: Any, message: Any) -> None:
             if err is not None:
                 failures.append(str(err))
 
@@ -366,10 +366,10 @@ class KafkaStorage(ChangeSetStorage):
             msg = f"{what} failed: {detail}"
             raise StorageError(msg, retriable=True)
 
-    def _new_producer(self) -> Any:  # noqa: ANN401 - confluent_kafka.Producer
+    def _new_producer(self) -> Any:
         from confluent_kafka import Producer
 
-        def on_error(err: Any) -> None:  # noqa: ANN401
+        def on_error(err: Any) -> None:
             if err.fatal():
                 self._fatal.set()
 

@@ -58,7 +58,7 @@ class GroupCommitter:
             self.batched_requests += len(batch)
             try:
                 self._commit(batch)
-            except BaseException as exc:  # noqa: BLE001 - every waiter must learn of it
+            except BaseException as exc:
                 for item in batch:
                     if not item.future.done():
                         item.future.set_exception(exc)

@@ -26,7 +26,7 @@ def job(tmp_path, memory_config):
     storage.close()
 
 
-def _batch(storage, snapshots, host, batch, previous, model, *, materialize=False, full_every=5, bridge=True):  # noqa: PLR0913
+def _batch(storage, snapshots, host, batch, previous, model, *, materialize=False, full_every=5, bridge=True):
     """One batch of the instance on ``host``: bring the copy to ``previous``, update, checkpoint."""
     backend = ChangelogKeyedStateBackend(
         storage,
@@ -123,11 +123,11 @@ def test_a_copy_of_the_previous_chain_catches_up_through_the_bridge(job, bridge)
             bridge=bridge,
         )
         assert how == expected_how, f"batch {batch}: {how}"
-        if batch == 2:  # noqa: PLR2004
+        if batch == 2:
             assert "-full-" in previous.materialized[0].path and len(previous.materialized) == 1
             assert len(previous.bridge) == (2 if bridge else 0)
             bridged = previous
-    assert len(previous.materialized) == 2  # noqa: PLR2004
+    assert len(previous.materialized) == 2
     assert previous.bridge == bridged.bridge  # carried by the checkpoints on the new chain
 
 

@@ -96,7 +96,7 @@ class NoFencingStorage(MemoryStorage):
         writer._owner_check_disabled = True
         return writer
 
-    class writer_class(MemoryWriter):  # noqa: N801
+    class writer_class(MemoryWriter):
         def _upload(self, change_sets, checkpoint_id):
             with self._storage._ns.lock:
                 self._storage._ns.owners[(self._storage.job_id, self.log_id)] = (self.epoch, self._token)

@@ -107,7 +107,7 @@ class FakeSparkConf:
     def __init__(self, pairs):
         self._pairs = pairs
 
-    def getAll(self):  # noqa: N802 - Spark's name
+    def getAll(self):
         return list(self._pairs.items())
 
 

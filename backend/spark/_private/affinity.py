@@ -49,7 +49,7 @@ class ExecutorHomes:
         self._executors_at = -float("inf")
         self.jvm: Any = None  # the JVM classes pinning uses, once looked up
 
-    def live_executors(self, sc: Any) -> list[tuple[str, str]]:  # noqa: ANN401 - SparkContext
+    def live_executors(self, sc: Any) -> list[tuple[str, str]]:
         """The live executors, asked of the scheduler at most every :attr:`EXECUTORS_TTL` seconds."""
         now = time.monotonic()
         if now - self._executors_at >= self.EXECUTORS_TTL:
@@ -78,11 +78,11 @@ class ExecutorHomes:
         return {i: f"executor_{host}_{executor}" for i, (executor, host) in homes.items()}
 
 
-def live_executors(sc: Any) -> list[tuple[str, str]]:  # noqa: ANN401 - SparkContext
+def live_executors(sc: Any) -> list[tuple[str, str]]:
     """``(id, host)`` of the live executors, from the driver's status store (the driver excluded)."""
-    jvm = sc._jvm  # noqa: SLF001 - the gateway is the only way to the scheduler's view
+    jvm = sc._jvm
     summaries = jvm.scala.jdk.javaapi.CollectionConverters.asJava(
-        sc._jsc.sc().statusStore().executorList(True)  # noqa: SLF001
+        sc._jsc.sc().statusStore().executorList(True)
     )
     found = []
     for summary in summaries:
@@ -95,15 +95,15 @@ def live_executors(sc: Any) -> list[tuple[str, str]]:  # noqa: ANN401 - SparkCon
 class _Jvm:
     """The JVM classes pinning uses, looked up once per query (each lookup is a gateway round trip)."""
 
-    def __init__(self, sc: Any) -> None:  # noqa: ANN401 - SparkContext
-        jvm = sc._jvm  # noqa: SLF001 - the gateway is the only way to preferred locations
+    def __init__(self, sc: Any) -> None:
+        jvm = sc._jvm
         self.context = sc
         self.converters = jvm.scala.jdk.javaapi.CollectionConverters
         self.tuple2 = jvm.scala.Tuple2
         self.byte_array = jvm.scala.reflect.ClassTag.apply(jvm.java.lang.Class.forName("[B"))
 
 
-def pinned_instances(sc: Any, groups: Any, homes: ExecutorHomes) -> Any:  # noqa: ANN401
+def pinned_instances(sc: Any, groups: Any, homes: ExecutorHomes) -> Any:
     """``(instance, rows)`` per partition of ``groups``, each partition preferring its instance's home.
 
     :param groups: a Python RDD with one partition per instance, each holding one
@@ -129,10 +129,10 @@ def pinned_instances(sc: Any, groups: Any, homes: ExecutorHomes) -> Any:  # noqa
             elements.append(
                 jvm.tuple2(bytearray(pickle.dumps(instance)), jvm.converters.asScala(preferred).toSeq())
             )
-        preferring = sc._jsc.sc().makeRDD(jvm.converters.asScala(elements).toSeq(), jvm.byte_array)  # noqa: SLF001
-        zipped = preferring.toJavaRDD().zip(groups._jrdd)  # noqa: SLF001 - zips partition i with partition i
-        return RDD(zipped, sc, PairDeserializer(CPickleSerializer(), groups._jrdd_deserializer))  # noqa: SLF001
-    except Exception as exc:  # noqa: BLE001 - any gateway failure means: no sticky placement
+        preferring = sc._jsc.sc().makeRDD(jvm.converters.asScala(elements).toSeq(), jvm.byte_array)
+        zipped = preferring.toJavaRDD().zip(groups._jrdd)
+        return RDD(zipped, sc, PairDeserializer(CPickleSerializer(), groups._jrdd_deserializer))
+    except Exception as exc:
         homes.unavailable = str(exc)
         log.warning(
             "dstl: sticky placement is not available (%s); instances run where Spark places them "

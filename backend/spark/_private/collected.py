@@ -18,7 +18,7 @@ class Collected:
         self._columns: dict[str, list[Any]] = {}
         self._rows = 0
 
-    def add(self, result: Any) -> None:  # noqa: ANN401 - what handle_input_rows returned
+    def add(self, result: Any) -> None:
         if result is None:
             return
         if hasattr(result, "columns") and hasattr(result, "to_numpy"):  # a pandas DataFrame

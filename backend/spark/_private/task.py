@@ -113,7 +113,7 @@ def _attempt() -> tuple[int, int]:
     return context.taskAttemptId(), context.attemptNumber()
 
 
-def output_columns(result: Any, columns: tuple[str, ...]) -> dict[str, list[Any]]:  # noqa: ANN401
+def output_columns(result: Any, columns: tuple[str, ...]) -> dict[str, list[Any]]:
     """A processor's output as one list per output column (equal lengths), whatever form it came in.
 
     :raises TypeError: on a result that is no DataFrame, mapping, iterable of dicts or ``None``.
@@ -153,9 +153,9 @@ def output_columns(result: Any, columns: tuple[str, ...]) -> dict[str, list[Any]
 def run_instance(
     plan: TaskPlan,
     make_processor: Callable[[], StatefulProcessor],
-    rows: Any,  # noqa: ANN401 - pandas
-    initial: Any = None,  # noqa: ANN401 - pandas: the instance's rows of the initial state
-) -> Any:  # noqa: ANN401 - pandas
+    rows: Any,
+    initial: Any = None,
+) -> Any:
     """Process ``rows`` (one instance's rows of the batch); returns output rows + the snapshot row."""
     import pandas as pd
 
@@ -172,9 +172,9 @@ def run_instance(
 def process_instance(
     plan: TaskPlan,
     make_processor: Callable[[], StatefulProcessor],
-    rows: Any,  # noqa: ANN401 - pandas
+    rows: Any,
     instance: int,
-    initial: Any = None,  # noqa: ANN401 - pandas
+    initial: Any = None,
 ) -> tuple[dict[str, list[Any]], dict[str, Any]]:
     """Process instance ``instance``'s ``rows`` of the batch (maybe none: a timer is due).
 
@@ -321,7 +321,7 @@ def storage_figures(before: Mapping[str, int], metrics: StorageMetrics) -> dict[
     return figures
 
 
-def _load_initial_state(processor: StatefulProcessor, context: StateContext, initial: Any) -> None:  # noqa: ANN401
+def _load_initial_state(processor: StatefulProcessor, context: StateContext, initial: Any) -> None:
     """Hand each key's rows of the initial state to ``handle_initial_state``, key by key."""
     from ..batch import KeyedBatch
 
@@ -331,7 +331,7 @@ def _load_initial_state(processor: StatefulProcessor, context: StateContext, ini
         processor.handle_initial_state(key, key_rows, context)
 
 
-def _on_time(rows: Any, clock: BatchClock, *, woken: bool) -> tuple[Any, dict[str, Any]]:  # noqa: ANN401
+def _on_time(rows: Any, clock: BatchClock, *, woken: bool) -> tuple[Any, dict[str, Any]]:
     """The rows the processor gets: no wake rows, and in event time none at or below the watermark.
 
     Returns them (without dstl's columns) and the batch's figures: the data rows,
@@ -448,7 +448,7 @@ def _offer(
     """Hand a completed background materialization (and what it found expired) to the next task."""
     try:
         copy.offer(checkpoint, rebased.result(), run_id, materializer.take_expired())
-    except Exception as exc:  # noqa: BLE001 - on a background thread: the next materialization retries
+    except Exception as exc:
         log.warning("background materialization of %s failed: %s", copy.path.name, exc)
 
 
@@ -466,7 +466,7 @@ def pinned_function(
     """
     names = (*plan.output_columns, SNAPSHOT_COLUMN, STATS_COLUMN)
 
-    def cell(name: str, value: Any) -> Any:  # noqa: ANN401
+    def cell(name: str, value: Any) -> Any:
         if isinstance(value, float) and math.isnan(value) and name not in float_columns:
             return None
         return value.item() if hasattr(value, "item") and not isinstance(value, str) else value

@@ -206,7 +206,7 @@ class Offer(NamedTuple):
     expired: list[ExpiredKey]
 
 
-def offer_from_document(doc: Any) -> Offer | None:  # noqa: ANN401 - a file's JSON: validated
+def offer_from_document(doc: Any) -> Offer | None:
     """The offer a ``dstl-materialized.json`` document holds; ``None`` when it is not one.
 
     :raises DstlError: on a damaged snapshot in it (and ``KeyError``/``TypeError`` on a
@@ -219,7 +219,7 @@ def offer_from_document(doc: Any) -> Offer | None:  # noqa: ANN401 - a file's JS
     return Offer(doc["run"], checkpoint, rebased, _expired_keys(doc.get("expired", [])))
 
 
-def read_document(path: Path) -> Any:  # noqa: ANN401 - JSON
+def read_document(path: Path) -> Any:
     """The JSON document in ``path``, read only if it is a regular file of a document's size.
 
     A FIFO would block the task, a link could lead anywhere, a huge file exhaust
@@ -242,13 +242,13 @@ def _expired_doc(expired: Sequence[ExpiredKey]) -> list[list[Any]]:
     return [[name, key_group, key.hex()] for name, key_group, key in expired[:MAX_CARRIED_EXPIRED]]
 
 
-def _expired_keys(doc: Any) -> list[ExpiredKey]:  # noqa: ANN401 - a file's JSON: validated
+def _expired_keys(doc: Any) -> list[ExpiredKey]:
     """Parse carried expired keys; anything malformed is dropped (they are only hints, re-checked)."""
     found = []
     for item in doc[:MAX_CARRIED_EXPIRED] if isinstance(doc, list) else ():
         if (
             isinstance(item, list)
-            and len(item) == 3  # noqa: PLR2004
+            and len(item) == 3
             and isinstance(item[0], str)
             and type(item[1]) is int
             and isinstance(item[2], str)
@@ -260,7 +260,7 @@ def _expired_keys(doc: Any) -> list[ExpiredKey]:  # noqa: ANN401 - a file's JSON
     return found
 
 
-def _write_atomically(path: Path, doc: Any) -> None:  # noqa: ANN401
+def _write_atomically(path: Path, doc: Any) -> None:
     temporary = path.with_suffix(f".tmp{os.getpid()}")
     temporary.write_text(json.dumps(doc))
     temporary.replace(path)

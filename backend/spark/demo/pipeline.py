@@ -86,7 +86,7 @@ def write_input_file(directory: Path, index: int, rows: int) -> Path:
 
 def events(frame: DataFrame) -> DataFrame:
     """Derive the event columns from ``id``."""
-    from pyspark.sql import functions as F  # noqa: N812
+    from pyspark.sql import functions as F
 
     return frame.select("id", *(F.expr(sql).alias(name) for name, sql in EVENT_COLUMNS.items()))
 
@@ -124,7 +124,7 @@ class DemoProcessor(StatefulProcessor):
         self.session = context.get_value_state("session")  # [start, latest visit, visits]
         self.last_event = context.get_value_state("last_event")
 
-    def handle_input_rows(self, key: Any, rows: pd.DataFrame) -> Iterable[dict]:  # noqa: ANN401
+    def handle_input_rows(self, key: Any, rows: pd.DataFrame) -> Iterable[dict]:
         """Fold the user's events of this batch into the state; emit the user's figures (per-key API)."""
         total = (self.total.value() or 0) + int(rows["amount"].sum())
         self.total.update(total)
@@ -171,7 +171,7 @@ class DemoProcessor(StatefulProcessor):
                 column.append(row.get(name))
         return output
 
-    def handle_expired_timer(self, key: Any, expiry_ms: int, context: StateContext) -> list[dict]:  # noqa: ANN401
+    def handle_expired_timer(self, key: Any, expiry_ms: int, context: StateContext) -> list[dict]:
         """A window's end or a session's gap passed the watermark: emit it, once, and drop it."""
         closed = []
         start = expiry_ms // 1000 - WINDOW
@@ -186,13 +186,13 @@ class DemoProcessor(StatefulProcessor):
             self.session.clear()
         return closed
 
-    def _row(self, kind: str, key: Any, **values: Any) -> dict[str, Any]:  # noqa: ANN401
+    def _row(self, kind: str, key: Any, **values: Any) -> dict[str, Any]:
         return {**_EMPTY_ROW, "kind": kind, "user": key, "watermark": self.context.watermark_ms(), **values}
 
-    def _session_row(self, key: Any, session: list[int]) -> dict[str, Any]:  # noqa: ANN401
+    def _session_row(self, key: Any, session: list[int]) -> dict[str, Any]:
         return self._row("session", key, start=session[0], end=session[1], count=session[2])
 
-    def _collections(self, key: Any, rows: pd.DataFrame) -> tuple[dict[str, str], list[dict[str, Any]]]:  # noqa: ANN401
+    def _collections(self, key: Any, rows: pd.DataFrame) -> tuple[dict[str, str], list[dict[str, Any]]]:
         """The current key's list, maps and timers; returns its figures and the sessions that ended."""
         self.recent.update(sorted({*self.recent.get(), *(int(i) for i in rows["id"])})[-RECENT:])
         for page, count in rows["page"].value_counts().items():
@@ -233,7 +233,7 @@ def start_pipeline(
     *,
     files_per_batch: int = 1,
     trigger: dict[str, Any] | None = None,
-    processor: Any = None,  # noqa: ANN401 - a StatefulProcessor factory (tests inject failures)
+    processor: Any = None,
     job_id: str | None = "demo",
 ) -> StatefulQuery:
     """Start the streaming query over ``workdir/input`` writing to ``workdir/output``.
@@ -270,7 +270,7 @@ def expected_state(
         sessions whose timers it passed are closed (and so are sessions a later
         visit ended).
     """
-    from pyspark.sql import functions as F  # noqa: N812
+    from pyspark.sql import functions as F
 
     frame = events(spark.read.schema("id long").json(str(input_dir)))
     totals = frame.groupBy("user").agg(F.sum("amount").alias("total"), F.count("*").alias("events"))

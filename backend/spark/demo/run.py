@@ -33,7 +33,7 @@ PROGRESS = "PROGRESS "
 ROWS_PER_FILE = 2000
 
 
-def spark_session(app: str = "dstl-demo") -> Any:  # noqa: ANN401 - SparkSession
+def spark_session(app: str = "dstl-demo") -> Any:
     """A local[2] session (tasks may be retried twice) whose Python workers run this interpreter.
 
     ``DSTL_SPARK_MASTER`` points it at a cluster instead (docker/compose.yaml does);

@@ -104,7 +104,7 @@ class MemoryWriter(ChangeSetWriter):
         """
         try:
             self._write_object(sqns, blobs, future)
-        except BaseException as exc:  # noqa: BLE001 - surfaced through the future
+        except BaseException as exc:
             if not future.done():
                 future.set_exception(exc)
 

@@ -28,7 +28,7 @@ ROWS = 400
 MASTER = "local-cluster[2,1,1024]"
 
 
-def _config(base: Path, **extra: Any) -> dict[str, Any]:  # noqa: ANN401
+def _config(base: Path, **extra: Any) -> dict[str, Any]:
     return {
         "dstl.storage": "filesystem",
         "dstl.dfs.base-path": (base / "dfs").as_uri(),
@@ -38,7 +38,7 @@ def _config(base: Path, **extra: Any) -> dict[str, Any]:  # noqa: ANN401
     }
 
 
-def _exact(spark: Any, workdir: Path) -> dict[str, Any]:  # noqa: ANN401
+def _exact(spark: Any, workdir: Path) -> dict[str, Any]:
     from dstl.backend.spark.demo.pipeline import compare_with_recomputation
 
     result = compare_with_recomputation(spark, workdir)
@@ -49,7 +49,7 @@ def _exact(spark: Any, workdir: Path) -> dict[str, Any]:  # noqa: ANN401
     }
 
 
-def _run_available(spark: Any, workdir: Path, config: dict[str, Any], files: int) -> list[dict]:  # noqa: ANN401
+def _run_available(spark: Any, workdir: Path, config: dict[str, Any], files: int) -> list[dict]:
     from dstl.backend.spark.demo.pipeline import start_pipeline, write_input_file
 
     existing = len(list((workdir / "input").glob("events-*.json"))) if (workdir / "input").exists() else 0
@@ -89,7 +89,7 @@ def _executor_processes(app_id: str, executor_id: str) -> list[int]:
     return sorted(family)
 
 
-def _executor_kill(spark: Any, workdir: Path, config: dict[str, Any]) -> dict[str, Any]:  # noqa: ANN401
+def _executor_kill(spark: Any, workdir: Path, config: dict[str, Any]) -> dict[str, Any]:
     from dstl.backend.spark.demo.pipeline import start_pipeline, write_input_file
 
     for index in range(3):
