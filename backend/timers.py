@@ -23,6 +23,7 @@ each timer's effects are committed once.
 
 from __future__ import annotations
 
+import builtins
 import enum
 import hashlib
 import heapq
@@ -33,6 +34,10 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 
 from .state import StateDescriptor, StateKind, map_key_from_bytes
+
+#: Timers as a heap of ``(expiry ms, raw key, key group)`` (stores not in key order).
+#: (``TimerService.list`` shadows the builtin in its class body: the alias names it outside.)
+_Heap = list[tuple[int, bytes, int]]
 
 if TYPE_CHECKING:
     from .changelog.backend import ChangelogKeyedStateBackend
@@ -82,9 +87,10 @@ class TimerService:
             for domain in TimeDomain
         }
         # Heap order (unordered stores): (expiry ms, key bytes, key group); None until built.
-        self._queues: dict[TimeDomain, list[tuple[int, bytes, int]] | None] = dict.fromkeys(TimeDomain)
-        # While fire() runs on an ordered store: its merge heap and bound, which registrations join.
-        self._firing: dict[TimeDomain, tuple[list[tuple[int, bytes, int, bool]], int]] = {}
+        self._queues: dict[TimeDomain, _Heap | None] = dict.fromkeys(TimeDomain)
+        # While fire() runs: the timers registered since it began, (expiry, raw key). They fire in a
+        # later call, as in Spark (a batch's expired timers are the ones registered before it fires).
+        self._registered_while_firing: dict[TimeDomain, set[tuple[int, bytes]]] = {}
 
     def register(self, expiry_ms: int, domain: TimeDomain = TimeDomain.PROCESSING) -> None:
         """Register a timer of the current key at ``expiry_ms`` (registering it again changes nothing)."""
@@ -99,9 +105,9 @@ class TimerService:
         queue = self._queues[domain]
         if queue is not None:
             heapq.heappush(queue, (expiry_ms, key, key_group))
-        firing = self._firing.get(domain)
-        if firing is not None and expiry_ms <= firing[1]:  # due in the running fire() call
-            heapq.heappush(firing[0], (expiry_ms, index_key, key_group, False))
+        fresh = self._registered_while_firing.get(domain)
+        if fresh is not None:
+            fresh.add((expiry_ms, key))
 
     def delete(self, expiry_ms: int, domain: TimeDomain = TimeDomain.PROCESSING) -> None:
         """Delete the current key's timer at ``expiry_ms`` (no-op when there is none)."""
@@ -122,47 +128,73 @@ class TimerService:
 
         Before each ``(key, expiry)`` is yielded, the key is made current and the timer
         removed from state; a handler run at that point writes to the key's state.
-        Timers the handler registers that are due by ``up_to_ms`` fire in this call too.
+        Timers registered while the call runs (a handler re-arming its key, even at a
+        time already due) fire in a later call, as in Spark, where the timers a batch
+        fires are the ones registered before it began firing.
         """
-        if self._backend.delegate.ordered:
-            yield from self._fire_ordered(up_to_ms, domain)
-            return
+        fresh: set[tuple[int, bytes]] = set()
+        self._registered_while_firing[domain] = fresh
+        try:
+            if self._backend.delegate.ordered:
+                yield from self._fire_ordered(up_to_ms, domain, fresh)
+            else:
+                yield from self._fire_heap(up_to_ms, domain, fresh)
+        finally:
+            del self._registered_while_firing[domain]
+
+    def _fire_heap(
+        self, up_to_ms: int, domain: TimeDomain, fresh: set[tuple[int, bytes]]
+    ) -> Iterator[tuple[Any, int]]:
+        """:meth:`fire` on a store not in key order: the heap of every timer."""
         queue = self._queue(domain)
         state = self._states[domain]
         backend = self._backend
-        while queue and queue[0][0] <= up_to_ms:
-            expiry, raw_key, _ = heapq.heappop(queue)
-            key = map_key_from_bytes(raw_key)
-            backend.set_current_key(key)
-            if not state.contains(expiry):
-                continue  # deleted, or a second entry of a timer registered again
-            self.delete(expiry, domain)
-            yield key, expiry
+        later: _Heap = []  # registered during this call: back on the heap for the next one
+        try:
+            while queue and queue[0][0] <= up_to_ms:
+                entry = heapq.heappop(queue)
+                expiry, raw_key, _ = entry
+                if (expiry, raw_key) in fresh:
+                    later.append(entry)
+                    continue
+                key = map_key_from_bytes(raw_key)
+                backend.set_current_key(key)
+                if not state.contains(expiry):
+                    continue  # deleted, or a second entry of a timer registered again
+                self.delete(expiry, domain)
+                yield key, expiry
+        finally:
+            for entry in later:
+                heapq.heappush(queue, entry)
 
-    def _fire_ordered(self, up_to_ms: int, domain: TimeDomain) -> Iterator[tuple[Any, int]]:
-        """:meth:`fire` on a store in key order: a merge of each key group's earliest index entry."""
+    def _fire_ordered(
+        self, up_to_ms: int, domain: TimeDomain, fresh: set[tuple[int, bytes]]
+    ) -> Iterator[tuple[Any, int]]:
+        """:meth:`fire` on a store in key order: a merge of each key group's earliest index entry.
+
+        The index is read as the merge advances, so it also meets timers registered
+        during this call: those in ``fresh`` are passed over (they fire next call).
+        """
         state, backend = self._states[domain], self._backend
         merge = [head for key_group in backend.key_groups if (head := self._head(domain, key_group, None))]
         heapq.heapify(merge)
-        self._firing[domain] = (merge, up_to_ms)
-        try:
-            while merge and merge[0][0] <= up_to_ms:
-                # every entry of the earliest expiry (any key group), then its keys in key order
-                expiry, due = merge[0][0], set()
-                while merge and merge[0][0] == expiry:
-                    _, index_key, key_group, is_head = heapq.heappop(merge)
-                    if is_head and (after := self._head(domain, key_group, index_key)) is not None:
-                        heapq.heappush(merge, after)
-                    due.update(self._keys_at(domain, key_group, index_key))
-                for raw_key in sorted(due):
-                    key = map_key_from_bytes(raw_key)
-                    backend.set_current_key(key)
-                    if not state.contains(expiry):
-                        continue  # fired already (a registration joined the merge) or deleted
-                    self.delete(expiry, domain)
-                    yield key, expiry
-        finally:
-            del self._firing[domain]
+        while merge and merge[0][0] <= up_to_ms:
+            # every entry of the earliest expiry (any key group), then its keys in key order
+            expiry, due = merge[0][0], set[bytes]()
+            while merge and merge[0][0] == expiry:
+                _, index_key, key_group = heapq.heappop(merge)
+                if (after := self._head(domain, key_group, index_key)) is not None:
+                    heapq.heappush(merge, after)
+                due.update(self._keys_at(domain, key_group, index_key))
+            for raw_key in sorted(due):
+                if (expiry, raw_key) in fresh:
+                    continue
+                key = map_key_from_bytes(raw_key)
+                backend.set_current_key(key)
+                if not state.contains(expiry):
+                    continue  # deleted by a handler meanwhile
+                self.delete(expiry, domain)
+                yield key, expiry
 
     def next_expiry(self, domain: TimeDomain = TimeDomain.PROCESSING) -> int | None:
         """The earliest registered timer's expiry in ``domain`` (``None`` when there is none)."""
@@ -198,33 +230,31 @@ class TimerService:
             else:
                 index.clear()
 
-    def _head(
-        self, domain: TimeDomain, key_group: int, after: bytes | None
-    ) -> tuple[int, bytes, int, bool] | None:
-        """The key group's first index entry after ``after``: ``(expiry, index key, key group, True)``."""
+    def _head(self, domain: TimeDomain, key_group: int, after: bytes | None) -> tuple[int, bytes, int] | None:
+        """The key group's first index entry after ``after``: ``(expiry, index key, key group)``."""
         found = self._backend.delegate.entries_after(self._index[domain].name, key_group, after, 1)
         if not found:
             return None
         index_key = found[0][0]
-        return _index_expiry(index_key), index_key, key_group, True
+        return _index_expiry(index_key), index_key, key_group
 
-    def _keys_at(self, domain: TimeDomain, key_group: int, index_key: bytes) -> list[bytes]:
+    def _keys_at(self, domain: TimeDomain, key_group: int, index_key: bytes) -> builtins.list[bytes]:
         """The keys with a timer at an index entry (read now: firing may have changed it)."""
         with self._backend.bound_to(key_group, index_key):
             return list(self._index[domain].value() or [])
 
     # -- the heap (stores not in key order) -------------------------------------------------------
-    def _queue(self, domain: TimeDomain) -> list[tuple[int, bytes, int]]:
+    def _queue(self, domain: TimeDomain) -> _Heap:
         queue = self._queues[domain]
         if queue is None:
             queue = self._queues[domain] = self._scan(domain)
         return queue
 
-    def _scan(self, domain: TimeDomain) -> list[tuple[int, bytes, int]]:
+    def _scan(self, domain: TimeDomain) -> _Heap:
         """Every registered timer of ``domain`` in this backend's key groups, as a heap."""
         name = self._states[domain].name
         delegate = self._backend.delegate
-        queue = []
+        queue: _Heap = []
         for key_group in self._backend.key_groups:
             for raw_key, entry in delegate.entries(name, key_group):
                 queue.extend((int(msgpack.unpackb(expiry)), raw_key, key_group) for expiry in entry)

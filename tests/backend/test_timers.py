@@ -259,3 +259,33 @@ def test_a_fresh_backend_on_lmdb_fires_by_seeking_not_by_reading_every_timer(tmp
         fresh.set_current_key("user-0")
         assert timers.list(TimeDomain.EVENT) == [1 << 40]
         fresh.close()
+
+
+@pytest.mark.parametrize("delegate", ["heap", "lmdb"])
+def test_a_timer_registered_while_timers_fire_fires_in_the_next_call_even_when_due(tmp_path, delegate):
+    """Spark's rule: a batch fires the timers registered before it began firing (the example the
+    model's state machine once found: expiry 0 re-armed at 50 while firing up to 50)."""
+    from dstl.backend.delegate import HeapDelegate, LmdbDelegate
+
+    store = HeapDelegate() if delegate == "heap" else LmdbDelegate(tmp_path / "lmdb")
+    config = {"dstl.storage": "local", "dstl.local.dir": str(tmp_path / "log")}
+    with load_storage(config, job_id="job") as storage:
+        backend = ChangelogKeyedStateBackend(storage, "op", ALL, delegate=store)
+        timers = backend.timers()
+        for key in ("alice", "bob"):
+            backend.set_current_key(key)
+            timers.register(0, TimeDomain.EVENT)
+        backend.set_current_key("carol")
+        timers.register(50, TimeDomain.EVENT)  # registered before: due in this call
+        fired = []
+        for key, expiry in timers.fire(50, TimeDomain.EVENT):
+            fired.append((key, expiry))
+            if expiry == 0:
+                timers.register(50, TimeDomain.EVENT)  # re-armed at exactly the bound
+                timers.register(20, TimeDomain.EVENT)  # and before it
+        assert sorted(fired) == [("alice", 0), ("bob", 0), ("carol", 50)]
+        assert sorted(timers.fire(50, TimeDomain.EVENT)) == [
+            ("alice", 20), ("alice", 50), ("bob", 20), ("bob", 50)
+        ]
+        assert list(timers.fire(50, TimeDomain.EVENT)) == []
+        backend.close()
