@@ -26,6 +26,7 @@ test: setup
 
 lint: setup
 	$(PY) -m ruff check .
+	$(PY) -m lint.typecheck
 
 bench: setup
 	$(PY) -m bench.dstl_bench $(BENCH_ARGS)

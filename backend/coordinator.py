@@ -88,7 +88,7 @@ class TimeProgress:
 
         :raises InvalidHandleError: naming ``source`` and the field.
         """
-        fields = {"watermark_ms": (int, type(None)), "next_timers": dict}
+        fields: dict[str, type | tuple[type, ...]] = {"watermark_ms": (int, type(None)), "next_timers": dict}
         doc = check_fields(doc, f"{source} field 'time'", fields)
         watermark = doc["watermark_ms"]
         timers = doc["next_timers"]

@@ -8,6 +8,7 @@ duplicate keys refused (with plain ``json`` the last one silently wins), and onl
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from dstl.spi import InvalidHandleError
@@ -107,7 +108,7 @@ def _check_depth(doc: Any, what: str) -> None:
     raise InvalidHandleError(msg)
 
 
-def check_fields(doc: Any, what: str, fields: dict[str, type | tuple[type, ...]]) -> dict[str, Any]:
+def check_fields(doc: Any, what: str, fields: Mapping[str, type | tuple[type, ...]]) -> dict[str, Any]:
     """``doc`` as a JSON object whose ``fields`` exist with the given types (bool is no int).
 
     :raises InvalidHandleError: naming ``what`` and the offending field.
@@ -126,7 +127,7 @@ def check_fields(doc: Any, what: str, fields: dict[str, type | tuple[type, ...]]
 def load_document(
     text: str | bytes,
     what: str,
-    fields: dict[str, type | tuple[type, ...]],
+    fields: Mapping[str, type | tuple[type, ...]],
     *,
     max_bytes: int = MAX_DOCUMENT_BYTES,
 ) -> dict[str, Any]:

@@ -98,7 +98,11 @@ class KeySet:
     def subset(self, positions: Iterable[int]) -> KeySet:
         """The keys at ``positions``, in that order."""
         positions = list(positions)
-        return KeySet(*(tuple(part[i] for i in positions) for part in (self.keys, self.groups, self.raw)))
+        return KeySet(
+            tuple(self.keys[i] for i in positions),
+            tuple(self.groups[i] for i in positions),
+            tuple(self.raw[i] for i in positions),
+        )
 
 
 def _last_per_key(keys: KeySet, values: Iterable[Any]) -> tuple[KeySet, list[Any]]:

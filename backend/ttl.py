@@ -35,7 +35,7 @@ def unstamp(raw: bytes, ttl: float, now: float) -> bytes | None:
         written_ms = int(written_ms)
     except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
         msg = f"a state value with TTL has no valid write time: {exc}"
-        raise CorruptedError(msg) from exc
+        raise CorruptedError(msg, location="a state value with TTL") from exc
     if written_ms + ttl * 1000 <= now * 1000:
         return None
     return payload
@@ -44,9 +44,9 @@ def unstamp(raw: bytes, ttl: float, now: float) -> bytes | None:
 def purge_expired(kind: str, entry: Any, ttl: float, now: float) -> Any | None:
     """``entry`` without its expired parts, or ``None`` when nothing is left (for full snapshots)."""
     if kind == "list":
-        kept = [element for element in entry if unstamp(element, ttl, now) is not None]
-        return kept or None
+        elements = [element for element in entry if unstamp(element, ttl, now) is not None]
+        return elements or None
     if kind == "map":
-        kept = {key: value for key, value in entry.items() if unstamp(value, ttl, now) is not None}
-        return kept or None
+        entries = {key: value for key, value in entry.items() if unstamp(value, ttl, now) is not None}
+        return entries or None
     return entry if unstamp(entry, ttl, now) is not None else None

@@ -24,7 +24,7 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     )
 
 
-def add_conformance_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_conformance_parser(subparsers: argparse._SubParsersAction) -> None:
     """Add ``conformance`` to the ``dstl`` command."""
     parser = subparsers.add_parser("conformance", help="run the conformance suite against a storage")
     parser.add_argument("storage", help="identifier of an installed storage")

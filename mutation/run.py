@@ -37,6 +37,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import Progress
 
+from lint.package_tree import link_packages
+
 ROOT = Path(__file__).resolve().parent.parent
 MUTMUT_STATUSES = {
     "ok_killed": "killed",
@@ -143,12 +145,7 @@ def scratch_copy(into: Path, commit: str | None = None) -> Path:
 
 
 def _link_packages(into: Path, source: Path) -> None:
-    shadow = into / "shadow"
-    package_dirs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
-    for package, folder in package_dirs.items():
-        link = shadow.joinpath(*package.split("."))
-        link.parent.mkdir(parents=True, exist_ok=True)
-        link.symlink_to(source / folder, target_is_directory=True)
+    link_packages(into / "shadow", source)
 
 
 #: Seconds one test command may run against a mutant (the suites take seconds to a minute).

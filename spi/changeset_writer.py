@@ -329,7 +329,7 @@ class ChangeSetWriter(StateChangelogWriter):
                     for cs, location in zip(to_upload, done.result(), strict=True):
                         cs.location = location
             if done.exception() is not None:
-                upload.set_exception(done.exception())  # type: ignore[arg-type]
+                upload.set_exception(done.exception())
             else:
                 upload.set_result(done.result())
 
@@ -442,7 +442,7 @@ class ChangeSetWriter(StateChangelogWriter):
         self._storage._forget(self)
 
 
-def _when_all(futures: list[Future], callback: Callable[[], None]) -> None:  # type: ignore[type-arg]
+def _when_all(futures: list[Future], callback: Callable[[], None]) -> None:
     """Run ``callback`` once every future is done (at once when there is none)."""
     if not futures:
         callback()
@@ -450,7 +450,7 @@ def _when_all(futures: list[Future], callback: Callable[[], None]) -> None:  # t
     remaining = [len(futures)]
     lock = threading.Lock()
 
-    def one_done(_: Future) -> None:  # type: ignore[type-arg]
+    def one_done(_: Future) -> None:
         with lock:
             remaining[0] -= 1
             last = remaining[0] == 0

@@ -79,7 +79,7 @@ class StorageSpec:
         return self.resolve_factory()(config, job_id)
 
 
-def resolve_dotted(path: str, what: str, install_hint: str | None = None) -> Callable:  # type: ignore[type-arg]
+def resolve_dotted(path: str, what: str, install_hint: str | None = None) -> Callable:
     """Import ``"module:attribute"``; errors name ``what`` and the install hint."""
     module_name, _, attribute = path.partition(":")
     try:

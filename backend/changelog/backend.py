@@ -516,7 +516,7 @@ class ChangelogKeyedStateBackend:
             descriptor.kind,
             descriptor.stored_format,
         )
-        if same_form and descriptor.name in self._provisional:
+        if same_form and existing is not None and descriptor.name in self._provisional:
             # the caller's descriptor (its TTL, its reduce function) replaces the provisional one
             self._provisional.discard(descriptor.name)
             state = _STATE_CLASSES[descriptor.kind](
@@ -657,6 +657,7 @@ class ChangelogKeyedStateBackend:
         began = time.perf_counter()
         own = self.materializer.own_latest
         parts: tuple[tuple[KeyGroupRange, BackendSnapshot], ...] = ()
+        base: tuple[ChangelogHandle, ...]
         if own is not None:  # materialized by this backend: its log continues from there
             start, refs, base = own.sqn, self.materializer.chain, ()
             bridge = self.materializer.bridge

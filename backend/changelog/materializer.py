@@ -408,7 +408,7 @@ class Materializer:
             # Entries come state by state: whole ones in one batch per state, a part that continues
             # a collection extends it once what came before is written.
             batch: dict[bytes, Any] = {}
-            batch_state = None
+            batch_state = ""  # set with the batch's first entry
             for state, key, entry, continued in _checked_entries(entries, key_group, where):
                 if batch and (continued or state != batch_state):
                     delegate.write_batch(batch_state, key_group, batch)

@@ -165,9 +165,9 @@ class SquashedLog:
         """The inverse of :meth:`encode` (trusted: our own forked process wrote it)."""
         registrations, batches, unsquashed = msgpack.unpackb(data, raw=False, strict_map_key=False)
         return cls(
-            [tuple(r) for r in registrations],  # type: ignore[misc]
+            [tuple(r) for r in registrations],
             {(name, key_group): batch for name, key_group, batch in batches},
-            [tuple(u) for u in unsquashed],  # type: ignore[misc]
+            [tuple(u) for u in unsquashed],
         )
 
 
@@ -185,7 +185,8 @@ def squash(logs: Iterable[FetchedLog], base: Callable[[str, int, bytes], Any] | 
     unpackb = msgpack.unpackb
     for handle, change_sets in logs:
         names = _Registrations(handle, lambda *registration: result.registrations.append(registration))
-        last_state_id, last_key_group, batch, name = None, None, {}, ""
+        last_state_id, last_key_group, name = None, None, ""
+        batch: dict[bytes, Any] = {}
         for _sqn, changes in change_sets:
             for key_group, data in changes:
                 if key_group == META_KEY_GROUP:
@@ -209,15 +210,16 @@ def squash(logs: Iterable[FetchedLog], base: Callable[[str, int, bytes], Any] | 
                     op, state_id, key, args = decode_change(data, where=names.where)
                 if state_id != last_state_id or key_group != last_key_group:
                     name = names.name(state_id)
-                    batch = batches.get((name, key_group))
-                    if batch is None:
-                        batch = batches[(name, key_group)] = {}
+                    found = batches.get((name, key_group))
+                    if found is None:
+                        found = batches[(name, key_group)] = {}
+                    batch = found
                     last_state_id, last_key_group = state_id, key_group
                 if unsquashed_keys and (name, key_group, key) in unsquashed_keys:
                     unsquashed.append((name, key_group, key, int(op), record[3:] if args is None else args))
                     continue
                 if args is None:
-                    batch[key] = record[3]  # type: ignore[index]
+                    batch[key] = record[3]
                     continue
                 current = batch.get(key, _ABSENT)
                 if current is _ABSENT:

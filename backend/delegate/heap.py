@@ -115,6 +115,8 @@ class HeapDelegate(StateDelegate):
             return
         group = self._writable(state, key_group)
         entry = self._in_place(group, key)
+        if entry is None:
+            return
         del entry[map_key]
         if not entry:
             del group[key]

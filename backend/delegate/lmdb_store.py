@@ -51,6 +51,10 @@ def _decoded(records: Iterator[tuple[bytes, bytes]], prefix: bytes) -> Iterator[
         yield key, entry
 
 
+#: An LMDB transaction. lmdb's hints type keys and values as ``bytes | memoryview`` (for
+#: ``buffers=True``); this store never asks for buffers, so they are bytes.
+_Txn = Any
+
 def _disk_failure(exc: lmdb.Error) -> bool:
     """Whether the disk refused the write (py-lmdb raises a plain Error for EIO, as a full tmpfs gives)."""
     text = str(exc)
@@ -80,7 +84,7 @@ class LmdbDelegate(StateDelegate):
         """The current size of the memory map (the most the environment holds before it grows)."""
         return int(self._env.info()["map_size"])
 
-    def _read(self) -> lmdb.Transaction:
+    def _read(self) -> _Txn:
         """A read transaction; adopts a map another process of the host grew meanwhile."""
         try:
             return self._env.begin()
@@ -88,7 +92,7 @@ class LmdbDelegate(StateDelegate):
             self._env.set_mapsize(0)
             return self._env.begin()
 
-    def _write(self, work: Callable[[lmdb.Transaction], None]) -> None:
+    def _write(self, work: Callable[[_Txn], object]) -> None:
         """Run ``work`` in one write transaction; the map doubles (and ``work`` reruns) when it is full.
 
         Growing needs no other transaction of this process open: the delegate's own
@@ -163,7 +167,7 @@ class LmdbDelegate(StateDelegate):
         prefix = _prefix(state, key_group)
         self._base(state, key_group, b"")  # validates the state name
 
-        def write(txn: lmdb.Transaction) -> None:
+        def write(txn: _Txn) -> None:
             for key, entry in entries.items():
                 base = _base(prefix, key)
                 if entry is None:
@@ -183,7 +187,7 @@ class LmdbDelegate(StateDelegate):
         base = self._base(state, key_group, key, 1 + _INDEX.size)
         first = base + _LIST
 
-        def write(txn: lmdb.Transaction) -> None:
+        def write(txn: _Txn) -> None:
             txn.put(first + _INDEX.pack(_next_index(txn, base)), element)
 
         self._write(write)
@@ -192,7 +196,7 @@ class LmdbDelegate(StateDelegate):
         """Records after the list's last (or map entries), in one write transaction."""
         base = self._base(state, key_group, key, 1 + _INDEX.size)
 
-        def write(txn: lmdb.Transaction) -> None:
+        def write(txn: _Txn) -> None:
             if isinstance(part, dict):
                 for map_key, value in part.items():
                     txn.put(base + _MAP + map_key, value)
@@ -274,7 +278,7 @@ class LmdbDelegate(StateDelegate):
         """Delete the group's records of every state, in one write transaction."""
         prefixes = [_prefix(state, key_group) for state in self.states()]
 
-        def drop(txn: lmdb.Transaction) -> None:
+        def drop(txn: _Txn) -> None:
             cursor = txn.cursor()
             for prefix in prefixes:
                 if cursor.set_range(prefix):
@@ -336,11 +340,11 @@ class LmdbDelegate(StateDelegate):
 class LmdbView(StateView):
     """One LMDB read transaction (MVCC): the state as it was when the view was taken."""
 
-    def __init__(self, delegate: LmdbDelegate, txn: lmdb.Transaction) -> None:
+    def __init__(self, delegate: LmdbDelegate, txn: _Txn) -> None:
         self._delegate = delegate
-        self._txn: lmdb.Transaction | None = txn
+        self._txn: _Txn | None = txn
 
-    def _open(self) -> lmdb.Transaction:
+    def _open(self) -> _Txn:
         if self._txn is None:
             msg = "the view is closed"
             raise ValueError(msg)
@@ -399,7 +403,7 @@ class LmdbView(StateView):
             self._delegate._view_closed()
 
 
-def _next_index(txn: lmdb.Transaction, base: bytes) -> int:
+def _next_index(txn: _Txn, base: bytes) -> int:
     """The index after the last element of the list at ``base`` (0 when empty): one seek."""
     first = base + _LIST
     cursor = txn.cursor()
@@ -448,7 +452,7 @@ def _chunked(
         yield key, part, continued
 
 
-def _entry_at(txn: lmdb.Transaction, base: bytes) -> Any | None:
+def _entry_at(txn: _Txn, base: bytes) -> Any | None:
     cursor = txn.cursor()
     if not cursor.set_range(base) or not cursor.key().startswith(base):
         return None
@@ -458,7 +462,7 @@ def _entry_at(txn: lmdb.Transaction, base: bytes) -> Any | None:
     return None
 
 
-def _remove(txn: lmdb.Transaction, base: bytes) -> None:
+def _remove(txn: _Txn, base: bytes) -> None:
     """Delete the key's value record and every element record."""
     txn.delete(base)
     cursor = txn.cursor()
@@ -467,7 +471,7 @@ def _remove(txn: lmdb.Transaction, base: bytes) -> None:
             pass
 
 
-def _store(txn: lmdb.Transaction, base: bytes, entry: Any) -> None:
+def _store(txn: _Txn, base: bytes, entry: Any) -> None:
     """Write ``entry`` at ``base``: bytes as one record, a list or map as one record per element."""
     if type(entry) is bytes:
         txn.put(base, entry)  # a key's state has one kind: no elements to remove

@@ -21,7 +21,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from ..timers import TimeDomain
 from ._private.collected import Collected
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from .batch import KeyedBatch
 
     #: What a processor returns: a DataFrame, a mapping of column to values, row dicts, or nothing.
-    Output = pd.DataFrame | Mapping[str, Sequence[Any]] | Iterable[dict] | None
+    Output: TypeAlias = pd.DataFrame | Mapping[str, Sequence[Any]] | Iterable[dict] | None
 
 __all__ = ["BatchClock", "StateContext", "StatefulProcessor", "TimeMode"]
 

@@ -132,7 +132,9 @@ def _handle_class() -> type:
     """PySpark's ``StatefulProcessorHandle`` over a :class:`StateContext` (built on first use)."""
     api = _pyspark_api()
 
-    class Handle(api.StatefulProcessorHandle):
+    base: Any = api.StatefulProcessorHandle  # PySpark's class, found at run time
+
+    class Handle(base):
         def __init__(self, context: StateContext) -> None:
             super().__init__(None)  # no API client: every call below is served by dstl
             self._context = context
@@ -174,8 +176,12 @@ def _handle_class() -> type:
 def _states() -> tuple[type, type, type]:
     """PySpark's ``ValueState``, ``ListState`` and ``MapState`` over dstl's (built on first use)."""
     api = _pyspark_api()
+    # PySpark's classes, found at run time
+    value_base: Any = api.ValueState
+    list_base: Any = api.ListState
+    map_base: Any = api.MapState
 
-    class Value(api.ValueState):
+    class Value(value_base):
         def __init__(self, state: ValueState) -> None:  # no super(): it binds an API client
             self._state = state
 
@@ -191,7 +197,7 @@ def _states() -> tuple[type, type, type]:
         def clear(self) -> None:
             self._state.clear()
 
-    class List(api.ListState):
+    class List(list_base):
         def __init__(self, state: ListState) -> None:
             self._state = state
 
@@ -213,7 +219,7 @@ def _states() -> tuple[type, type, type]:
         def clear(self) -> None:
             self._state.clear()
 
-    class Map(api.MapState):
+    class Map(map_base):
         def __init__(self, state: MapState) -> None:
             self._state = state
 

@@ -166,11 +166,10 @@ class StatefulQuery:
 
     def await_termination(self, timeout: float | None = None) -> bool:
         """Wait for the query to end (e.g. an ``availableNow`` trigger ran out of input)."""
-        return (
-            bool(self.query.awaitTermination(timeout))
-            if timeout is not None
-            else self.query.awaitTermination()
-        )
+        # PySpark takes seconds as an int in its hints, any number at run time
+        seconds: Any = timeout
+        ended = self.query.awaitTermination(seconds) if timeout is not None else self.query.awaitTermination()
+        return bool(ended)
 
     def stop(self) -> None:
         """Stop the Spark query (its progress bridge leaves Spark's listener bus)."""

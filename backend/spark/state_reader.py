@@ -123,7 +123,13 @@ def read_changes(
                 if handle.checkpoint_id is not None and from_batch <= handle.checkpoint_id <= last:
                     handles.setdefault(handle.to_json(), handle)
     with_log = sorted(
-        {h.checkpoint_id for c in documents for s in c.snapshots.values() for h in _all_handles(s)} - {None}
+        {
+            h.checkpoint_id
+            for c in documents
+            for s in c.snapshots.values()
+            for h in _all_handles(s)
+            if h.checkpoint_id is not None
+        }
     )
     if not with_log or from_batch < with_log[0]:
         msg = (

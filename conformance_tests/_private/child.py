@@ -22,7 +22,7 @@ from dstl.spi import Config, KeyGroupRange, load_storage
 from ..testing import change_bytes
 
 
-def _emit(event: dict) -> None:  # type: ignore[type-arg]
+def _emit(event: dict) -> None:
     sys.stdout.write(json.dumps(event) + "\n")
     sys.stdout.flush()
 

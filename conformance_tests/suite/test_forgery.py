@@ -130,7 +130,7 @@ def test_a_forged_change_set_is_reported_where_it_lies_and_nothing_of_it_returne
     for path, read in _read_paths(storage).items():
         with pytest.raises(CorruptedError) as info:
             read(forged)
-        assert not info.value.returned, f"{path} returned changes of a change set that {lie}"  # type: ignore[attr-defined]
+        assert not info.value.returned, f"{path} returned changes of a change set that {lie}"
         assert_explained(info.value)
         assert info.value.offset == offset, (
             f"{path}: a change set that {lie} starts at offset {offset}, the error says {info.value.offset}"

@@ -6,6 +6,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 from dstl.spi import StorageMetrics
 
@@ -40,10 +41,9 @@ class DownloadCache:
         """The object's bytes; pair with :meth:`release`."""
         with self._lock:
             self._expire(time.monotonic())  # an idle entry past its timeout is not served
-            entry = self._entries.get(key)
-            owner = entry is None
-            if owner:
-                entry = self._entries[key] = _Entry()
+            found = self._entries.get(key)
+            owner = found is None
+            entry = self._entries[key] = _Entry() if found is None else found
             entry.readers += 1
         if owner:
             self._metrics.inc("downloads")
@@ -62,7 +62,7 @@ class DownloadCache:
             with self._lock:
                 entry.readers -= 1
             raise entry.error
-        return entry.data  # type: ignore[return-value]
+        return cast(bytes, entry.data)  # set before ``ready`` whenever ``error`` is not
 
     def release(self, key: str) -> None:
         """The reader is done with ``key``; expire idle entries."""

@@ -60,7 +60,7 @@ class DfsWriter(ChangeSetWriter):
 
         def to_locations(done: Future[Any]) -> None:
             if done.exception() is not None:
-                result.set_exception(done.exception())  # type: ignore[arg-type]
+                result.set_exception(done.exception())
                 return
             locations: list[Location] = []
             for (sqn, _), (key, offset, length) in zip(blobs, done.result(), strict=True):

@@ -128,7 +128,10 @@ class ClaimsTracker:
                 (reached,) = self._consumer.position([TopicPartition(self._topic, partition)])
                 position = max(position, reached.offset)
                 continue
-            position = message.offset() + 1
+            offset = message.offset()
+            if offset is None:
+                continue
+            position = offset + 1
             self._apply(message.key(), message.value())
         return position
 

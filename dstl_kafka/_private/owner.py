@@ -67,8 +67,9 @@ def _read_owner(factory: ClientFactory, owner_topic: str) -> str:
     try:
         consumer.assign([TopicPartition(owner_topic, 0, 0)])
         message = consumer.poll(factory.timeout)
-        if message is not None and message.error() is None and message.value():
-            return bytes(message.value()[:_MAX_OWNER]).decode("utf-8", errors="replace")
+        value = None if message is None or message.error() is not None else message.value()
+        if value:
+            return bytes(value[:_MAX_OWNER]).decode("utf-8", errors="replace")
     finally:
         consumer.close()
     return f"the job that created Kafka topic {owner_topic}"

@@ -7,6 +7,7 @@ header), which readers skip.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from dstl.spi.changeset_reader import LocationField
 
@@ -67,9 +68,10 @@ class ChunkId:
     count: int
 
     @classmethod
-    def parse(cls, raw: list[tuple[str, bytes]] | None) -> ChunkId | None:
-        """Parse record headers; ``None`` for records that are not dstl chunks."""
-        values = {k: v for k, v in (raw or [])}
+    def parse(cls, raw: Any) -> ChunkId | None:
+        """Parse record headers; ``None`` for records that are not dstl chunks (any other form too)."""
+        pairs = raw.items() if isinstance(raw, dict) else (raw or [])
+        values = {k: v for k, v in pairs if isinstance(v, bytes)}
         try:
             index, _, count = values[HEADER_CHUNK].decode().partition("/")
             return cls(

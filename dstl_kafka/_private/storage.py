@@ -167,11 +167,15 @@ class KafkaReader(ChangeSetReader):
                     message = consumer.poll(0.1)
                     if message is None:
                         continue
-                    if message.error():
-                        if message.error().code() == -191:  # end of partition: nothing more to read
+                    error = message.error()
+                    if error is not None:
+                        if error.code() == -191:  # end of partition: nothing more to read
                             break
                         continue
-                    position = message.offset() + 1
+                    offset = message.offset()
+                    if offset is None:
+                        continue
+                    position = offset + 1
                     chunk = ChunkId.parse(message.headers())
                     if chunk is None or chunk.log_id != handle.log_id or chunk.epoch != handle.epoch:
                         continue
@@ -214,8 +218,8 @@ class KafkaStorage(ChangeSetStorage):
         self._config = config
         self.topic = f"{config['dstl.kafka.topic']}.{self.job_id}"
         self.claims_topic = f"{self.topic}.claims"
+        self._producer: Any = None
         if self.read_only:  # readers consume the topics their handles name: no topic, producer or claim
-            self._producer = None
             return
         self.partitions = ensure_topics(
             self.factory, config, [self.topic, self.claims_topic], compacted=frozenset({self.claims_topic})

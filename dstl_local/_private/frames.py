@@ -65,9 +65,10 @@ class FrameIndex:
                     # A freed (zeroed) discarded change set, or damage: only a recorded discard
                     # is stepped over.
                     skips = self._discarded(segment) if skips is None else skips
-                    length = skips.get(position)
-                    if length is None:
+                    skipped = skips.get(position)
+                    if skipped is None:
                         break
+                    length = skipped
                 if position + length > size:
                     break  # a write in flight or a torn tail: not a change set (yet)
                 offsets.append(position)

@@ -99,9 +99,9 @@ class LocalWriter(ChangeSetWriter):
         future = self._storage._committer.submit(request)
         result: Future[list[Location]] = Future()
 
-        def to_locations(done: Future) -> None:  # type: ignore[type-arg]
+        def to_locations(done: Future) -> None:
             if done.exception() is not None:
-                result.set_exception(done.exception())  # type: ignore[arg-type]
+                result.set_exception(done.exception())
                 return
             segment, offset = done.result()
             locations: list[Location] = []

@@ -296,7 +296,7 @@ def process_instance(
         "next_timer": next_timer,
         **event_stats,
     }
-    meta = {column: None for column in plan.output_columns}
+    meta: dict[str, Any] = {column: None for column in plan.output_columns}
     meta[SNAPSHOT_COLUMN] = json.dumps({"name": name, "snapshot": json.loads(snapshot.to_json())})
     meta[STATS_COLUMN] = json.dumps(stats)
     return output, meta

@@ -139,7 +139,8 @@ class DemoProcessor(StatefulProcessor):
         """The batch API: value and reducing state in bulk, the collections key by key."""
         import numpy as np
 
-        keys, starts = batch.key_set, batch.offsets[:-1]
+        keys = batch.key_set if batch.key_set is not None else batch.keys  # bound keys: no re-hashing
+        starts = batch.offsets[:-1]
         amounts = np.add.reduceat(batch.column("amount"), starts).tolist()
         newest = np.maximum.reduceat(batch.column("event_time"), starts).tolist()
         totals = [(t or 0) + int(a) for t, a in zip(self.total.get_many(keys), amounts, strict=True)]
@@ -280,7 +281,8 @@ def expected_state(
     pages: dict[str, dict[str, int]] = defaultdict(dict)
     for row in frame.groupBy("user", "page").count().collect():
         pages[row["user"]][row["page"]] = row["count"]
-    rows = frame.select("user", "id", "event_time", "page").toPandas().sort_values("id")
+    rows: Any = frame.select("user", "id", "event_time", "page").toPandas()
+    rows = rows.sort_values("id")
     for user, group in rows.groupby("user"):
         windows: dict[int, int] = defaultdict(int)
         for event_time in group["event_time"]:

@@ -39,7 +39,7 @@ class _Namespace:
     created: dict[str, float] = field(default_factory=dict)  # time.monotonic() when stored
     # (job, log) -> (epoch, owner token) of the newest writer.
     owners: dict[tuple[str, str], tuple[int, str]] = field(default_factory=dict)
-    tokens: itertools.count = field(default_factory=itertools.count)  # type: ignore[type-arg]
+    tokens: itertools.count = field(default_factory=itertools.count)
     # job -> the owner (checkpoint location) it was bound to first
     job_owners: dict[str, str] = field(default_factory=dict)
 

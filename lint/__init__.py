@@ -1,0 +1,1 @@
+"""Development checks beyond ruff: the type checker over the product packages."""
