@@ -13,7 +13,7 @@ import os
 import threading
 from pathlib import Path
 
-from dstl.spi import FencedError, StorageError
+from dstl.spi import ClosedError, FencedError, StorageError
 
 
 class EpochFile:
@@ -84,8 +84,8 @@ class OwnerCheck:
         """The current ``(epoch, token)``; ``None`` when the file changed identity or is unreadable."""
         with self._lock:
             if self._fd < 0:
-                msg = "owner check used after close"
-                raise ValueError(msg)
+                msg = f"the writer of {self._path.stem!r} was closed while its persist waited"
+                raise ClosedError(msg)
             try:
                 stat = os.stat(self._path)
             except FileNotFoundError:

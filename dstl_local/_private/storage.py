@@ -297,7 +297,7 @@ class LocalStorage(ChangeSetStorage):
         for request in batch:
             try:
                 owner = request.owner()
-            except FencedError as exc:
+            except (FencedError, ClosedError) as exc:  # this request's writer only: the others go on
                 self._metrics.inc("upload_failures")
                 request.future.set_exception(exc)
                 continue

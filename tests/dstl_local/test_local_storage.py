@@ -15,6 +15,7 @@ import pytest
 from dstl.conformance.testing import persist, read_data
 from dstl.spi import (
     ChangelogHandle,
+    ClosedError,
     ConfigError,
     CorruptedError,
     FencedError,
@@ -380,3 +381,34 @@ def test_a_failed_start_is_a_storage_error_and_leaks_no_descriptor_or_lock(local
             load_storage(local_config, job_id="job")
     assert len(os.listdir("/proc/self/fd")) == before
     assert not list((tmp_path / "dstl" / "job").glob("instance-*.lock"))
+
+
+def test_closing_a_writer_whose_persist_waits_in_a_group_commit_fails_only_that_persist(
+    local_config, monkeypatch
+):
+    """Every request's owner is checked; one closed writer's request must not fail the batch it joined."""
+    real_sync = os.fdatasync
+    leading, release = threading.Event(), threading.Event()
+
+    def slow_first_sync(fd):
+        if not leading.is_set():
+            leading.set()
+            release.wait(10)  # the leader's sync holds the next batch back
+        real_sync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", slow_first_sync)
+    with load_storage(local_config, job_id="job") as storage:
+        leader, closing, other = (storage.create_writer(name, KG) for name in ("leader", "closing", "other"))
+        for writer in (leader, closing, other):
+            writer.append(0, f"{writer.log_id}".encode())
+        first = threading.Thread(target=lambda: leader.persist(0, 1).result(timeout=30))
+        first.start()
+        assert leading.wait(10)
+        waiting = [closing.persist(0, 1), other.persist(0, 1)]  # queued behind the leader: one batch
+        closing.close()
+        release.set()
+        first.join(10)
+        with pytest.raises((ClosedError, FencedError)):
+            waiting[0].result(timeout=30)
+        handle = waiting[1].result(timeout=30)
+        assert read_data(storage, handle) == [other.log_id.encode()]
