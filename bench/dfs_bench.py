@@ -1,6 +1,6 @@
 """filesystem-storage benchmark on S3 (moto's server on loopback).
 
-A. Overhead: persist latency against a raw boto3 ``put_object`` of the same batch
+A. Overhead: persist latency against a raw S3 ``put_object`` of the same batch
    bytes to the same endpoint, interleaved in alternating order, same run.
 B. Hedging: a fault-injecting proxy stalls a fraction of PUTs (1% for 2 s by
    default); persist latency with hedging (``retry-policy=fixed``) against a
@@ -236,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     over_cols = ["", "n", *(f"p{q:g} ms" for q in qs)]
     hedge_cols = ["configuration", "n", *(f"p{q:g} ms" for q in hedge_qs), "stalled PUTs"]
     console.print(
-        _table("A: persist vs. raw boto3 put_object of the same bytes (moto, loopback)", over_cols, over_rows)
+        _table("A: persist vs. raw S3 put_object of the same bytes (moto, loopback)", over_cols, over_rows)
     )
     console.print(f"persist p99 overhead over raw put_object: {overhead_pct:+.1f}%")
     console.print(f"persist p99 overhead over raw put_object || list: {fencing_floor_pct:+.1f}%")

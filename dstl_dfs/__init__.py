@@ -3,7 +3,7 @@
 One object per upload batch holding the change sets of many writers, batching
 by delay and size, pre-emptive uploads, back-pressure on bytes in flight,
 retries with hedging, epoch-marker fencing with conditional puts, and reads
-through a download cache. Works on any fsspec URL; s3:// goes through boto3.
+through a download cache. Works on any fsspec URL; s3:// goes through botocore.
 """
 
 from __future__ import annotations

@@ -119,7 +119,7 @@ _DECLARED = (
         "dstl.dfs.s3.fast-path",
         OptionType.BOOL,
         True,
-        "For s3:// use boto3 directly (PutObject/GetObject/DeleteObject) instead of s3fs.",
+        "For s3:// use botocore directly (PutObject/GetObject/DeleteObject) instead of s3fs.",
     ),
     ConfigOption(
         "dstl.dfs.s3.endpoint-url",

@@ -63,11 +63,11 @@ class S3Endpoint:
             "dstl.dfs.s3.secret-access-key": self.secret_key,
         }
 
-    def client(self):  # noqa: ANN201 - boto3 client
-        """A boto3 S3 client for the endpoint (the backdoor of tests and benchmarks)."""
-        import boto3
+    def client(self):  # noqa: ANN201 - botocore client
+        """An S3 client for the endpoint (the backdoor of tests and benchmarks)."""
+        import botocore.session
 
-        return boto3.client(
+        return botocore.session.get_session().create_client(
             "s3",
             endpoint_url=self.url,
             region_name="us-east-1",

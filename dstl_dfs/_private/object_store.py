@@ -1,4 +1,4 @@
-"""Object stores the DFS storage writes to: any fsspec URL, and boto3 for S3.
+"""Object stores the DFS storage writes to: any fsspec URL, and botocore directly for S3.
 
 Every store offers the same six operations on keys relative to the base path;
 ``put_new`` never overwrites (unique names, conditional puts for markers).
@@ -167,10 +167,15 @@ class FsspecStore(ObjectStore):
 
 
 class S3Store(ObjectStore):
-    """Direct boto3 calls: PutObject with ``If-None-Match: *``, GetObject, DeleteObject."""
+    """Direct S3 calls: PutObject with ``If-None-Match: *``, GetObject, DeleteObject.
+
+    Through botocore, which s3fs already brings (through aiobotocore): no boto3, whose
+    releases each pin one botocore and would make an installer backtrack to match
+    aiobotocore's narrow botocore range.
+    """
 
     def __init__(self, url: str, config: Config) -> None:
-        import boto3
+        import botocore.session
         from botocore.config import Config as BotoConfig
 
         parsed = urlparse(url)
@@ -181,11 +186,7 @@ class S3Store(ObjectStore):
         self.bucket = parsed.netloc
         self.prefix = parsed.path.strip("/")
         timeout = float(config["dstl.dfs.upload.timeout"])
-        session = boto3.session.Session(
-            aws_access_key_id=config.get("dstl.dfs.s3.access-key-id"),
-            aws_secret_access_key=config.get("dstl.dfs.s3.secret-access-key"),
-            region_name=config.get("dstl.dfs.s3.region"),
-        )
+        session = botocore.session.get_session()  # credentials: the config's, else AWS's chain
         # dstl retries and hedges itself; botocore's own retries would hide slow attempts.
         boto_config = BotoConfig(
             connect_timeout=max(1.0, timeout),
@@ -193,8 +194,13 @@ class S3Store(ObjectStore):
             retries={"total_max_attempts": 1, "mode": "standard"},
             max_pool_connections=max(10, int(config["dstl.dfs.upload.num-threads"]) * 4),
         )
-        self.client = session.client(
-            "s3", endpoint_url=config.get("dstl.dfs.s3.endpoint-url"), config=boto_config
+        self.client = session.create_client(
+            "s3",
+            region_name=config.get("dstl.dfs.s3.region"),
+            endpoint_url=config.get("dstl.dfs.s3.endpoint-url"),
+            aws_access_key_id=config.get("dstl.dfs.s3.access-key-id"),
+            aws_secret_access_key=config.get("dstl.dfs.s3.secret-access-key"),
+            config=boto_config,
         )
 
     def _key(self, key: str) -> str:
@@ -287,7 +293,7 @@ def _modified(info: Mapping[str, Any]) -> float | None:
 
 
 def open_store(config: Config, *, for_markers: bool = False) -> ObjectStore:
-    """The store for ``dstl.dfs.base-path``: boto3 for s3:// (fast path), else fsspec."""
+    """The store for ``dstl.dfs.base-path``: botocore for s3:// (fast path), else fsspec."""
     url = config["dstl.dfs.base-path"]
     if not url:
         msg = "dstl.dfs.base-path is not set: set it to an fsspec URL, e.g. s3://bucket/dstl or file:///data/dstl"

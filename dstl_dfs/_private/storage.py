@@ -132,7 +132,7 @@ class DfsStorage(ChangeSetStorage):
             read_only=bool(config["dstl.read-only"]),
         )
         self.store: ObjectStore = open_store(config)
-        # Epoch markers need conditional puts: on S3 through boto3 even when data goes through s3fs.
+        # Epoch markers need conditional puts: on S3 through botocore even when data goes through s3fs.
         on_s3 = urlparse(str(config["dstl.dfs.base-path"])).scheme in ("s3", "s3a")
         self.markers = (
             open_store(config, for_markers=True)
