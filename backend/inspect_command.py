@@ -13,6 +13,7 @@ location. Storages named by handles are opened with ``--config KEY=VALUE``
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import re
 import sys
@@ -184,7 +185,7 @@ def _print_changes(console: Console, as_json: bool, changes: Iterable[dict[str, 
 def _print_checkpoint(console: Console, described: dict[str, Any]) -> None:
     head = f"job {shown(repr(described['job']))}, checkpoint {described['checkpoint_id']}"
     if described["watermark_ms"] is not None:
-        head += f", watermark {described['watermark_ms']} ms"
+        head += f", watermark {described['watermark_ms']} ms ({_when(described['watermark_ms'])})"
     console.print(f"[bold]{head}[/] (retained: {described['retained']})")
     for item in described["damaged"]:
         where, reason = shown(item["path"]), shown(item["reason"])
@@ -212,10 +213,17 @@ def _print_checkpoint(console: Console, described: dict[str, Any]) -> None:
         console.print(f"states of {shown(label)}: {shown(line)}")
     timers = described["next_timers"]
     if timers:
-        console.print(
-            "next timers: "
-            + ", ".join(f"{shown(name)} at {expiry}" for name, expiry in sorted(timers.items()))
-        )
+        at = [f"{shown(name)} at {expiry} ({_when(expiry)})" for name, expiry in sorted(timers.items())]
+        console.print("next timers: " + ", ".join(at))
+
+
+def _when(epoch_ms: int) -> str:
+    """Epoch milliseconds as UTC time (a document may hold any value: out of range says so)."""
+    try:
+        moment = datetime.datetime.fromtimestamp(epoch_ms / 1000, tz=datetime.UTC)
+    except (OverflowError, OSError, ValueError):
+        return "out of range"
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _states_line(states: dict[str, dict[str, Any]]) -> str:

@@ -54,6 +54,9 @@ class CheckpointLocation:
 
     def __init__(self, path: str, job: str | None = None, config: Mapping[str, Any] | None = None) -> None:
         self.fs, root = checkpoint_fs(path, config)
+        if not self.fs.isdir(root):
+            msg = f"{path} is no directory (give state.checkpoints.dir or a Spark checkpoint location)"
+            raise InvalidHandleError(msg)
         self.spark_location: str | None = None
         if self.fs.isdir(f"{root}/{SPARK_STATE_DIR}"):  # a Spark checkpoint location
             self.spark_location = root

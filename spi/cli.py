@@ -6,6 +6,8 @@ Exit codes: 0 success, 1 a check or run failed, 2 bad usage or configuration.
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 from collections.abc import Sequence
 from importlib import metadata
@@ -13,6 +15,7 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from .config import parse_key_values
 from .errors import DstlError
@@ -24,6 +27,8 @@ __all__ = ["main"]
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+#: Columns of a table when stdout is not a terminal.
+_PIPED_WIDTH = 250
 
 
 def _version() -> str:
@@ -35,6 +40,22 @@ def _version() -> str:
 
 def _cmd_storages(args: argparse.Namespace, console: Console) -> int:
     registry = get_registry()
+    if args.json:
+        doc = {
+            "storages": [
+                {
+                    "identifier": spec.identifier,
+                    "distribution": spec.distribution,
+                    "version": spec.version,
+                    "capabilities": sorted(spec.capabilities),
+                    "description": spec.description,
+                }
+                for spec in registry
+            ],
+            "broken": {name: str(error) for name, error in sorted(registry.broken.items())},
+        }
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        return EXIT_FAILED if registry.broken else EXIT_OK
     table = Table(title="installed dstl storages")
     for column in ("identifier", "distribution", "version", "capabilities", "description"):
         table.add_column(column)
@@ -101,6 +122,10 @@ def _cmd_config(args: argparse.Namespace, console: Console) -> int:
     if args.markdown:
         sys.stdout.write(config_markdown())
         return EXIT_OK
+    if args.json:
+        rows = [dict(zip(_OPTION_COLUMNS, cells, strict=True)) for cells in _option_rows()]
+        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+        return EXIT_OK
     table = Table(title="dstl configuration options (in Spark: prefix with 'spark.')")
     for column in _OPTION_COLUMNS:
         table.add_column(column, overflow="fold")
@@ -124,9 +149,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"dstl {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    sub.add_parser("storages", help="list installed storages").set_defaults(run=_cmd_storages)
+    storages = sub.add_parser("storages", help="list installed storages")
+    storages.add_argument("--json", action="store_true", help="machine-readable output")
+    storages.set_defaults(run=_cmd_storages)
     config = sub.add_parser("config", help="list every configuration option")
     config.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    config.add_argument("--json", action="store_true", help="machine-readable output")
     config.add_argument("--update-readme", metavar="PATH", help="rewrite the table in a README")
     config.set_defaults(run=_cmd_config)
     demo = sub.add_parser(
@@ -163,7 +191,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``dstl`` command; returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    console = Console()
+    # Piped output (grep, a file) is not cut at 80 columns: tables keep every cell whole.
+    console = Console() if sys.stdout.isatty() else Console(width=_PIPED_WIDTH)
     if not getattr(args, "run", None):
         parser.print_help()
         return EXIT_USAGE
@@ -171,8 +200,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.config_values = parse_key_values(getattr(args, "config", []) or [])
         return int(args.run(args, console))
     except DstlError as exc:
-        console.print(f"[red]error:[/red] {type(exc).__name__}: {exc}")
+        # the message may quote names from files someone else wrote: printed as text, not markup
+        console.print(Text.assemble(("error: ", "red"), f"{type(exc).__name__}: {exc}"))
         return EXIT_USAGE if isinstance(exc, ValueError) else EXIT_FAILED
+    except BrokenPipeError:
+        # the reader went away (| head): stop quietly, and keep Python's exit flush quiet too
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
 
 
 if __name__ == "__main__":
