@@ -17,6 +17,8 @@ as long as the sink overwrites a replayed batch (:class:`ParquetBatchSink` does)
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import logging
 import tempfile
@@ -600,8 +602,11 @@ def transform_with_state(
 ) -> StatefulQuery:
     """Start a streaming query whose per-key state lives in the changelog backend.
 
-    :param processor: a :class:`StatefulProcessor` subclass (or a zero-argument
-        factory); one is created per operator instance and batch on the executors.
+    :param processor: a :class:`StatefulProcessor` (or PySpark ``StatefulProcessor``)
+        subclass, an instance of one (each task runs its own copy, as in Spark) or a
+        zero-argument factory; one is created per operator instance and batch on the
+        executors. Anything else, and key or event-time columns the stream lacks, is a
+        :class:`ConfigError` at the call, before anything is written.
     :param output_schema: the rows ``handle_input_rows`` returns (columns nullable).
     :param sink: ``(DataFrame, batch_id) -> None`` that overwrites a replayed batch,
         or a path for :class:`ParquetBatchSink`.
@@ -627,6 +632,8 @@ def transform_with_state(
     """
     from pyspark.sql.types import StructType
 
+    _check_columns(frame, key_columns, event_time_column)  # before anything is written
+    processor = _adapted(processor)
     spark = frame.sparkSession
     cfg = _job_config(
         dict(spark.sparkContext.getConf().getAll()) | _session_conf(spark), config, checkpoint_location
@@ -639,7 +646,6 @@ def transform_with_state(
     if mode is TimeMode.EVENT and event_time_column is None:
         msg = "time_mode='event' needs an event_time_column (the watermark follows it)"
         raise ConfigError(msg)
-    processor = _adapted(processor)
     runner = _BatchRunner(
         cfg,
         _QuerySpec(
@@ -682,7 +688,42 @@ def _session_conf(spark: Any) -> dict[str, str]:
 
 
 def _adapted(processor: Any) -> Callable[[], StatefulProcessor]:
-    """``processor`` as a factory of dstl processors: a PySpark ``StatefulProcessor`` class is wrapped."""
+    """``processor`` as a factory of dstl processors, however the user gave it.
+
+    A PySpark ``StatefulProcessor`` (class or instance) is wrapped; a dstl processor
+    instance is copied for each task (Spark's idiom: each task runs its own copy);
+    a dstl class or a zero-argument factory is used as it is.
+
+    :raises ConfigError: at the call, for anything else (or a factory that makes no processor).
+    """
     from .pyspark_compat import is_pyspark_processor, pyspark_processor
 
-    return pyspark_processor(processor) if is_pyspark_processor(processor) else processor
+    if is_pyspark_processor(processor):
+        return pyspark_processor(processor)
+    if isinstance(processor, StatefulProcessor):
+        return functools.partial(copy.deepcopy, processor)
+    if isinstance(processor, type) and issubclass(processor, StatefulProcessor):
+        return processor
+    if callable(processor):
+        made = processor()  # once, on the driver: a factory of something else fails here, not in a task
+        if isinstance(made, StatefulProcessor) or is_pyspark_processor(made):
+            return pyspark_processor(made) if is_pyspark_processor(made) else processor
+    msg = (
+        f"processor {processor!r:.80} is not a StatefulProcessor: pass a dstl or PySpark StatefulProcessor "
+        "subclass, an instance of one, or a zero-argument factory returning one"
+    )
+    raise ConfigError(msg)
+
+
+def _check_columns(frame: Any, key_columns: list[str], event_time_column: str | None) -> None:
+    """Refuse at the call what the first batch would fail on: columns the stream does not have."""
+    columns = list(frame.columns)
+    wanted = [*key_columns, *([event_time_column] if event_time_column else [])]
+    missing = [column for column in wanted if column not in columns]
+    if not key_columns or missing:
+        msg = (
+            f"the stream has no column {missing[0]!r} (its columns: {columns})"
+            if missing
+            else "key_columns is empty: name the columns that key the state"
+        )
+        raise ConfigError(msg)

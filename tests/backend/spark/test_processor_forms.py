@@ -1,0 +1,63 @@
+"""Processors as PySpark users pass them, and mistakes known at the call refused at the call."""
+
+import pytest
+
+from dstl.backend.spark import StatefulProcessor, transform_with_state
+from dstl.backend.spark.demo.pipeline import DemoProcessor
+from dstl.spi import ConfigError
+from tests.backend.spark.test_query import assert_exact, local_config, run
+
+
+class _Counting(StatefulProcessor):
+    def __init__(self, label):
+        self.label = label
+
+    def init(self, context):
+        pass
+
+
+def test_every_form_of_processor_becomes_a_factory_of_fresh_copies():
+    from dstl.backend.spark.query import _adapted
+
+    instance = _Counting("mine")
+    made = _adapted(instance)
+    first, second = made(), made()
+    assert first.label == second.label == "mine" and first is not second and first is not instance
+    assert _adapted(DemoProcessor) is DemoProcessor
+    factory = lambda: _Counting("made")  # noqa: E731
+    assert _adapted(factory)().label == "made"
+    for wrong in (42, "DemoProcessor", lambda: 42):
+        with pytest.raises(ConfigError, match="is not a StatefulProcessor"):
+            _adapted(wrong)
+
+
+def test_a_processor_instance_runs_as_spark_runs_it(spark, tmp_path):
+    """``processor=DemoProcessor()``, Spark's idiom: each task runs its own copy; the result is exact."""
+    workdir = tmp_path / "job"
+    run(spark, workdir, local_config(tmp_path), 2, processor=DemoProcessor())
+    assert_exact(spark, workdir)
+
+
+@pytest.mark.parametrize(
+    ("key_columns", "event_time_column", "complaint"),
+    [
+        (["user"], None, "no column 'user'"),
+        ([], None, "key_columns is empty"),
+        (["value"], "ts", "no column 'ts'"),
+    ],
+)
+def test_columns_the_stream_lacks_are_refused_at_the_call(
+    spark, tmp_path, key_columns, event_time_column, complaint
+):
+    stream = spark.readStream.format("rate").load()  # columns: timestamp, value
+    with pytest.raises(ConfigError, match=complaint):
+        transform_with_state(
+            stream,
+            key_columns=key_columns,
+            processor=DemoProcessor,
+            output_schema="value long",
+            sink=str(tmp_path / "out"),
+            checkpoint_location=str(tmp_path / "chk"),
+            event_time_column=event_time_column,
+        )
+    assert not (tmp_path / "chk").exists()  # nothing was started or written
