@@ -597,7 +597,7 @@ def transform_with_state(
     query_name: str | None = None,
     time_mode: str | TimeMode | None = None,
     event_time_column: str | None = None,
-    watermark_delay: str | float = 0,
+    watermark_delay: str | float | None = None,
     initial_state: DataFrame | None = None,
 ) -> StatefulQuery:
     """Start a streaming query whose per-key state lives in the changelog backend.
@@ -625,13 +625,16 @@ def transform_with_state(
     :param event_time_column: a timestamp column, or one of epoch milliseconds: the
         watermark follows it, and rows at or below the watermark are dropped as late.
     :param watermark_delay: how far the watermark trails the largest event time seen
-        (milliseconds, or a duration such as ``"10 seconds"``). As in Spark, a batch
+        (milliseconds, or a duration such as ``"10 seconds"``). By default the delay the
+        stream declares with ``withWatermark`` on the event-time column (whose column is
+        then the default ``event_time_column``), else 0; a different one is refused. As in Spark, a batch
         uses the watermark of the batches before it; the watermark is checkpointed.
     :param initial_state: a DataFrame with the key columns, handed key by key to
         :meth:`StatefulProcessor.handle_initial_state` in the query's first batch.
     """
     from pyspark.sql.types import StructType
 
+    event_time_column, delay_ms = stream_watermark(frame, event_time_column, watermark_delay)
     _check_columns(frame, key_columns, event_time_column)  # before anything is written
     processor = _adapted(processor)
     spark = frame.sparkSession
@@ -657,7 +660,7 @@ def transform_with_state(
             ParquetBatchSink(sink) if isinstance(sink, str) else sink,
             mode,
             event_time_column,
-            duration_ms(watermark_delay),
+            delay_ms,
             initial_state,
         ),
     )
@@ -713,6 +716,52 @@ def _adapted(processor: Any) -> Callable[[], StatefulProcessor]:
         "subclass, an instance of one, or a zero-argument factory returning one"
     )
     raise ConfigError(msg)
+
+
+#: The column metadata Spark's ``withWatermark`` sets on the event-time column.
+_WATERMARK_DELAY_KEY = "spark.watermarkDelayMs"
+
+
+def stream_watermark(
+    frame: Any,
+    event_time_column: str | None,
+    watermark_delay: str | float | None,
+) -> tuple[str | None, int]:
+    """The event-time column and watermark delay (ms): the caller's, else what the stream declares.
+
+    ``frame.withWatermark("ts", "10 seconds")`` marks ``ts`` with its delay, as Spark's own
+    operators read it: that column and delay are the defaults.
+
+    :raises ConfigError: when the caller's delay or column contradicts the stream's
+        watermark, or the stream declares several.
+    """
+    declared = {
+        field.name: int(field.metadata[_WATERMARK_DELAY_KEY])
+        for field in frame.schema.fields
+        if _WATERMARK_DELAY_KEY in (field.metadata or {})
+    }
+    if len(declared) > 1:
+        msg = f"the stream declares watermarks on several columns {sorted(declared)}: dstl follows one"
+        raise ConfigError(msg)
+    if event_time_column is None and declared:
+        event_time_column = next(iter(declared))
+    asked = None if watermark_delay is None else duration_ms(watermark_delay)
+    if event_time_column is not None and declared and event_time_column not in declared:
+        (column,) = declared
+        msg = (
+            f"event_time_column={event_time_column!r}, but the stream's watermark is on {column!r} "
+            f"(withWatermark): use {column!r}, or drop withWatermark"
+        )
+        raise ConfigError(msg)
+    stream_delay = declared.get(event_time_column) if event_time_column is not None else None
+    if asked is not None and stream_delay is not None and asked != stream_delay:
+        msg = (
+            f"watermark_delay={watermark_delay!r} ({asked} ms) contradicts the stream's withWatermark "
+            f"delay of {stream_delay} ms on {event_time_column!r}: leave watermark_delay unset (the "
+            "stream's is used) or change withWatermark"
+        )
+        raise ConfigError(msg)
+    return event_time_column, asked if asked is not None else (stream_delay or 0)
 
 
 def _check_columns(frame: Any, key_columns: list[str], event_time_column: str | None) -> None:
