@@ -21,7 +21,7 @@ from dstl.spi import Config, InvalidHandleError
 
 from .changelog import BackendSnapshot, ChangelogKeyedStateBackend
 from .coordinator import CompletedCheckpoint, TimeProgress
-from .documents import load_document, read_regular_file
+from .documents import check_regular_file, load_document, read_regular_file
 from .filesystems import checkpoint_fs, put_atomically
 from .inspection import CheckpointLocation, instance_key_groups, restored_read_only
 from .materialization import MaterializationRef
@@ -211,16 +211,13 @@ def _copy_snapshot(source_fs: Any, source: str, target_fs: Any, target: str, siz
     :raises InvalidHandleError: naming the file and what is wrong with it.
     """
     try:
-        info = source_fs.info(source)
+        info = check_regular_file(source_fs, source, f"the savepoint's snapshot {source}")
     except FileNotFoundError as exc:
         msg = f"the savepoint's snapshot {source} does not exist"
         raise InvalidHandleError(msg) from exc
     except OSError as exc:
         msg = f"the savepoint's snapshot {source} cannot be read: {exc}"
         raise InvalidHandleError(msg) from exc
-    if info.get("type") != "file" or info.get("islink"):
-        msg = f"the savepoint's snapshot {source} is not a regular file (a link, a FIFO or a directory)"
-        raise InvalidHandleError(msg)
     if info.get("size") != size:
         msg = f"the savepoint's snapshot {source} is {info.get('size')} bytes, the savepoint says {size}"
         raise InvalidHandleError(msg)
