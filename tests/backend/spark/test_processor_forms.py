@@ -61,3 +61,25 @@ def test_columns_the_stream_lacks_are_refused_at_the_call(
             event_time_column=event_time_column,
         )
     assert not (tmp_path / "chk").exists()  # nothing was started or written
+
+
+def test_an_unreachable_kafka_storage_is_refused_at_the_call(spark, tmp_path):
+    """Known at start (the driver binds the job on the storage), not when the first batch runs."""
+    import time
+
+    from dstl.backend.spark.demo.pipeline import write_input_file
+    from dstl.dfs.testing import free_port
+    from dstl.spi import StorageError
+
+    write_input_file(tmp_path / "job" / "input", 0, 10)
+    config = {
+        "dstl.storage": "kafka",
+        "dstl.kafka.bootstrap.servers": f"127.0.0.1:{free_port()}",  # nothing listens
+        "dstl.kafka.request.timeout": "2s",
+        "dstl.spark.working-dir": str(tmp_path / "working"),
+    }
+    started = time.monotonic()
+    with pytest.raises(StorageError, match="cannot reach Kafka"):
+        run(spark, tmp_path / "job", config, 1)
+    assert time.monotonic() - started < 30
+    assert not any(spark.streams.active)
