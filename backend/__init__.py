@@ -4,7 +4,7 @@
   ``pmod(xxhash64(...), max_parallelism)`` exactly (:mod:`dstl.backend.keygroups`);
 - keyed state (Value, List, Map, Reducing, optional TTL) bound to a current key,
   and per-key timers in processing and event time kept as keyed state
-  (:mod:`dstl.backend.timers`),
+  (:mod:`dstl.backend.keyed`),
   safe serialization (msgpack by default, pickle only by name), heap and LMDB
   delegates, and the changelog layer: every mutation applied and logged,
   registrations logged as metadata, checkpoint = snapshot chain + persisted log,
@@ -21,6 +21,16 @@ from __future__ import annotations
 from .changelog import BackendSnapshot, ChangelogKeyedStateBackend
 from .coordinator import CheckpointCoordinator, CompletedCheckpoint, TimeProgress
 from .delegate import HeapDelegate, StateDelegate
+from .keyed import (
+    ListState,
+    MapState,
+    ReducingState,
+    StateDescriptor,
+    StateKind,
+    TimeDomain,
+    TimerService,
+    ValueState,
+)
 from .keygroups import (
     DEFAULT_MAX_PARALLELISM,
     key_group_for,
@@ -29,8 +39,6 @@ from .keygroups import (
     spark_xxhash64,
 )
 from .serialization import MsgpackSerializer, PickleSerializer, Serializer
-from .state import ListState, MapState, ReducingState, StateDescriptor, StateKind, ValueState
-from .timers import TimeDomain, TimerService
 
 __all__ = [
     "DEFAULT_MAX_PARALLELISM",

@@ -21,12 +21,11 @@ from .changelog.replay import DecodedChange, decoded_changes
 from .coordinator import CompletedCheckpoint, read_checkpoints
 from .documents import check_regular_file
 from .filesystems import checkpoint_fs
+from .keyed import RESERVED_PREFIX, map_key_from_bytes
 from .keygroups import parse_instance_name
 from .materialization import MaterializationRef, read_sections
 from .options import backend_option
 from .serialization import serializer_for, untrusted_serializer_for
-from .state import map_key_from_bytes
-from .timers import RESERVED_PREFIX
 
 __all__ = [
     "CheckpointLocation",

@@ -237,7 +237,7 @@ def collection_op_costs(delegate_kind: str, size: int, workdir: str) -> dict[str
         backend = ChangelogKeyedStateBackend(storage, "op", KeyGroupRange(0, 128), delegate=delegate)
         items, pages = backend.list_state("l"), backend.map_state("m")
         backend.set_current_key("the-key")
-        key_group, key = backend._current()
+        key_group, key = backend.current_key()
         element = items._dump("x" * 50)
         backend.delegate.put("l", key_group, key, [element] * size)
         backend.delegate.put("m", key_group, key, {items._dump(i): element for i in range(size)})

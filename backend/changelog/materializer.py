@@ -16,9 +16,9 @@ from dstl.spi import ConfigError, CorruptedError, InvalidHandleError, StorageErr
 
 from ..delegate import StateView
 from ..documents import check_regular_file
+from ..keyed import purge_expired
 from ..materialization import MaterializationRef, SnapshotWriter, read_sections
 from ..options import option_default
-from ..ttl import purge_expired
 from .changed_keys import ChangedKeys
 
 if TYPE_CHECKING:

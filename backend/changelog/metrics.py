@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .backend import BackendSnapshot
     from .materializer import Materializer
+    from .snapshot import BackendSnapshot
 
 __all__ = ["BackendMetrics"]
 

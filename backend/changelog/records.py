@@ -2,23 +2,13 @@
 
 from __future__ import annotations
 
-import enum
 from typing import Any
 
 import msgpack
 
 from dstl.spi import CorruptedError
 
-
-class Op(enum.IntEnum):
-    """What a change record does to one key's entry."""
-
-    VALUE_PUT = 0
-    CLEAR = 1
-    LIST_ADD = 2
-    LIST_SET = 3
-    MAP_PUT = 4
-    MAP_REMOVE = 5
+from ..keyed.ops import Op
 
 
 def encode_change(op: Op, state_id: int, key: bytes, *args: Any) -> bytes:

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
 
-    from ..state import KeySet
+    from ..keyed import KeySet
 
 __all__ = ["KeyedBatch"]
 

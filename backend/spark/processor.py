@@ -23,14 +23,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from ..timers import TimeDomain
+from ..keyed import TimeDomain
 from ._private.collected import Collected
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from ..changelog import ChangelogKeyedStateBackend
-    from ..state import KeySet, ListState, MapState, ReducingState, ValueState
+    from ..keyed import KeySet, ListState, MapState, ReducingState, ValueState
     from .batch import KeyedBatch
 
     #: What a processor returns: a DataFrame, a mapping of column to values, row dicts, or nothing.

@@ -33,7 +33,7 @@ from .processor import StateContext, StatefulProcessor, plain
 if TYPE_CHECKING:
     import pandas as pd
 
-    from ..state import ListState, MapState, ValueState
+    from ..keyed import ListState, MapState, ValueState
 
 __all__ = ["PySparkProcessor", "is_pyspark_processor", "pyspark_processor"]
 

@@ -2,8 +2,7 @@
 
 import pytest
 
-from dstl.backend.changelog import ChangelogKeyedStateBackend
-from dstl.backend.changelog.backend import catch_up_delta
+from dstl.backend.changelog import ChangelogKeyedStateBackend, catch_up_delta
 from dstl.backend.delegate import LmdbDelegate
 from dstl.spi import KeyGroupRange, load_storage
 

@@ -127,7 +127,7 @@ def test_bad_input_is_rejected_clearly(storage_config):
 
 
 def test_reducing_state_needs_a_reduce_function(storage_config):
-    from dstl.backend.state import StateDescriptor, StateKind
+    from dstl.backend.keyed import StateDescriptor, StateKind
 
     with load_storage(storage_config, job_id="job") as storage:
         backend = ChangelogKeyedStateBackend(storage, "op", ALL)

@@ -40,7 +40,7 @@ from .state import StateDescriptor, StateKind, map_key_from_bytes
 _Heap = list[tuple[int, bytes, int]]
 
 if TYPE_CHECKING:
-    from .changelog.backend import ChangelogKeyedStateBackend
+    from .context import KeyedContext
     from .state import MapState, ValueState
 
 __all__ = ["RESERVED_PREFIX", "TimeDomain", "TimerService"]
@@ -72,16 +72,16 @@ def _index_expiry(index_key: bytes) -> int:
 class TimerService:
     """Register, delete, list and fire the current key's timers (one per backend)."""
 
-    def __init__(self, backend: ChangelogKeyedStateBackend) -> None:
-        self._backend = backend
+    def __init__(self, context: KeyedContext) -> None:
+        self._context = context
         self._states: dict[TimeDomain, MapState] = {
-            domain: backend._register(
+            domain: context.register_internal(
                 StateDescriptor(f"{RESERVED_PREFIX}timers.{domain.value}", StateKind.MAP)
             )
             for domain in TimeDomain
         }
         self._index: dict[TimeDomain, ValueState] = {
-            domain: backend._register(
+            domain: context.register_internal(
                 StateDescriptor(f"{RESERVED_PREFIX}timers.{domain.value}.by-time", StateKind.VALUE)
             )
             for domain in TimeDomain
@@ -99,7 +99,7 @@ class TimerService:
         if state.contains(expiry_ms):
             return
         state.put(expiry_ms, True)
-        key_group, key = self._backend._current()
+        key_group, key = self._context.current_key()
         index_key = _index_key(expiry_ms, key)
         self._update_index(domain, key_group, index_key, add=key)
         queue = self._queues[domain]
@@ -116,7 +116,7 @@ class TimerService:
         if not state.contains(expiry_ms):
             return
         state.remove(expiry_ms)
-        key_group, key = self._backend._current()
+        key_group, key = self._context.current_key()
         self._update_index(domain, key_group, _index_key(expiry_ms, key), remove=key)
 
     def list(self, domain: TimeDomain = TimeDomain.PROCESSING) -> list[int]:
@@ -135,7 +135,7 @@ class TimerService:
         fresh: set[tuple[int, bytes]] = set()
         self._registered_while_firing[domain] = fresh
         try:
-            if self._backend.delegate.ordered:
+            if self._context.delegate.ordered:
                 yield from self._fire_ordered(up_to_ms, domain, fresh)
             else:
                 yield from self._fire_heap(up_to_ms, domain, fresh)
@@ -148,7 +148,7 @@ class TimerService:
         """:meth:`fire` on a store not in key order: the heap of every timer."""
         queue = self._queue(domain)
         state = self._states[domain]
-        backend = self._backend
+        context = self._context
         later: _Heap = []  # registered during this call: back on the heap for the next one
         try:
             while queue and queue[0][0] <= up_to_ms:
@@ -158,7 +158,7 @@ class TimerService:
                     later.append(entry)
                     continue
                 key = map_key_from_bytes(raw_key)
-                backend.set_current_key(key)
+                context.set_current_key(key)
                 if not state.contains(expiry):
                     continue  # deleted, or a second entry of a timer registered again
                 self.delete(expiry, domain)
@@ -175,8 +175,8 @@ class TimerService:
         The index is read as the merge advances, so it also meets timers registered
         during this call: those in ``fresh`` are passed over (they fire next call).
         """
-        state, backend = self._states[domain], self._backend
-        merge = [head for key_group in backend.key_groups if (head := self._head(domain, key_group, None))]
+        state, context = self._states[domain], self._context
+        merge = [head for key_group in context.key_groups if (head := self._head(domain, key_group, None))]
         heapq.heapify(merge)
         while merge and merge[0][0] <= up_to_ms:
             # every entry of the earliest expiry (any key group), then its keys in key order
@@ -190,7 +190,7 @@ class TimerService:
                 if (expiry, raw_key) in fresh:
                     continue
                 key = map_key_from_bytes(raw_key)
-                backend.set_current_key(key)
+                context.set_current_key(key)
                 if not state.contains(expiry):
                     continue  # deleted by a handler meanwhile
                 self.delete(expiry, domain)
@@ -198,14 +198,14 @@ class TimerService:
 
     def next_expiry(self, domain: TimeDomain = TimeDomain.PROCESSING) -> int | None:
         """The earliest registered timer's expiry in ``domain`` (``None`` when there is none)."""
-        if self._backend.delegate.ordered:
-            heads = [self._head(domain, key_group, None) for key_group in self._backend.key_groups]
+        if self._context.delegate.ordered:
+            heads = [self._head(domain, key_group, None) for key_group in self._context.key_groups]
             return min((head[0] for head in heads if head is not None), default=None)
         queue = self._queue(domain)
         state = self._states[domain]
         while queue:
             expiry, raw_key, _ = queue[0]
-            self._backend.set_current_key(map_key_from_bytes(raw_key))
+            self._context.set_current_key(map_key_from_bytes(raw_key))
             if state.contains(expiry):
                 return expiry
             heapq.heappop(queue)
@@ -221,7 +221,7 @@ class TimerService:
     ) -> None:
         """Add or remove one key at an index entry (keys whose hashes collide share it)."""
         index = self._index[domain]
-        with self._backend.bound_to(key_group, index_key):
+        with self._context.bound_to(key_group, index_key):
             keys = [k for k in (index.value() or []) if k != remove]
             if add and add not in keys:
                 keys.append(add)
@@ -232,7 +232,7 @@ class TimerService:
 
     def _head(self, domain: TimeDomain, key_group: int, after: bytes | None) -> tuple[int, bytes, int] | None:
         """The key group's first index entry after ``after``: ``(expiry, index key, key group)``."""
-        found = self._backend.delegate.entries_after(self._index[domain].name, key_group, after, 1)
+        found = self._context.delegate.entries_after(self._index[domain].name, key_group, after, 1)
         if not found:
             return None
         index_key = found[0][0]
@@ -240,7 +240,7 @@ class TimerService:
 
     def _keys_at(self, domain: TimeDomain, key_group: int, index_key: bytes) -> builtins.list[bytes]:
         """The keys with a timer at an index entry (read now: firing may have changed it)."""
-        with self._backend.bound_to(key_group, index_key):
+        with self._context.bound_to(key_group, index_key):
             return list(self._index[domain].value() or [])
 
     # -- the heap (stores not in key order) -------------------------------------------------------
@@ -253,9 +253,9 @@ class TimerService:
     def _scan(self, domain: TimeDomain) -> _Heap:
         """Every registered timer of ``domain`` in this backend's key groups, as a heap."""
         name = self._states[domain].name
-        delegate = self._backend.delegate
+        delegate = self._context.delegate
         queue: _Heap = []
-        for key_group in self._backend.key_groups:
+        for key_group in self._context.key_groups:
             for raw_key, entry in delegate.entries(name, key_group):
                 queue.extend((int(msgpack.unpackb(expiry)), raw_key, key_group) for expiry in entry)
         heapq.heapify(queue)

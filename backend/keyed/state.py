@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING, Any
 
 import msgpack
 
-from .changelog.records import Op
-from .serialization import Serializer
+from ..serialization import Serializer
+from .ops import Op
 from .ttl import TTL_SUFFIX, stamp, unstamp
 
 if TYPE_CHECKING:
-    from .changelog.backend import ChangelogKeyedStateBackend
+    from .context import KeyedContext
 
 __all__ = [
     "KeySet",
@@ -122,13 +122,14 @@ def _last_per_key(keys: KeySet, values: Iterable[Any]) -> tuple[KeySet, list[Any
 class _KeyedState:
     def __init__(
         self,
-        backend: ChangelogKeyedStateBackend,
+        context: KeyedContext,
         state_id: int,
         descriptor: StateDescriptor,
         serializer: Serializer,
     ) -> None:
-        self._backend = backend
-        self._id = state_id
+        self._context = context
+        #: The state's number in the log it is registered in.
+        self.state_id = state_id
         self.descriptor = descriptor
         self._serializer = serializer
 
@@ -137,17 +138,17 @@ class _KeyedState:
         return self.descriptor.name
 
     def _entry(self) -> Any:
-        key_group, key = self._backend._current()
-        return self._backend.delegate.get(self.name, key_group, key)
+        key_group, key = self._context.current_key()
+        return self._context.delegate.get(self.name, key_group, key)
 
     def _dump(self, value: Any) -> bytes:
         payload = self._serializer.dumps(value)
-        return payload if self.descriptor.ttl is None else stamp(payload, self._backend.clock())
+        return payload if self.descriptor.ttl is None else stamp(payload, self._context.clock())
 
     def _live(self, raw: bytes) -> bytes | None:
         """The serialized value, or ``None`` when it expired."""
         ttl = self.descriptor.ttl
-        return raw if ttl is None else unstamp(raw, ttl, self._backend.clock())
+        return raw if ttl is None else unstamp(raw, ttl, self._context.clock())
 
     def _load(self, raw: bytes | None) -> Any | None:
         live = None if raw is None else self._live(raw)
@@ -160,18 +161,18 @@ class _KeyedState:
         live = self._live(raw)
         if live is None:
             self._apply(Op.CLEAR)
-            self._backend._expired(1)
+            self._context.count_expired(1)
             return None
         return self._serializer.loads(live)
 
     def _apply(self, op: Op, *args: Any) -> None:
-        self._backend._apply(op, self._id, self.name, *args)
+        self._context.log_change(op, self.state_id, self.name, *args)
 
     def _bound(self, keys: KeySet | Iterable[Any]) -> KeySet:
-        return keys if isinstance(keys, KeySet) else self._backend.key_set(keys)
+        return keys if isinstance(keys, KeySet) else self._context.key_set(keys)
 
     def _entries(self, keys: KeySet) -> list[Any]:
-        return self._backend.delegate.get_many(self.name, keys.groups, keys.raw)
+        return self._context.delegate.get_many(self.name, keys.groups, keys.raw)
 
     def _values(self, keys: KeySet | Iterable[Any]) -> list[Any | None]:
         """The loaded single values of ``keys`` (value and reducing state), in order.
@@ -192,11 +193,11 @@ class _KeyedState:
             values.append(None if live is None else self._serializer.loads(live))
         if expired:
             self._apply_many(Op.CLEAR, bound.subset(expired), (() for _ in expired))
-            self._backend._expired(len(expired))
+            self._context.count_expired(len(expired))
         return values
 
     def _apply_many(self, op: Op, keys: KeySet, args: Iterable[tuple[Any, ...]]) -> None:
-        self._backend._apply_many(op, self._id, self.name, keys, args)
+        self._context.log_changes(op, self.state_id, self.name, keys, args)
 
     def clear(self) -> None:
         """Remove the current key's state."""
@@ -296,7 +297,7 @@ class ListState(_KeyedState):
                 self._apply(Op.LIST_SET, [raw for raw, _ in kept])  # the kept elements keep their write times
             else:
                 self._apply(Op.CLEAR)
-            self._backend._expired(len(entry) - len(kept))
+            self._context.count_expired(len(entry) - len(kept))
         return [self._serializer.loads(live) for _, live in kept]
 
     def add(self, value: Any) -> None:
@@ -334,13 +335,13 @@ class MapState(_KeyedState):
     """
 
     def _raw(self, raw_key: bytes) -> bytes | None:
-        key_group, key = self._backend._current()
-        return self._backend.delegate.map_get(self.name, key_group, key, raw_key)
+        key_group, key = self._context.current_key()
+        return self._context.delegate.map_get(self.name, key_group, key, raw_key)
 
     def _live_items(self) -> Iterator[tuple[bytes, bytes]]:
         """Live entries (serialized), expired ones left out."""
-        key_group, key = self._backend._current()
-        items = self._backend.delegate.map_items(self.name, key_group, key)
+        key_group, key = self._context.current_key()
+        items = self._context.delegate.map_items(self.name, key_group, key)
         if self.descriptor.ttl is None:
             return items
         return ((k, live) for k, v in items if (live := self._live(v)) is not None)
@@ -362,15 +363,15 @@ class MapState(_KeyedState):
 
     def remove_expired(self) -> None:
         """Remove the current key's expired entries from state, logged (the map is read in chunks)."""
-        key_group, key = self._backend._current()
-        entries = self._backend.delegate.map_items(self.name, key_group, key)
+        key_group, key = self._context.current_key()
+        entries = self._context.delegate.map_items(self.name, key_group, key)
         for raw_key in [k for k, v in entries if self._live(v) is None]:
             self._expire_entry(raw_key)
 
     def _expire_entry(self, raw_key: bytes) -> None:
         """Remove an entry found expired (logged, counted)."""
         self._apply(Op.MAP_REMOVE, raw_key)
-        self._backend._expired(1)
+        self._context.count_expired(1)
 
     def put(self, map_key: Any, value: Any) -> None:
         """Set ``map_key`` to ``value``."""
@@ -417,7 +418,7 @@ class MapState(_KeyedState):
     def get_many(self, keys: KeySet | Iterable[Any], map_keys: Iterable[Any]) -> list[Any | None]:
         """The value under each key's map key (pairs in order), ``None`` where absent."""
         bound = self._bound(keys)
-        get = self._backend.delegate.map_get
+        get = self._context.delegate.map_get
         return [
             self._load(get(self.name, group, raw, map_key_bytes(map_key)))
             for group, raw, map_key in zip(bound.groups, bound.raw, map_keys, strict=True)

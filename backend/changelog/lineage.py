@@ -1,0 +1,65 @@
+"""Lineage of checkpoints: what one adds to another (catch-up) and moving one onto a newer chain (rebase)."""
+
+from __future__ import annotations
+
+from .snapshot import BackendSnapshot
+
+__all__ = ["catch_up_delta", "rebase"]
+
+
+def catch_up_delta(held: BackendSnapshot, target: BackendSnapshot) -> BackendSnapshot | None:
+    """What ``target`` adds to a state that holds ``held``, or ``None`` when it is no continuation.
+
+    A ``target`` whose chain starts with a new full snapshot continues ``held`` through
+    its bridge: the previous chain plus the keys changed up to the full snapshot.
+    """
+    delta = _chain_delta(held, target)
+    if delta is None and target.bridge:
+        bridged = (*target.bridge, *target.materialized[1:])
+        delta = _chain_delta(held, BackendSnapshot(target.checkpoint_id, target.handles, bridged))
+    return delta
+
+
+def rebase(
+    current: BackendSnapshot, materialized_at: BackendSnapshot, rebased: BackendSnapshot
+) -> BackendSnapshot | None:
+    """``current`` moved onto a snapshot chain that completed after it was taken, or ``None``.
+
+    ``rebased`` is checkpoint ``materialized_at`` as the new chain sees it: the chain
+    plus the log from its SQN (see :meth:`ChangelogKeyedStateBackend.checkpoint_materializing`).
+    ``current`` must continue ``materialized_at``: the same chain, and its handles
+    first, then the ones added since, which stay.
+    """
+    known = len(materialized_at.handles)
+    if current.materialized != materialized_at.materialized or current.parts != materialized_at.parts:
+        return None  # materialized otherwise since: another lineage
+    if [h.to_json() for h in current.handles[:known]] != [h.to_json() for h in materialized_at.handles]:
+        return None
+    return BackendSnapshot(
+        current.checkpoint_id,
+        (*rebased.handles, *current.handles[known:]),
+        rebased.materialized,
+        rebased.bridge,
+        rebased.parts,
+    )
+
+
+def _chain_delta(held: BackendSnapshot, target: BackendSnapshot) -> BackendSnapshot | None:
+    known = len(held.materialized)
+    if tuple(target.materialized[:known]) != tuple(held.materialized) or held.parts != target.parts:
+        return None  # a new full snapshot, or another chain
+    extra = tuple(target.materialized[known:])
+    held_handles = {handle.to_json() for handle in held.handles}
+    target_handles = {handle.to_json() for handle in target.handles}
+    if extra:
+        if not held.materialized:
+            return None  # the first snapshot of a chain is full
+        if held_handles & target_handles:
+            # The snapshots were taken before some of what held applied (materialized in the
+            # background, then rebased): loading them would take those keys back.
+            return None
+        return BackendSnapshot(target.checkpoint_id, tuple(target.handles), extra)
+    if not held_handles <= target_handles:
+        return None  # held is not an ancestor (e.g. a lost attempt's log)
+    added = tuple(handle for handle in target.handles if handle.to_json() not in held_handles)
+    return BackendSnapshot(target.checkpoint_id, added, ())

@@ -1,0 +1,94 @@
+"""The write path: a change goes to the working state first, then to the log (replaced ones squashed)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from dstl.spi import StateChangelogWriter
+
+from ..delegate import StateDelegate
+from ..keyed import REPLACING, KeySet, Op
+from .records import encode_change
+from .replay import apply_change
+
+__all__ = ["ChangeWriter"]
+
+
+class ChangeWriter:
+    """Applies changes to ``delegate`` and appends their records to ``writer``.
+
+    :param changed: told of every changed ``(state, key group, key)`` (incremental snapshots).
+    :param squash: a change that replaces a key's entry waits until the next flush or
+        non-replacing change of that entry; a newer one replaces it in the log.
+    """
+
+    def __init__(
+        self,
+        delegate: StateDelegate,
+        writer: StateChangelogWriter,
+        changed: Callable[[str, int, bytes], None],
+        *,
+        squash: bool,
+    ) -> None:
+        self._delegate = delegate
+        self._writer = writer
+        self._changed = changed
+        self._squash = squash
+        self._pending: dict[tuple[int, int, bytes], bytes] = {}
+
+    def apply(
+        self, op: Op, state_id: int, state: str, key_group: int, key: bytes, args: tuple[Any, ...]
+    ) -> None:
+        """One change of one key's entry."""
+        record = encode_change(op, state_id, key, *args)
+        # The working state first: a write it refuses (a full disk) must not be in the log either.
+        apply_change(self._delegate, state, key_group, key, op, list(args))
+        self._log(op, state_id, key_group, key, record)
+        self._changed(state, key_group, key)
+
+    def apply_many(
+        self, op: Op, state_id: int, state: str, keys: KeySet, args: Iterable[tuple[Any, ...]]
+    ) -> None:
+        """:meth:`apply` for each key with its arguments, stored in one batch per key group where it can.
+
+        Each change is logged only once the working state took it: a batch the
+        delegate refuses leaves neither state nor log changed for its key group.
+        """
+        log, changed, delegate = self._log, self._changed, self._delegate
+        batches: dict[int, dict[bytes, Any]] = {}
+        records: dict[int, list[tuple[bytes, bytes]]] = {}
+        for key_group, key, key_args in zip(keys.groups, keys.raw, args, strict=True):
+            record = encode_change(op, state_id, key, *key_args)
+            if op is Op.VALUE_PUT:
+                batch = batches.get(key_group)
+                if batch is None:
+                    batch = batches[key_group] = {}
+                    records[key_group] = []
+                batch[key] = key_args[0]
+                records[key_group].append((key, record))
+            else:
+                apply_change(delegate, state, key_group, key, op, list(key_args))
+                log(op, state_id, key_group, key, record)
+                changed(state, key_group, key)
+        for key_group, batch in batches.items():
+            delegate.write_batch(state, key_group, batch)
+            for key, record in records[key_group]:
+                log(op, state_id, key_group, key, record)
+                changed(state, key_group, key)
+
+    def flush(self) -> None:
+        """Append the squashed changes waiting for the next checkpoint or materialization."""
+        pending, self._pending = self._pending, {}
+        for (key_group, _, _), record in pending.items():
+            self._writer.append(key_group, record)
+
+    def _log(self, op: Op, state_id: int, key_group: int, key: bytes, record: bytes) -> None:
+        if self._squash and op in REPLACING:
+            self._pending[(key_group, state_id, key)] = record
+            return
+        if self._pending:  # an earlier replacing change of this entry goes first
+            earlier = self._pending.pop((key_group, state_id, key), None)
+            if earlier is not None:
+                self._writer.append(key_group, earlier)
+        self._writer.append(key_group, record)
