@@ -120,7 +120,7 @@ class CompletedCheckpoint:
             {
                 "version": CHECKPOINT_VERSION,
                 "checkpoint_id": self.checkpoint_id,
-                "snapshots": {name: json.loads(s.to_json()) for name, s in sorted(self.snapshots.items())},
+                "snapshots": {name: s.to_dict() for name, s in sorted(self.snapshots.items())},
                 "time": self.time.to_dict(),
             }
         )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -11,7 +13,7 @@ from dstl.spi import ChangelogHandle, InvalidHandleError, KeyGroupRange
 from ..documents import check_fields, parse_json
 from ..materialization import MaterializationRef
 
-__all__ = ["BackendSnapshot"]
+__all__ = ["BackendSnapshot", "encode_snapshot"]
 
 _MAX_PART_DEPTH = 16  # parts of parts: one level per rescale an instance did not materialize across
 
@@ -35,24 +37,22 @@ class BackendSnapshot:
     parts: tuple[tuple[KeyGroupRange, BackendSnapshot], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON document (see :meth:`from_dict`)."""
-        doc: dict[str, Any] = {
-            "checkpoint_id": self.checkpoint_id,
-            "handles": [h.to_dict() for h in self.handles],
-            "materialized": [m.to_dict() for m in self.materialized],
-        }
-        if self.bridge:
-            doc["bridge"] = [m.to_dict() for m in self.bridge]
-        if self.parts:
-            doc["parts"] = [
-                {"key_groups": [owned.start, owned.end], "snapshot": part.to_dict()}
-                for owned, part in self.parts
-            ]
-        return doc
+        """The JSON document (see :meth:`from_dict`), built once per snapshot: do not change it."""
+        return self._document
+
+    @functools.cached_property
+    def _document(self) -> dict[str, Any]:
+        return encode_snapshot(self)
 
     def to_json(self) -> str:
         """Serialise for the checkpoint metadata."""
         return json.dumps(self.to_dict())
+
+    @functools.cached_property
+    def digest(self) -> str:
+        """SHA-256 of the canonical document: equal for snapshots equal after a JSON round trip."""
+        canonical = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()
 
     @property
     def references(self) -> tuple[MaterializationRef, ...]:
@@ -117,3 +117,20 @@ def _parts_from(value: Any, depth: int) -> tuple[tuple[KeyGroupRange, BackendSna
             raise InvalidHandleError(msg)
         parts.append((KeyGroupRange(*bounds), BackendSnapshot.from_dict(part.get("snapshot"), depth + 1)))
     return tuple(parts)
+
+
+def encode_snapshot(snapshot: BackendSnapshot) -> dict[str, Any]:
+    """Build ``snapshot``'s document: the one place a snapshot is serialized (once per object)."""
+    doc: dict[str, Any] = {
+        "checkpoint_id": snapshot.checkpoint_id,
+        "handles": [h.to_dict() for h in snapshot.handles],
+        "materialized": [m.to_dict() for m in snapshot.materialized],
+    }
+    if snapshot.bridge:
+        doc["bridge"] = [m.to_dict() for m in snapshot.bridge]
+    if snapshot.parts:
+        doc["parts"] = [
+            {"key_groups": [owned.start, owned.end], "snapshot": part.to_dict()}
+            for owned, part in snapshot.parts
+        ]
+    return doc

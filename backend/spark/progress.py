@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+
+from ._private.protocol import InstanceStats, Restore
 
 __all__ = ["BatchProgress"]
 
@@ -66,7 +67,7 @@ class BatchProgress:
     def from_instances(
         cls,
         batch_id: int,
-        stats: list[dict[str, Any]],
+        stats: list[InstanceStats],
         full_checkpoint_bytes: int,
         batch_ms: float,
         phases_ms: dict[str, float] | None = None,
@@ -75,31 +76,31 @@ class BatchProgress:
         """Aggregate the figures the instances reported."""
         return cls(
             batch_id=batch_id,
-            rows=sum(s["rows"] for s in stats),
-            keys_touched=sum(s["keys"] for s in stats),
+            rows=sum(s.rows for s in stats),
+            keys_touched=sum(s.keys for s in stats),
             instances=len(stats),
-            warm_instances=sum(1 for s in stats if s["warm"]),
-            caught_up=sum(1 for s in stats if s.get("restore") == "caught_up"),
-            full_restores=sum(1 for s in stats if s.get("restore") == "full"),
-            restored_bytes=sum(s.get("restored_bytes", 0) for s in stats),
-            materialized=tuple(s["instance"] for s in stats if s["materialized"]),
-            rebased=tuple(s["instance"] for s in stats if s.get("rebased")),
-            restore_ms=max((s["restore_ms"] for s in stats), default=0.0),
-            checkpoint_ms=max((s["checkpoint_ms"] for s in stats), default=0.0),
-            materialization_ms=max((s["materialization_ms"] for s in stats), default=0.0),
-            persisted_bytes=sum(s["persisted_bytes"] for s in stats),
+            warm_instances=sum(1 for s in stats if s.restore.warm),
+            caught_up=sum(1 for s in stats if s.restore is Restore.CAUGHT_UP),
+            full_restores=sum(1 for s in stats if s.restore is Restore.FULL),
+            restored_bytes=sum(s.restored_bytes for s in stats),
+            materialized=tuple(s.instance for s in stats if s.materialized),
+            rebased=tuple(s.instance for s in stats if s.restore is Restore.REBASED),
+            restore_ms=max((s.restore_ms for s in stats), default=0.0),
+            checkpoint_ms=max((s.checkpoint_ms for s in stats), default=0.0),
+            materialization_ms=max((s.materialization_ms for s in stats), default=0.0),
+            persisted_bytes=sum(s.persisted_bytes for s in stats),
             full_checkpoint_bytes=full_checkpoint_bytes,
             batch_ms=round(batch_ms, 3),
             phases_ms=dict(phases_ms or {}),
             task_phases_ms=max(
-                (s.get("phases_ms", {}) for s in stats), key=lambda phases: sum(phases.values()), default={}
+                (s.phases_ms for s in stats), key=lambda phases: sum(phases.values()), default={}
             ),
-            timers_fired=sum(s.get("timers_fired", 0) for s in stats),
-            woken_instances=sum(1 for s in stats if not s["rows"]),
-            late_rows=sum(s.get("late_rows", 0) for s in stats),
+            timers_fired=sum(s.timers_fired for s in stats),
+            woken_instances=sum(1 for s in stats if not s.rows),
+            late_rows=sum(s.late_rows for s in stats),
             watermark_ms=watermark_ms,
-            expired_removed=sum(s.get("expired_removed", 0) for s in stats),
-            storage=_storage_totals(s.get("storage", {}) for s in stats),
+            expired_removed=sum(s.expired_removed for s in stats),
+            storage=_storage_totals(s.storage for s in stats),
         )
 
     def to_json(self) -> str:

@@ -47,16 +47,16 @@ CHANGES_SCHEMA = (
 def _setup(
     spark: SparkSession, checkpoint_location: str, config: Mapping[str, Any] | None, job_id: str | None
 ) -> tuple[CheckpointLocation, list[CompletedCheckpoint], Config]:
-    from .query import _job_config, _session_conf
+    from ._private.call_checks import job_config, session_conf
 
-    conf = dict(spark.sparkContext.getConf().getAll()) | _session_conf(spark)
-    job_config = _job_config(conf, config, checkpoint_location).raw()
-    location = CheckpointLocation(checkpoint_location, job_id, job_config)
+    conf = dict(spark.sparkContext.getConf().getAll()) | session_conf(spark)
+    raw = job_config(conf, config, checkpoint_location).raw()
+    location = CheckpointLocation(checkpoint_location, job_id, raw)
     documents, _ = location.checkpoints()
     if not documents:
         msg = f"{checkpoint_location} has no readable state checkpoint of job {location.job!r}"
         raise InvalidHandleError(msg)
-    return location, documents, location.config(job_config)
+    return location, documents, location.config(raw)
 
 
 def read_state(

@@ -17,7 +17,6 @@ stamp therefore never vouches for pages that did not reach the disk.
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import os
 import stat
@@ -43,10 +42,7 @@ EMPTY = "empty"
 
 def snapshot_digest(snapshot: BackendSnapshot | None) -> str:
     """A digest of ``snapshot`` that survives a JSON round trip (``"empty"`` for no snapshot)."""
-    if snapshot is None:
-        return EMPTY
-    canonical = json.dumps(json.loads(snapshot.to_json()), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
+    return EMPTY if snapshot is None else snapshot.digest
 
 
 class WorkingCopy:
@@ -123,8 +119,8 @@ class WorkingCopy:
         """
         doc = {
             "run": run_id,
-            "checkpoint": json.loads(checkpoint.to_json()),
-            "rebased": json.loads(rebased.to_json()),
+            "checkpoint": checkpoint.to_dict(),
+            "rebased": rebased.to_dict(),
             "expired": _expired_doc(expired),
         }
         _write_atomically(self._offer, doc)
@@ -178,7 +174,7 @@ class WorkingCopy:
             "layout": LAYOUT,
             "digest": snapshot_digest(snapshot),
             "registrations": registrations,
-            "snapshot": json.loads(snapshot.to_json()),
+            "snapshot": snapshot.to_dict(),
         }
         data = json.dumps(doc).encode()
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)

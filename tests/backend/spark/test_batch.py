@@ -5,7 +5,7 @@ import math
 import pandas as pd
 import pytest
 
-from dstl.backend.spark._private.task import output_columns
+from dstl.backend.spark._private.output import output_columns
 from dstl.backend.spark.batch import KeyedBatch
 
 

@@ -17,7 +17,7 @@ class _Counting(StatefulProcessor):
 
 
 def test_every_form_of_processor_becomes_a_factory_of_fresh_copies():
-    from dstl.backend.spark.query import _adapted
+    from dstl.backend.spark._private.call_checks import adapted as _adapted
 
     instance = _Counting("mine")
     made = _adapted(instance)

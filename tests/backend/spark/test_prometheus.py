@@ -5,6 +5,7 @@ import urllib.request
 import pytest
 
 from dstl.backend.spark import BatchProgress, PrometheusExporter
+from dstl.backend.spark._private.protocol import InstanceStats
 
 pytest.importorskip("prometheus_client")
 
@@ -15,7 +16,7 @@ def _progress(batch_id, **extra):
             "instance": "kg0-64",
             "rows": 10,
             "keys": 4,
-            "warm": True,
+            "restore": "warm",
             "materialized": batch_id == 2,
             "restore_ms": 0,
             "checkpoint_ms": 3.5,
@@ -26,7 +27,9 @@ def _progress(batch_id, **extra):
             **extra,
         }
     ]
-    return BatchProgress.from_instances(batch_id, stats, 9_000, 120.0, watermark_ms=42_000)
+    return BatchProgress.from_instances(
+        batch_id, [InstanceStats.from_dict(s) for s in stats], 9_000, 120.0, watermark_ms=42_000
+    )
 
 
 def test_the_exporter_serves_flinks_names_with_the_latest_figures():

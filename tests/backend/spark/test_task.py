@@ -1,7 +1,7 @@
 """A task brings its working copy up: it moves onto a background snapshot of its run, or removes it."""
 
 from dstl.backend.changelog import ChangelogKeyedStateBackend
-from dstl.backend.spark._private.task import _bring_up
+from dstl.backend.spark._private.bring_up import bring_up
 from dstl.backend.spark._private.working_copy import WorkingCopy
 from dstl.spi import KeyGroupRange, load_storage
 
@@ -22,7 +22,7 @@ def test_a_task_moves_onto_an_offer_of_its_run_and_removes_any_other(tmp_path, m
                 delegate=copy.delegate,
                 snapshot_dir=snapshots.as_uri(),
             )
-            how, _ = _bring_up(
+            how, _ = bring_up(
                 backend,
                 copy,
                 stamp,
@@ -65,6 +65,7 @@ def test_a_task_moves_onto_an_offer_of_its_run_and_removes_any_other(tmp_path, m
 
 def test_a_tasks_storage_figures_are_its_deltas_and_the_batch_sums_them():
     from dstl.backend.spark import BatchProgress
+    from dstl.backend.spark._private.protocol import InstanceStats
     from dstl.backend.spark._private.task import storage_figures
     from dstl.spi import StorageMetrics
 
@@ -88,7 +89,7 @@ def test_a_tasks_storage_figures_are_its_deltas_and_the_batch_sums_them():
             "instance": name,
             "rows": 1,
             "keys": 1,
-            "warm": True,
+            "restore": "warm",
             "materialized": False,
             "restore_ms": 0,
             "checkpoint_ms": 0,
@@ -98,7 +99,7 @@ def test_a_tasks_storage_figures_are_its_deltas_and_the_batch_sums_them():
         }
         for name, storage in (("kg0-64", figures), ("kg64-128", other))
     ]
-    progress = BatchProgress.from_instances(3, stats, 0, 1.0)
+    progress = BatchProgress.from_instances(3, [InstanceStats.from_dict(s) for s in stats], 0, 1.0)
     assert progress.storage == {
         "persists": 3,
         "uploaded_bytes": 4096,

@@ -1,0 +1,398 @@
+"""The driver's ``foreachBatch`` function: plan each batch, run the instances, complete its checkpoint."""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from dstl.spi import Config, ConfigError, CorruptedError
+
+from ...changelog import BackendSnapshot, MaterializationPolicy
+from ...coordinator import CheckpointCoordinator, CompletedCheckpoint, TimeProgress
+from ..placement import (
+    instance_name,
+    instance_ranges,
+    next_timer_for_range,
+    routing_exprs,
+    snapshot_for_range,
+)
+from ..processor import BatchClock, StatefulProcessor, TimeMode
+from ..progress import BatchProgress
+from .adapters import cogroup_function, instance_function, pinned_function
+from .affinity import ExecutorHomes, pinned_instances
+from .columns import INSTANCE_COLUMN, REPORT_COLUMN
+from .protocol import InstancePlan, InstanceReport, InstanceStats, TaskPlan
+from .routing import instance_partition, routed, with_wake_rows
+from .working_copy import snapshot_digest
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+__all__ = ["RECENT_BATCHES", "BatchRunner", "Phases", "QuerySpec"]
+
+log = logging.getLogger(__name__)
+
+Sink = Callable[["DataFrame", int], None]
+#: Completed checkpoints per instance a stale working copy may catch up from.
+_LINEAGE_DEPTH = 64
+#: Batch figures a query keeps (weeks of batches must not grow the driver).
+RECENT_BATCHES = 1000
+
+
+@dataclass(frozen=True)
+class QuerySpec:
+    """What the caller asked for: the operator, its keys, processor, output, sink and clocks."""
+
+    job_id: str
+    operator_id: str
+    key_columns: tuple[str, ...]
+    output_schema: Any  # StructType
+    make_processor: Callable[[], StatefulProcessor]
+    sink: Sink
+    time_mode: TimeMode = TimeMode.NONE
+    event_time_column: str | None = None
+    watermark_delay_ms: int = 0
+    initial_state: Any = None  # DataFrame: handed to handle_initial_state in the first batch
+
+
+class BatchRunner:
+    """The ``foreachBatch`` function and the driver-side state it keeps between batches."""
+
+    def __init__(self, cfg: Config, spec: QuerySpec) -> None:
+        self.cfg = cfg
+        self.spec = spec
+        job_id = spec.job_id
+        self.parallelism = int(cfg["dstl.spark.parallelism"])
+        self.max_parallelism = int(cfg["state.backend.max-parallelism"])
+        if self.parallelism > self.max_parallelism:
+            msg = (
+                f"dstl.spark.parallelism={self.parallelism} exceeds state.backend.max-parallelism="
+                f"{self.max_parallelism}: raise the latter (only possible before the first checkpoint)"
+            )
+            raise ConfigError(msg)
+        directory = cfg["state.checkpoints.dir"]
+        # A replayed batch restarts from checkpoint batch_id - 1, which must therefore be retained.
+        self.coordinator = CheckpointCoordinator(
+            directory,
+            job_id,
+            num_retained=max(2, int(cfg["state.checkpoints.num-retained"])),
+            config=cfg,
+            on_damaged=str(cfg["state.checkpoints.on-damaged"]),
+        )
+        self.coordinator.recover()
+        # Per instance, (checkpoint, digest) of its snapshot in recent completed checkpoints.
+        self.lineage: dict[str, list[tuple[int, str]]] = {}
+        for completed in self.coordinator.retained:
+            self._remember(completed)
+        # the driver lease's generation grows with every driver start: writer epochs of a new
+        # run fence the old run's writers, as the lease fences its coordinator
+        self.run_id = self.coordinator.generation or 1
+        self.working_dir = cfg.get("dstl.spark.working-dir") or f"{tempfile.gettempdir()}/dstl-working"
+        self.homes = ExecutorHomes() if cfg["dstl.spark.placement"] == "sticky" else None
+        self.interval = float(cfg["state.changelog.materialization.interval"])
+        self.policy = MaterializationPolicy(float(cfg["state.changelog.materialization.max-log-ratio"]))
+        started = time.monotonic()
+        self.materialized_at = {instance_name(r): started for r in self.ranges}
+        self.progress: deque[BatchProgress] = deque(maxlen=RECENT_BATCHES)
+        self.completed_batches = 0
+        self.listeners: list[Callable[[BatchProgress], None]] = []
+        self.completed = threading.Condition()
+
+    def progress_of(self, batch_id: int) -> BatchProgress | None:
+        """This run's figures of ``batch_id``, while it is among the recent ones."""
+        with self.completed:
+            return next((p for p in reversed(self.progress) if p.batch_id == batch_id), None)
+
+    def _remember(self, completed: CompletedCheckpoint) -> None:
+        """Record the instances' snapshots of a completed checkpoint (a working copy at one may catch up)."""
+        for name, snapshot in completed.snapshots.items():
+            history = self.lineage.setdefault(name, [])
+            digest = snapshot_digest(snapshot)  # computed once per snapshot object
+            if not history or history[-1][1] != digest:
+                history.append((completed.checkpoint_id, digest))
+            del history[:-_LINEAGE_DEPTH]
+
+    def _forget_from(self, batch_id: int) -> None:
+        """Checkpoints from ``batch_id`` on were dropped (a replay): no copy may continue from them."""
+        for history in self.lineage.values():
+            history[:] = [(checkpoint, digest) for checkpoint, digest in history if checkpoint < batch_id]
+
+    @property
+    def ranges(self) -> list:
+        return instance_ranges(self.parallelism, self.max_parallelism)
+
+    def _base(self, batch_id: int) -> CompletedCheckpoint | None:
+        """Checkpoint ``batch_id - 1``, the only state batch ``batch_id`` may continue from.
+
+        :raises CorruptedError: when the newest retained checkpoint is another one (the
+            state directory lost or never had it), unless recovery rolled back by
+            ``state.checkpoints.on-damaged=previous``: that first batch continues from
+            the older checkpoint, logged.
+        """
+        latest = self.coordinator.latest()
+        if latest is not None and latest.checkpoint_id >= batch_id:
+            log.info("batch %d is replayed: dropping checkpoints from %d on", batch_id, batch_id)
+            self.coordinator.abort_from(batch_id)
+            self._forget_from(batch_id)
+            latest = self.coordinator.latest()
+        found = latest.checkpoint_id if latest is not None else None
+        expected = batch_id - 1 if batch_id > 0 else None
+        if found is None and expected is None and self.cfg.get("state.savepoint.path"):
+            return self._from_savepoint(str(self.cfg["state.savepoint.path"]))
+        if found == expected:
+            return latest
+        rolled_back = self.coordinator.rolled_back_from
+        if rolled_back is not None:
+            self.coordinator.rolled_back_from = None
+            log.error(
+                "ROLLBACK: batch %d continues from %s instead of checkpoint %d (checkpoint %d was damaged "
+                "and state.checkpoints.on-damaged=previous)",
+                batch_id,
+                "empty state" if found is None else f"checkpoint {found}",
+                batch_id - 1,
+                rolled_back,
+            )
+            return latest
+        have = "no checkpoint" if found is None else f"checkpoint {found}"
+        msg = (
+            f"batch {batch_id} must continue from checkpoint {batch_id - 1}, but state.checkpoints.dir "
+            f"holds {have} for job {self.spec.job_id!r}: the state and Spark's checkpoint location disagree "
+            "(was one of them deleted or copied from another job?). The batch is refused rather than "
+            "continue from older or empty state; restore the matching directories or start with a fresh "
+            "checkpoint location"
+        )
+        raise CorruptedError(msg, location=self.coordinator.directory)
+
+    def _from_savepoint(self, path: str) -> CompletedCheckpoint:
+        """The job's first state: the savepoint's snapshots, copied under its own checkpoint directory.
+
+        Copied again if the first batch is replayed (a replay drops what the failed
+        attempt completed, copies included).
+        """
+        from ...savepoints import adopt_savepoint
+
+        base = adopt_savepoint(
+            path, self.cfg["state.checkpoints.dir"], self.spec.job_id, self.max_parallelism, self.cfg
+        )
+        log.info("job %r starts from the savepoint at %s", self.spec.job_id, path)
+        return base
+
+    def _due_for_materialization(self, previous: Mapping[str, BackendSnapshot]) -> frozenset[int]:
+        """At most one instance per batch (spreads the cost over batches).
+
+        First an instance whose log outgrew ``max-log-ratio`` times its materialized
+        state, else the one past the interval that waited longest.
+        """
+        names = [instance_name(r) for r in self.ranges]
+        for index, name in enumerate(names):
+            snapshot = previous.get(name)
+            if snapshot is not None and self.policy.log_outgrew(
+                sum(h.size for h in snapshot.all_handles), sum(m.size for m in snapshot.all_materialized)
+            ):
+                return frozenset({index})
+        now = time.monotonic()
+        oldest = min(names, key=lambda name: self.materialized_at.get(name, now))
+        if now - self.materialized_at.get(oldest, now) < self.interval:
+            return frozenset()
+        return frozenset({names.index(oldest)})
+
+    def _pinned(self, rows: DataFrame, plan: TaskPlan, schema: Any) -> DataFrame | None:
+        """The instances' results with sticky placement (one partition per instance, on its home).
+
+        ``None`` when placement is Spark's (by config, or the gateway cannot pin).
+        """
+        if self.homes is None:
+            return None
+        columns = tuple(rows.columns)
+        index = columns.index(INSTANCE_COLUMN)
+        groups = (
+            rows.rdd.map(lambda row: (row[index], row))
+            .partitionBy(self.parallelism, instance_partition)
+            .values()
+            .glom()
+        )
+        spark = rows.sparkSession
+        pairs = pinned_instances(spark.sparkContext, groups, self.homes)
+        if pairs is None:
+            return None
+        from pyspark.sql.types import DoubleType, FloatType
+
+        floats = frozenset(
+            f.name for f in self.spec.output_schema.fields if isinstance(f.dataType, DoubleType | FloatType)
+        )
+        results = pairs.mapPartitions(pinned_function(plan, self.spec.make_processor, columns, floats))
+        return spark.createDataFrame(results, schema, verifySchema=False)
+
+    def _clock(self, base: CompletedCheckpoint | None) -> tuple[BatchClock, frozenset[int]]:
+        """The batch's clocks (the watermark comes from the base checkpoint), and the instances to wake."""
+        spec = self.spec
+        # none until an event time was seen: nothing is late, no event-time timer fires yet
+        watermark = base.time.watermark_ms if base is not None else None
+        clock = BatchClock(int(time.time() * 1000), watermark, spec.time_mode)
+        up_to = clock.fire_up_to()
+        if up_to is None or base is None:
+            return clock, frozenset()
+        due = frozenset(
+            index
+            for index, key_groups in enumerate(self.ranges)
+            if (expiry := next_timer_for_range(base.time.next_timers, key_groups)) is not None
+            and expiry <= up_to
+        )
+        return clock, due
+
+    def _time_progress(
+        self, base: CompletedCheckpoint | None, clock: BatchClock, stats: list[InstanceStats]
+    ) -> TimeProgress:
+        """The clocks the next batch continues from: Spark's watermark rule, each instance's next timer."""
+        reported = {item.instance: item.next_timer for item in stats}
+        before = base.time.next_timers if base is not None else {}
+        next_timers = {}
+        for key_groups in self.ranges:
+            name = instance_name(key_groups)
+            expiry = reported[name] if name in reported else next_timer_for_range(before, key_groups)
+            if expiry is not None:
+                next_timers[name] = expiry
+        watermark = clock.watermark_ms
+        seen = [item.max_event_ms for item in stats if item.max_event_ms is not None]
+        if seen:  # Spark's rule: the largest event time seen minus the delay, never moving back
+            advanced = max(seen) - self.spec.watermark_delay_ms
+            watermark = advanced if watermark is None else max(watermark, advanced)
+        return TimeProgress(watermark, next_timers)
+
+    def _bases(self, base: CompletedCheckpoint | None) -> dict[str, BackendSnapshot | None]:
+        """Each instance's own base snapshot (scoped to its key groups: after a rescale, parts)."""
+        previous = dict(base.snapshots) if base else {}
+        return {instance_name(kg): snapshot_for_range(previous, kg) for kg in self.ranges}
+
+    def _plan(
+        self,
+        batch_id: int,
+        base: CompletedCheckpoint | None,
+        bases: Mapping[str, BackendSnapshot | None],
+        clock: BatchClock,
+        wake: frozenset[int],
+    ) -> TaskPlan:
+        """The batch's plan: each instance's own base, lineage and materialize decision, encoded once."""
+        materialize = self._due_for_materialization(dict(base.snapshots) if base else {})
+        instances = {}
+        for index, key_groups in enumerate(self.ranges):
+            name = instance_name(key_groups)
+            own = InstancePlan(
+                bases[name],
+                tuple(digest for _, digest in self.lineage.get(name, ())),
+                index in materialize,
+                index in wake,
+            )
+            if own != InstancePlan():
+                instances[index] = own.to_json()
+        return TaskPlan(
+            config=self.cfg.raw(),
+            job_id=self.spec.job_id,
+            operator_id=self.spec.operator_id,
+            key_columns=self.spec.key_columns,
+            output_columns=tuple(self.spec.output_schema.fieldNames()),
+            parallelism=self.parallelism,
+            max_parallelism=self.max_parallelism,
+            batch_id=batch_id,
+            run_id=self.run_id,
+            working_dir=self.working_dir,
+            instances=instances,
+            wake=wake,
+            clock=clock,
+        )
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        from pyspark.sql import functions as F
+        from pyspark.sql.types import StringType, StructField, StructType
+
+        began = time.perf_counter()
+        base = self._base(batch_id)
+        bases = self._bases(base)
+        clock, wake = self._clock(base)
+        plan = self._plan(batch_id, base, bases, clock, wake)
+        spec = self.spec
+        key_group, instance = routing_exprs(list(spec.key_columns), self.parallelism, self.max_parallelism)
+        schema = StructType([*self.spec.output_schema.fields, StructField(REPORT_COLUMN, StringType(), True)])
+        rows = routed(batch, self.spec.key_columns, key_group, instance, self.spec.event_time_column)
+        initial = self.spec.initial_state if base is None else None
+        result = None if initial is not None else self._pinned(rows, plan, schema)
+        if result is None:
+            grouped = with_wake_rows(rows, wake).groupBy(INSTANCE_COLUMN)
+            if initial is not None:  # first batch: the initial state's rows go with each instance's rows
+                initial_rows = routed(initial, self.spec.key_columns, key_group, instance, None)
+                result = grouped.cogroup(initial_rows.groupBy(INSTANCE_COLUMN)).applyInPandas(
+                    cogroup_function(plan, self.spec.make_processor), schema
+                )
+            else:
+                result = grouped.applyInPandas(instance_function(plan, self.spec.make_processor), schema)
+        phases = Phases(began)
+        phases.mark("plan")
+        result = result.localCheckpoint(eager=True)
+        phases.mark("tasks")  # routing, shuffle, the instances' tasks, pinning the result
+        reports = [
+            row[REPORT_COLUMN]
+            for row in result.where(F.col(REPORT_COLUMN).isNotNull()).select(REPORT_COLUMN).collect()
+        ]
+        phases.mark("collect")
+        self.spec.sink(result.where(F.col(REPORT_COLUMN).isNull()).drop(REPORT_COLUMN), batch_id)
+        phases.mark("sink")
+        self.complete_batch(batch_id, base, bases, clock, reports, phases)
+
+    def complete_batch(
+        self,
+        batch_id: int,
+        base: CompletedCheckpoint | None,
+        bases: Mapping[str, BackendSnapshot | None],
+        clock: BatchClock,
+        encoded_reports: list[str],
+        phases: Phases,
+    ) -> BatchProgress:
+        """Complete checkpoint ``batch_id`` from the instances' reports (each decoded once); its progress."""
+        reports = [InstanceReport.from_json(text) for text in encoded_reports]
+        # instances without rows carry their state forward
+        snapshots = {name: carried for name, carried in bases.items() if carried is not None}
+        stats = [report.stats for report in reports]
+        snapshots.update((report.name, report.snapshot) for report in reports)
+        completed = self.coordinator.complete(batch_id, snapshots, self._time_progress(base, clock, stats))
+        self._remember(completed)
+        phases.mark("complete")
+        now = time.monotonic()
+        for item in stats:
+            if item.materialized:
+                self.materialized_at[item.instance] = now
+        full = sum(
+            sum(h.size for h in s.all_handles) + sum(m.size for m in s.all_materialized)
+            for s in completed.snapshots.values()
+        )
+        progress = BatchProgress.from_instances(
+            batch_id, stats, full, (time.perf_counter() - phases.began) * 1000, phases.ms, clock.watermark_ms
+        )
+        log.info("dstl batch %s", progress.to_json())
+        with self.completed:
+            self.progress.append(progress)
+            self.completed_batches += 1
+            self.completed.notify_all()
+        for listener in self.listeners:
+            listener(progress)
+        return progress
+
+
+class Phases:
+    """Where a batch's time went on the driver: milliseconds per phase, in order."""
+
+    def __init__(self, began: float) -> None:
+        self.began = began
+        self._last = began
+        self.ms: dict[str, float] = {}
+
+    def mark(self, phase: str) -> None:
+        """Phase ``phase`` ended now."""
+        now = time.perf_counter()
+        self.ms[phase] = round((now - self._last) * 1000, 3)
+        self._last = now

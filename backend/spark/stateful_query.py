@@ -1,0 +1,105 @@
+"""A running stateful query: the Spark query plus per-batch progress, listeners and waiting."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming import StreamingQuery
+
+    from ..coordinator import CompletedCheckpoint
+    from ._private.runner import BatchRunner
+    from .progress import BatchProgress
+    from .query_progress import ProgressBridge, QueryProgress
+
+__all__ = ["StatefulQuery"]
+
+
+class StatefulQuery:
+    """A running stateful query: the Spark query plus per-batch progress and listeners."""
+
+    def __init__(
+        self,
+        runner: BatchRunner,
+        query: StreamingQuery,
+        bridge: ProgressBridge,
+        streams: Any,
+    ) -> None:
+        self._runner = runner
+        self._bridge = bridge
+        self._streams = streams  # the session's StreamingQueryManager, where the bridge listens
+        self.query = query
+
+    @property
+    def progress(self) -> list[BatchProgress]:
+        """Figures of the batches completed by this run (the latest 1000), oldest first."""
+        with self._runner.completed:
+            return list(self._runner.progress)
+
+    @property
+    def completed_batches(self) -> int:
+        """How many batches this run completed."""
+        return self._runner.completed_batches
+
+    @property
+    def recent_progress(self) -> list[QueryProgress]:
+        """Spark's progress of the latest batches (up to 100) joined with their state figures."""
+        return list(self._bridge.recent)
+
+    @property
+    def last_progress(self) -> QueryProgress | None:
+        """Spark's ``lastProgress`` with this batch's state figures (``None`` before the first)."""
+        recent = self._bridge.recent
+        return recent[-1] if recent else None
+
+    def add_listener(self, listener: Callable[[BatchProgress], None]) -> None:
+        """Call ``listener`` after every completed batch (on the query's thread; keep it short)."""
+        self._runner.listeners.append(listener)
+
+    def add_progress_listener(self, listener: Callable[[QueryProgress], None]) -> None:
+        """Call ``listener`` with Spark's progress of every batch joined with its state figures.
+
+        Runs on Spark's listener bus, after Spark reported the batch.
+        """
+        self._bridge.listeners.append(listener)
+
+    def wait_for_batches(self, count: int, timeout: float) -> bool:
+        """Wait until this run completed ``count`` batches; ``False`` on timeout or query failure."""
+        deadline = time.monotonic() + timeout
+        with self._runner.completed:
+            while self._runner.completed_batches < count:
+                if self.query.exception() is not None or not self.query.isActive:
+                    return False
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._runner.completed.wait(min(remaining, 0.5))
+        return True
+
+    def process_all_available(self) -> None:
+        """Block until every input available now is processed (then :meth:`stop` ends between batches)."""
+        self.query.processAllAvailable()
+
+    def await_termination(self, timeout: float | None = None) -> bool:
+        """Wait for the query to end (e.g. an ``availableNow`` trigger ran out of input)."""
+        # PySpark takes seconds as an int in its hints, any number at run time
+        seconds: Any = timeout
+        ended = self.query.awaitTermination(seconds) if timeout is not None else self.query.awaitTermination()
+        return bool(ended)
+
+    def stop(self) -> None:
+        """Stop the Spark query (its progress bridge leaves Spark's listener bus)."""
+        try:
+            self.query.stop()
+        finally:
+            self._streams.removeListener(self._bridge)
+
+    def exception(self) -> Exception | None:
+        """The query's failure, if any."""
+        return self.query.exception()
+
+    def latest_checkpoint(self) -> CompletedCheckpoint | None:
+        """The newest completed state checkpoint."""
+        return self._runner.coordinator.latest()
