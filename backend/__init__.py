@@ -19,7 +19,7 @@
 from __future__ import annotations
 
 from .changelog import BackendSnapshot, ChangelogKeyedStateBackend
-from .coordinator import CheckpointCoordinator, CompletedCheckpoint, TimeProgress
+from .checkpoints import CheckpointCoordinator, CompletedCheckpoint, TimeProgress
 from .delegate import HeapDelegate, StateDelegate
 from .keyed import (
     ListState,

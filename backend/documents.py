@@ -19,9 +19,11 @@ __all__ = [
     "MAX_DOCUMENT_DEPTH",
     "check_fields",
     "check_regular_file",
+    "list_directory",
     "load_document",
     "parse_json",
     "read_regular_file",
+    "read_small_int",
 ]
 
 #: Largest document read back (a checkpoint of 128 instances with long logs is far below).
@@ -136,3 +138,17 @@ def load_document(
     Missing optional fields are the caller's business (``doc.get``).
     """
     return check_fields(parse_json(text, what, max_bytes=max_bytes), what, fields)
+
+
+def list_directory(fs: Any, directory: str) -> list[str]:
+    """The paths in ``directory``; none when it does not exist (object stores have no empty directories)."""
+    try:
+        return list(fs.ls(directory, detail=False))
+    except FileNotFoundError:
+        return []
+
+
+def read_small_int(fs: Any, path: str) -> int:
+    """A small counter file's value (untrusted: 0 when it is not one)."""
+    text = fs.cat_file(path, start=0, end=32)
+    return int(text) if text.strip().isdigit() else 0

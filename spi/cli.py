@@ -172,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.set_defaults(run=_cmd_demo)
     try:
-        from dstl.backend.inspect_command import add_inspect_parser, add_savepoint_parser
+        from dstl.backend.tools.inspect_command import add_inspect_parser, add_savepoint_parser
     except ImportError:  # the backend package is not installed
         pass
     else:

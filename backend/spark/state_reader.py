@@ -19,21 +19,14 @@ from typing import TYPE_CHECKING, Any
 from dstl.spi import ChangelogHandle, Config, InvalidHandleError
 
 from ..changelog import BackendSnapshot
-from ..inspection import (
-    CheckpointLocation,
-    describe_change,
-    handle_changes,
-    instance_key_groups,
-    json_safe,
-    restored_read_only,
-    state_entries,
-)
+from ..checkpoints import CheckpointLocation, instance_key_groups, restored_read_only
+from ..tools import describe_change, handle_changes, json_safe, state_entries
 from .placement import instance_name
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from ..coordinator import CompletedCheckpoint
+    from ..checkpoints import CompletedCheckpoint
 
 __all__ = ["CHANGES_SCHEMA", "STATE_SCHEMA", "read_changes", "read_state"]
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
-    from ..coordinator import CompletedCheckpoint
+    from ..checkpoints import CompletedCheckpoint
     from ._private.runner import BatchRunner
     from .progress import BatchProgress
     from .query_progress import ProgressBridge, QueryProgress

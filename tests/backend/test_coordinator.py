@@ -6,7 +6,7 @@ import uuid
 import pytest
 
 from dstl.backend.changelog import ChangelogKeyedStateBackend
-from dstl.backend.coordinator import CheckpointCoordinator, CompletedCheckpoint
+from dstl.backend.checkpoints import CheckpointCoordinator, CompletedCheckpoint
 from dstl.spi import ConfigError, KeyGroupRange, load_storage
 from tests.backend.helpers import restored_counts
 
@@ -147,7 +147,7 @@ def test_recovery_collects_what_failed_attempts_left(tmp_path, storage_id):
 
 
 def test_a_grace_shorter_than_an_upload_may_take_is_refused(tmp_path):
-    from dstl.backend.coordinator import MIN_ORPHAN_GRACE
+    from dstl.backend.checkpoints.coordinator import MIN_ORPHAN_GRACE
 
     checkpoints_dir = (tmp_path / "chk").as_uri()
     config = {"dstl.storage": "filesystem", "dstl.dfs.base-path": (tmp_path / "dfs").as_uri()}

@@ -6,7 +6,7 @@ import uuid
 import pytest
 
 from dstl.backend.changelog import BackendSnapshot
-from dstl.backend.coordinator import CheckpointCoordinator, CompletedCheckpoint
+from dstl.backend.checkpoints import CheckpointCoordinator, CompletedCheckpoint
 from dstl.spi import CorruptedError, InvalidHandleError, StorageError, load_storage
 from tests.backend.helpers import restored_counts
 from tests.backend.test_coordinator import run_job
@@ -161,7 +161,7 @@ def test_a_full_checkpoint_directory_is_a_storage_error(small_tmpfs):
 
 
 def test_time_progress_round_trips_and_documents_without_it_still_read():
-    from dstl.backend.coordinator import TimeProgress
+    from dstl.backend.checkpoints import TimeProgress
 
     completed = CompletedCheckpoint(3, {}, TimeProgress(36_000, {"kg0-64": 41_000}))
     again = CompletedCheckpoint.from_json(completed.to_json())

@@ -6,7 +6,7 @@ import uuid
 import pytest
 
 from dstl.backend.changelog import ChangelogKeyedStateBackend
-from dstl.backend.coordinator import CheckpointCoordinator
+from dstl.backend.checkpoints import CheckpointCoordinator
 from dstl.backend.filesystems import checkpoint_fs
 from dstl.spi import Config, KeyGroupRange, load_storage
 

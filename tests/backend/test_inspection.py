@@ -5,8 +5,8 @@ import json
 import pytest
 
 from dstl.backend.changelog import ChangelogKeyedStateBackend
-from dstl.backend.coordinator import CheckpointCoordinator, TimeProgress
-from dstl.backend.inspection import CheckpointLocation, describe_checkpoint, handle_changes
+from dstl.backend.checkpoints import CheckpointCoordinator, CheckpointLocation, TimeProgress
+from dstl.backend.tools import describe_checkpoint, handle_changes
 from dstl.spi import InvalidHandleError, KeyGroupRange, load_storage
 from dstl.spi.cli import main
 

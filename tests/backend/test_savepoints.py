@@ -6,8 +6,8 @@ import os
 import pytest
 
 from dstl.backend.changelog import BackendSnapshot
+from dstl.backend.checkpoints.savepoints import SAVEPOINT_FILE, Savepoint, adopt_savepoint
 from dstl.backend.materialization import MaterializationRef
-from dstl.backend.savepoints import SAVEPOINT_FILE, Savepoint, adopt_savepoint
 from dstl.spi import InvalidHandleError, KeyGroupRange
 
 
@@ -74,8 +74,8 @@ def test_adopting_a_hostile_savepoint_copies_nothing_and_says_why(tmp_path, case
 
 
 def test_a_savepoint_is_never_written_into_the_jobs_checkpoint_directory(tmp_path):
-    from dstl.backend.inspection import CheckpointLocation
-    from dstl.backend.savepoints import write_savepoint
+    from dstl.backend.checkpoints import CheckpointLocation
+    from dstl.backend.checkpoints.savepoints import write_savepoint
     from tests.backend.test_inspection import _run_job
 
     config = {"dstl.storage": "local", "dstl.local.dir": str(tmp_path / "log")}

@@ -21,7 +21,7 @@ from dstl.backend.changelog.records import (
     encode_change,
     encode_registration,
 )
-from dstl.backend.coordinator import CompletedCheckpoint
+from dstl.backend.checkpoints import CompletedCheckpoint
 from dstl.backend.materialization.format import read_sections, write_snapshot
 from dstl.spi import (
     ChangelogHandle,
@@ -150,7 +150,7 @@ def test_checkpoint_documents():
 
 
 def test_savepoint_documents():
-    from dstl.backend.savepoints import Savepoint
+    from dstl.backend.checkpoints.savepoints import Savepoint
 
     _fuzz("savepoint document", json_inputs(_savepoint_doc()), lambda text: Savepoint.from_json(text, "fuzz"))
 

@@ -17,7 +17,7 @@ import time
 import pytest
 
 from dstl.backend.changelog import ChangelogKeyedStateBackend
-from dstl.backend.coordinator import CheckpointCoordinator
+from dstl.backend.checkpoints import CheckpointCoordinator
 from dstl.backend.spark.job_identity import default_job_id
 from dstl.spi import JobConflictError, KeyGroupRange, load_storage
 

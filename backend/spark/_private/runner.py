@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from dstl.spi import Config, ConfigError, CorruptedError
 
 from ...changelog import BackendSnapshot, MaterializationPolicy
-from ...coordinator import CheckpointCoordinator, CompletedCheckpoint, TimeProgress
+from ...checkpoints import CheckpointCoordinator, CompletedCheckpoint, TimeProgress
 from ..placement import (
     instance_name,
     instance_ranges,
@@ -175,7 +175,7 @@ class BatchRunner:
         Copied again if the first batch is replayed (a replay drops what the failed
         attempt completed, copies included).
         """
-        from ...savepoints import adopt_savepoint
+        from ...checkpoints import adopt_savepoint
 
         base = adopt_savepoint(
             path, self.cfg["state.checkpoints.dir"], self.spec.job_id, self.max_parallelism, self.cfg

@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from dstl.backend.savepoints import SAVEPOINT_FILE, Savepoint, adopt_savepoint, read_savepoint
+from dstl.backend.checkpoints.savepoints import SAVEPOINT_FILE, Savepoint, adopt_savepoint, read_savepoint
 from dstl.backend.spark import read_state
 from dstl.backend.spark.demo.pipeline import expected_state, start_pipeline, write_input_file
 from dstl.spi import ChangelogHandle, InvalidHandleError, KeyGroupRange, SequenceNumberRange

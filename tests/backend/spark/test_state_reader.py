@@ -80,7 +80,7 @@ class _RunsWhenUnpickled:
 
 def test_read_state_never_unpickles_a_checkpoints_values_unless_allowed(spark, tmp_path):
     from dstl.backend.changelog import ChangelogKeyedStateBackend
-    from dstl.backend.coordinator import CheckpointCoordinator
+    from dstl.backend.checkpoints import CheckpointCoordinator
     from dstl.spi import KeyGroupRange, load_storage
 
     marker = tmp_path / "ran"

@@ -19,12 +19,12 @@ from typing import Any
 
 from dstl.spi import Config, InvalidHandleError
 
-from .changelog import BackendSnapshot, ChangelogKeyedStateBackend
-from .coordinator import CompletedCheckpoint, TimeProgress
-from .documents import check_regular_file, load_document, read_regular_file
-from .filesystems import checkpoint_fs, put_atomically
-from .inspection import CheckpointLocation, instance_key_groups, restored_read_only
-from .materialization import MaterializationRef
+from ..changelog import BackendSnapshot, ChangelogKeyedStateBackend
+from ..documents import check_regular_file, load_document, read_regular_file
+from ..filesystems import checkpoint_fs, put_atomically
+from ..materialization import MaterializationRef
+from .completed import CompletedCheckpoint, TimeProgress
+from .location import CheckpointLocation, instance_key_groups, restored_read_only
 
 __all__ = ["SAVEPOINT_FILE", "Savepoint", "adopt_savepoint", "read_savepoint", "write_savepoint"]
 

@@ -31,7 +31,7 @@ from .inspection import CheckpointLocation, describe_change, describe_checkpoint
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from .coordinator import CompletedCheckpoint
+    from ..checkpoints import CompletedCheckpoint
 
 __all__ = ["add_inspect_parser", "add_savepoint_parser", "shown"]
 
@@ -78,7 +78,7 @@ def add_savepoint_parser(sub: Any) -> None:
 
 def run_savepoint(args: argparse.Namespace, console: Console) -> int:
     """Entry point of ``dstl savepoint``."""
-    from .savepoints import write_savepoint
+    from ..checkpoints.savepoints import write_savepoint
 
     location = CheckpointLocation(args.path, args.job, args.config_values)
     chosen = _chosen(location, *location.checkpoints(), args.batch)
