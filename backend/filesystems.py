@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dstl.spi import Config
-from dstl.spi.durability import fsync_directory
+from dstl.spi.kit.durability import fsync_directory
 
 __all__ = [
     "STORAGE_OPTIONS_PREFIX",

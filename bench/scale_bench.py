@@ -223,6 +223,7 @@ def collection_op_costs(delegate_kind: str, size: int, workdir: str) -> dict[str
     """µs per list add, map put, map get and map remove on one key holding ``size`` entries."""
     import random
 
+    from dstl.backend import MsgpackSerializer
     from dstl.backend.changelog import ChangelogKeyedStateBackend
     from dstl.backend.delegate import HeapDelegate, LmdbDelegate
     from dstl.spi import KeyGroupRange, load_storage
@@ -238,9 +239,10 @@ def collection_op_costs(delegate_kind: str, size: int, workdir: str) -> dict[str
         items, pages = backend.list_state("l"), backend.map_state("m")
         backend.set_current_key("the-key")
         key_group, key = backend.current_key()
-        element = items._dump("x" * 50)
+        dump = MsgpackSerializer().dumps  # the states' stored form (msgpack, no TTL)
+        element = dump("x" * 50)
         backend.delegate.put("l", key_group, key, [element] * size)
-        backend.delegate.put("m", key_group, key, {items._dump(i): element for i in range(size)})
+        backend.delegate.put("m", key_group, key, {dump(i): element for i in range(size)})
         rng = random.Random(5)
         probes = rng.sample(range(size), COLLECTION_OPS)  # distinct: each remove removes
 

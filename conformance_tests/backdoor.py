@@ -46,7 +46,7 @@ class ConformanceBackdoor(ABC):  # noqa: B024 - every method is optional, by cap
         """Store ``data`` as the bytes of a change set of ``handle``'s log; return a handle to them.
 
         Capability ``forgery_injection``, for storages that keep each change set in
-        dstl's change-set format (:mod:`dstl.spi.changeset_format`). ``handle`` has
+        dstl's change-set format (:mod:`dstl.spi.kit.changeset_format`). ``handle`` has
         one change set; ``data`` may be anything (a cut header, a body whose count
         or framing lies, under a valid checksum). It goes into a new object, file or
         record behind :data:`FORGERY_PADDING` bytes of padding, and the returned handle

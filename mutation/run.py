@@ -71,10 +71,10 @@ TARGETS = {
         "suite",
         (
             "spi/memory/_private/storage.py",
-            "spi/changeset_storage.py",
-            "spi/changeset_writer.py",
-            "spi/changeset_reader.py",
-            "spi/changeset_format.py",
+            "spi/kit/changeset_storage.py",
+            "spi/kit/changeset_writer.py",
+            "spi/kit/changeset_reader.py",
+            "spi/kit/changeset_format.py",
         ),
         # memory first (fast); what survives it runs on local, which reaches the format's
         # framing helpers (framed_size, iter_change_sets) that memory does not use
@@ -91,8 +91,10 @@ TARGETS = {
                 "frames.py",
                 "group_commit.py",
                 "holes.py",
+                "reader.py",
                 "segments.py",
                 "storage.py",
+                "writer.py",
             )
         ),
         (

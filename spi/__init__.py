@@ -1,22 +1,17 @@
 """dstl's service provider interface: the contract every changelog storage keeps.
 
 Types, abstract storage/writer/reader, the changelog handle, errors, config and
-plugin discovery. Storages are found through the entry-point group
-``dstl.storage`` and chosen with ``dstl.storage``.
+plugin discovery: what an engine uses. Storages are found through the entry-point
+group ``dstl.storage`` and chosen with ``dstl.storage``. What storage authors build
+on (change-set base classes, the stored format, durability and futures helpers) is
+:mod:`dstl.spi.kit`.
 """
 
 from __future__ import annotations
 
-from .changeset_format import DecodedChangeSet, decode_change_set, encode_change_set, iter_change_sets
-from .changeset_reader import (
-    ChangeSetReader,
-    FetchedChangeSet,
-    LocationField,
-    checked_locations,
-    decode_fetched,
-)
-from .changeset_storage import ChangeSetStorage
-from .changeset_writer import ChangeSet, ChangeSetWriter, WriterState, log_id_for
+import warnings
+from typing import Any
+
 from .config import Config
 from .errors import (
     ClosedError,
@@ -36,13 +31,12 @@ from .errors import (
 from .handle import HANDLE_SCHEMA_VERSION, ChangelogHandle
 from .hookspecs import hookimpl
 from .metrics import REQUIRED_COUNTERS, StorageMetrics
-from .names import check_relative_path, validate_name
+from .names import log_id_for, validate_name
 from .options import ConfigOption, OptionType, UnderCheckpoint, parse_duration, parse_size
 from .plugins import get_registry, load_storage, refresh_plugins, storage_for_handle
 from .reader import StateChangelogReader
 from .registry import KNOWN_CAPABILITIES, StorageRegistry, StorageSpec
 from .storage import StateChangelogStorage
-from .storage_plugin import StoragePlugin
 from .types import META_KEY_GROUP, KeyGroupRange, SequenceNumberRange, StateChange
 from .writer import StateChangelogWriter
 
@@ -51,20 +45,13 @@ __all__ = [
     "KNOWN_CAPABILITIES",
     "META_KEY_GROUP",
     "REQUIRED_COUNTERS",
-    "ChangeSet",
-    "ChangeSetReader",
-    "ChangeSetStorage",
-    "ChangeSetWriter",
     "ChangelogHandle",
     "ClosedError",
     "Config",
     "ConfigError",
     "ConfigOption",
     "CorruptedError",
-    "DecodedChangeSet",
     "DstlError",
-    "FetchedChangeSet",
-    "LocationField",
     "FencedError",
     "InvalidHandleError",
     "InvalidIdentifierError",
@@ -82,19 +69,11 @@ __all__ = [
     "StorageMetrics",
     "StorageRegistry",
     "StorageSpec",
-    "StoragePlugin",
     "TruncatedError",
     "UnderCheckpoint",
     "UnknownStorageError",
-    "WriterState",
-    "check_relative_path",
-    "checked_locations",
-    "decode_change_set",
-    "decode_fetched",
-    "encode_change_set",
     "get_registry",
     "hookimpl",
-    "iter_change_sets",
     "load_storage",
     "log_id_for",
     "parse_duration",
@@ -103,3 +82,35 @@ __all__ = [
     "storage_for_handle",
     "validate_name",
 ]
+
+#: Names that moved to the storage authors' kit; importing them from here still works, with a warning.
+_MOVED_TO_KIT = frozenset(
+    {
+        "ChangeSet",
+        "ChangeSetReader",
+        "ChangeSetStorage",
+        "ChangeSetWriter",
+        "DecodedChangeSet",
+        "FetchedChangeSet",
+        "LocationField",
+        "StoragePlugin",
+        "WriterState",
+        "check_relative_path",
+        "checked_locations",
+        "decode_change_set",
+        "decode_fetched",
+        "encode_change_set",
+        "iter_change_sets",
+    }
+)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MOVED_TO_KIT:
+        from . import kit
+
+        message = f"import {name} from dstl.spi.kit (dstl.spi is the engine contract)"
+        warnings.warn(message, DeprecationWarning, stacklevel=2)
+        return getattr(kit, name)
+    msg = f"module {__name__!r} has no attribute {name!r}"
+    raise AttributeError(msg)

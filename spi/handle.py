@@ -148,7 +148,7 @@ class ChangelogHandle:
     locations: tuple[tuple[tuple[str, LocationValue], ...], ...] = field(default=())
 
     @classmethod
-    def create(
+    def create(  # noqa: PLR0913 - one keyword per field of the handle
         cls,
         *,
         storage_id: str,

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from .errors import InvalidIdentifierError
 
-__all__ = ["MAX_NAME_LENGTH", "check_relative_path", "validate_name"]
+if TYPE_CHECKING:
+    from .types import KeyGroupRange
+
+__all__ = ["MAX_NAME_LENGTH", "check_relative_path", "log_id_for", "validate_name"]
 
 MAX_NAME_LENGTH = 200
 _NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
@@ -64,3 +68,12 @@ def check_relative_path(value: str, what: str) -> str:
         )
         raise InvalidIdentifierError(msg)
     return value
+
+
+def log_id_for(operator_id: str, key_groups: KeyGroupRange) -> str:
+    """The log id of the writer of ``operator_id`` over ``key_groups``.
+
+    :raises InvalidIdentifierError: when ``operator_id`` is not a safe name.
+    """
+    validate_name(operator_id, "operator id")
+    return validate_name(f"{operator_id}.kg{key_groups.start}-{key_groups.end}", "log id")

@@ -96,7 +96,7 @@ def _discover() -> tuple[pluggy.PluginManager, StorageRegistry]:
     # Call each implementation on its own so the registry knows which
     # distribution declared which storage (shown by `dstl storages`).
     for impl in pm.hook.dstl_register_storages.get_hookimpls():
-        registry._set_origin(*origins.get(pm.get_name(impl.plugin) or "", ("?", "?")))
+        registry.set_origin(*origins.get(pm.get_name(impl.plugin) or "", ("?", "?")))
         impl.function(registry=registry)
     for options in pm.hook.dstl_config_options():
         registry.add_options(options)

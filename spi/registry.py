@@ -109,7 +109,8 @@ class StorageRegistry:
         self._origin = ("?", "?")
         self.broken: dict[str, str] = {}
 
-    def _set_origin(self, distribution: str, version: str) -> None:
+    def set_origin(self, distribution: str, version: str) -> None:
+        """The distribution (and version) whose plugin registers the next storages."""
         self._origin = (distribution, version)
 
     def add(self, spec: StorageSpec) -> None:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from typing import Any
 
-__all__ = ["ChangedKeys"]
+from ..delegate import StateView
+
+__all__ = ["ChangedKeys", "ChangedKeysView"]
 
 
 class ChangedKeys:
@@ -80,3 +83,56 @@ class ChangedKeys:
     def estimate(self, keys_per_group: float) -> float:
         """The keys an incremental would hold, counting a whole key group as ``keys_per_group``."""
         return self._count + len(self.whole) * keys_per_group
+
+
+class ChangedKeysView(StateView):
+    """The changed keys of a view, as it holds them; ``None`` is a tombstone (removed since).
+
+    A key group whose keys were not tracked one by one (see :class:`ChangedKeys`)
+    comes whole, and the snapshot says it replaces that group.
+
+    :param owns: closing it closes ``view`` (not when a full snapshot shares that view).
+    """
+
+    def __init__(self, view: StateView, changed: ChangedKeys, *, owns: bool) -> None:
+        self._view = view
+        self._changed = changed
+        self._owns = owns
+        #: key groups held entirely: a restore drops what it had of them first
+        self.replaced_key_groups = sorted(changed.whole)
+        self._by_state: dict[str, dict[int, list[bytes]]] = {}
+        for state, key_group, key in changed:
+            self._by_state.setdefault(state, {}).setdefault(key_group, []).append(key)
+
+    def state_names(self) -> list[str]:
+        """The states with changed keys (every state of the view when a key group is whole)."""
+        names = set(self._by_state)
+        if self.replaced_key_groups:
+            names.update(self._view.state_names())
+        return sorted(names)
+
+    def entries(self, state: str, key_group: int) -> Iterator[tuple[bytes, Any]]:
+        """Each changed key of the state and key group with its entry in the view."""
+        if key_group in self._changed.whole:
+            yield from self._view.entries(state, key_group)
+            return
+        get = self._view.get
+        for key in self._by_state.get(state, {}).get(key_group, ()):
+            yield key, get(state, key_group, key)
+
+    def get(self, state: str, key_group: int, key: bytes) -> Any | None:
+        """The underlying view's entry."""
+        return self._view.get(state, key_group, key)
+
+    def chunks(self, state: str, key_group: int) -> Iterator[tuple[bytes, Any, bool]]:
+        """The changed keys' parts, streamed by the underlying view."""
+        if key_group in self._changed.whole:
+            yield from self._view.chunks(state, key_group)
+            return
+        for key in self._by_state.get(state, {}).get(key_group, ()):
+            yield from self._view.key_chunks(state, key_group, key)
+
+    def close(self) -> None:
+        """Close the underlying view when it is this view's own."""
+        if self._owns:
+            self._view.close()

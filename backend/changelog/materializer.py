@@ -8,18 +8,18 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Protocol
 
-from dstl.spi import ConfigError, CorruptedError, InvalidHandleError, StorageError
+from dstl.spi import ConfigError, InvalidHandleError, StorageError
 
 from ..delegate import StateView
 from ..documents import check_regular_file
-from ..keyed import purge_expired
 from ..materialization import MaterializationRef, SnapshotWriter, read_sections
 from ..options import option_default
-from .changed_keys import ChangedKeys
+from .changed_keys import ChangedKeys, ChangedKeysView
+from .sections import checked_entries, purged, replaced_key_groups
 
 if TYPE_CHECKING:
     from dstl.spi import KeyGroupRange
@@ -349,7 +349,7 @@ class Materializer:
                         if len(expired) < self._max_tracked:  # the rest: found by the next full snapshot
                             expired.append((state, key_group, key))
 
-                    kept = _purged(section, ttl_states, now, note)
+                    kept = purged(section, ttl_states, now, note)
                 else:
                     kept = section
                 if kept:
@@ -399,7 +399,7 @@ class Materializer:
                 raise StorageError(msg) from exc
 
         meta, sections = read_sections(read_range, wanted, where=f"{self._dir}/{ref.path}", size=ref.size)
-        for key_group in _replaced_key_groups(meta, where=f"{self._dir}/{ref.path}"):
+        for key_group in replaced_key_groups(meta, where=f"{self._dir}/{ref.path}"):
             if key_group in wanted:
                 backend.delegate.drop_key_group(key_group)  # the sections hold all that is left of it
         where = f"{self._dir}/{ref.path}"
@@ -409,7 +409,7 @@ class Materializer:
             # a collection extends it once what came before is written.
             batch: dict[bytes, Any] = {}
             batch_state = ""  # set with the batch's first entry
-            for state, key, entry, continued in _checked_entries(entries, key_group, where):
+            for state, key, entry, continued in checked_entries(entries, key_group, where):
                 if batch and (continued or state != batch_state):
                     delegate.write_batch(batch_state, key_group, batch)
                     batch = {}
@@ -440,113 +440,3 @@ class Materializer:
         thread = self._thread
         if thread is not None:
             thread.join(60)
-
-
-class ChangedKeysView(StateView):
-    """The changed keys of a view, as it holds them; ``None`` is a tombstone (removed since).
-
-    A key group whose keys were not tracked one by one (see :class:`ChangedKeys`)
-    comes whole, and the snapshot says it replaces that group.
-
-    :param owns: closing it closes ``view`` (not when a full snapshot shares that view).
-    """
-
-    def __init__(self, view: StateView, changed: ChangedKeys, *, owns: bool) -> None:
-        self._view = view
-        self._changed = changed
-        self._owns = owns
-        #: key groups held entirely: a restore drops what it had of them first
-        self.replaced_key_groups = sorted(changed.whole)
-        self._by_state: dict[str, dict[int, list[bytes]]] = {}
-        for state, key_group, key in changed:
-            self._by_state.setdefault(state, {}).setdefault(key_group, []).append(key)
-
-    def state_names(self) -> list[str]:
-        """The states with changed keys (every state of the view when a key group is whole)."""
-        names = set(self._by_state)
-        if self.replaced_key_groups:
-            names.update(self._view.state_names())
-        return sorted(names)
-
-    def entries(self, state: str, key_group: int) -> Iterator[tuple[bytes, Any]]:
-        """Each changed key of the state and key group with its entry in the view."""
-        if key_group in self._changed.whole:
-            yield from self._view.entries(state, key_group)
-            return
-        get = self._view.get
-        for key in self._by_state.get(state, {}).get(key_group, ()):
-            yield key, get(state, key_group, key)
-
-    def get(self, state: str, key_group: int, key: bytes) -> Any | None:
-        """The underlying view's entry."""
-        return self._view.get(state, key_group, key)
-
-    def chunks(self, state: str, key_group: int) -> Iterator[tuple[bytes, Any, bool]]:
-        """The changed keys' parts, streamed by the underlying view."""
-        if key_group in self._changed.whole:
-            yield from self._view.chunks(state, key_group)
-            return
-        for key in self._by_state.get(state, {}).get(key_group, ()):
-            yield from self._view.key_chunks(state, key_group, key)
-
-    def close(self) -> None:
-        """Close the underlying view when it is this view's own."""
-        if self._owns:
-            self._view.close()
-
-
-def _replaced_key_groups(meta: dict[str, Any], *, where: str) -> list[int]:
-    """The key groups an incremental snapshot replaces whole (validated: the snapshot is untrusted)."""
-    replaced = meta.get("replaced_key_groups", [])
-    if not isinstance(replaced, list) or not all(type(kg) is int for kg in replaced):
-        msg = f"snapshot {where}: 'replaced_key_groups' must be a list of key groups, got {replaced!r:.80}"
-        raise CorruptedError(msg, location=where)
-    return replaced
-
-
-def _purged(
-    section: list[list[Any]],
-    ttl_states: dict[str, tuple[str, float]],
-    now: float,
-    expired: Callable[[str, bytes], None],
-) -> list[list[Any]]:
-    """``section`` without expired state (a full snapshot is where TTL'd state is cleaned up).
-
-    A collection's first part that expired entirely stays as a tombstone: later parts
-    of it may still hold live elements, which then extend nothing stale.
-
-    :param expired: told ``(state, key)`` of every entry that had expired parts.
-    """
-    kept = []
-    for state, key, entry, *continued in section:
-        if state in ttl_states:
-            kind, ttl = ttl_states[state]
-            live = purge_expired(kind, entry, ttl, now)
-            if live is None or (kind in ("list", "map") and len(live) < len(entry)):
-                expired(state, key)
-            if live is None and (continued or kind not in ("list", "map")):
-                continue
-            entry = live
-        kept.append([state, key, entry, *continued])
-    return kept
-
-
-def _checked_entries(
-    entries: list[Any], key_group: int, where: str
-) -> Iterator[tuple[str, bytes, Any, bool]]:
-    """``(state, key, entry, continued)`` of a section's entries, each checked (the snapshot is untrusted)."""
-    for item in entries:
-        valid = isinstance(item, list) and len(item) in (3, 4)
-        if valid:
-            state, key, entry, *flag = item
-            continued = flag == [1]
-            valid = (
-                isinstance(state, str)
-                and isinstance(key, bytes)
-                and (not flag or continued)
-                and (not continued or isinstance(entry, (list, dict)))
-            )
-        if not valid:
-            msg = f"snapshot section of key group {key_group} holds a malformed entry: {item!r:.80}"
-            raise CorruptedError(msg, location=where)
-        yield state, key, entry, continued

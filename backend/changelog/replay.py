@@ -24,15 +24,8 @@ from typing import Any
 
 import msgpack
 
-from dstl.spi import (
-    META_KEY_GROUP,
-    ChangelogHandle,
-    ChangeSetReader,
-    InvalidHandleError,
-    KeyGroupRange,
-    StateChangelogReader,
-    decode_fetched,
-)
+from dstl.spi import META_KEY_GROUP, ChangelogHandle, InvalidHandleError, KeyGroupRange, StateChangelogReader
+from dstl.spi.kit import ChangeSetReader, decode_fetched
 
 from ..delegate import StateDelegate
 from .records import _OPS, Op, decode_change, decode_registration
@@ -171,7 +164,9 @@ class SquashedLog:
         )
 
 
-def squash(logs: Iterable[FetchedLog], base: Callable[[str, int, bytes], Any] | None) -> SquashedLog:
+def squash(  # noqa: C901 - the restore hot loop, inlined: a call per change would cost more
+    logs: Iterable[FetchedLog], base: Callable[[str, int, bytes], Any] | None
+) -> SquashedLog:
     """Replay ``logs`` in order into a :class:`SquashedLog`.
 
     :param base: the entry before the logs (the snapshot's); ``None`` when the

@@ -318,7 +318,7 @@ class LmdbDelegate(StateDelegate):
         with self._views_closed:
             self._views += 1
         try:
-            return LmdbView(self, self._read())
+            return LmdbView(self._read(), on_close=self._view_closed)
         except BaseException:
             self._view_closed()
             raise
@@ -338,10 +338,13 @@ class LmdbDelegate(StateDelegate):
 
 
 class LmdbView(StateView):
-    """One LMDB read transaction (MVCC): the state as it was when the view was taken."""
+    """One LMDB read transaction (MVCC): the state as it was when the view was taken.
 
-    def __init__(self, delegate: LmdbDelegate, txn: _Txn) -> None:
-        self._delegate = delegate
+    :param on_close: called once when the view ends (its delegate counts open views).
+    """
+
+    def __init__(self, txn: _Txn, *, on_close: Callable[[], None]) -> None:
+        self._on_close = on_close
         self._txn: _Txn | None = txn
 
     def _open(self) -> _Txn:
@@ -400,7 +403,7 @@ class LmdbView(StateView):
         if self._txn is not None:
             self._txn.abort()
             self._txn = None
-            self._delegate._view_closed()
+            self._on_close()
 
 
 def _next_index(txn: _Txn, base: bytes) -> int:

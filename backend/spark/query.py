@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 __all__ = ["StatefulQuery", "check_storage_for_spark", "stream_watermark", "transform_with_state"]
 
 
-def transform_with_state(
+def transform_with_state(  # noqa: PLR0913 - the keywords of PySpark's transformWithStateInPandas
     frame: DataFrame,
     *,
     key_columns: list[str],

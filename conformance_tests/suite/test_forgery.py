@@ -19,7 +19,7 @@ import zstandard
 from dstl.conformance import requires
 from dstl.conformance.testing import assert_explained, persist
 from dstl.spi import ChangelogHandle, CorruptedError, KeyGroupRange
-from dstl.spi.changeset_format import CHANGE_ITEM, CHANGE_SET_HEADER_SIZE, forge_change_set
+from dstl.spi.kit.changeset_format import CHANGE_ITEM, CHANGE_SET_HEADER_SIZE, forge_change_set
 
 KG = KeyGroupRange(0, 4)
 CHANGES = [(0, b"alpha"), (1, b""), (3, b"gamma" * 20)]

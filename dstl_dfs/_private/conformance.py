@@ -101,10 +101,10 @@ def _put_raw(storage: DfsStorage, key: str, data: bytes) -> None:
     """Write object ``key`` past the storage (no conditional put, no cache)."""
     store = storage.store
     if isinstance(store, S3Store):
-        store.client.put_object(Bucket=store.bucket, Key=store._key(key), Body=data)
+        store.client.put_object(Bucket=store.bucket, Key=store.key_of(key), Body=data)
     elif isinstance(store, FsspecStore):
-        store.fs.pipe_file(store._path(key), data)
-    storage._cache.invalidate(key)
+        store.fs.pipe_file(store.path_of(key), data)
+    storage.cache.invalidate(key)
 
 
 @contextlib.contextmanager

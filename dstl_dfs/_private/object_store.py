@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from dstl.spi import Config, ConfigError, DstlError, StorageError
-from dstl.spi.durability import fsync_directory
+from dstl.spi.kit.durability import fsync_directory
 
 
 class ObjectExistsError(StorageError):
@@ -86,7 +86,8 @@ class FsspecStore(ObjectStore):
         self.root = root.rstrip("/")
         self._local = self.fs.protocol in ("file", "local") or "file" in (self.fs.protocol or ())
 
-    def _path(self, key: str) -> str:
+    def path_of(self, key: str) -> str:
+        """The fsspec path of object ``key``."""
         return f"{self.root}/{key}"
 
     @contextlib.contextmanager
@@ -107,7 +108,7 @@ class FsspecStore(ObjectStore):
             raise StorageError(msg, retriable=True) from exc
 
     def put_new(self, key: str, data: bytes) -> None:
-        path = self._path(key)
+        path = self.path_of(key)
         with self._translate("writing", key):
             if self._local:
                 # O_EXCL: the local equivalent of a conditional put.
@@ -132,18 +133,18 @@ class FsspecStore(ObjectStore):
 
     def get(self, key: str) -> bytes:
         with self._translate("reading", key):
-            return self.fs.cat_file(self._path(key))
+            return self.fs.cat_file(self.path_of(key))
 
     def get_range(self, key: str, start: int, end: int) -> bytes:
         with self._translate("reading", key):
-            return self.fs.cat_file(self._path(key), start=start, end=end)
+            return self.fs.cat_file(self.path_of(key), start=start, end=end)
 
     def delete(self, key: str) -> None:
         with contextlib.suppress(FileNotFoundError):
-            self.fs.rm_file(self._path(key))
+            self.fs.rm_file(self.path_of(key))
 
     def list(self, prefix: str) -> list[str]:
-        base = self._path(prefix).rstrip("/")
+        base = self.path_of(prefix).rstrip("/")
         with self._translate("listing", prefix):
             try:
                 found = self.fs.find(base)
@@ -153,7 +154,7 @@ class FsspecStore(ObjectStore):
         return sorted(p[len(root) :] if p.startswith(root) else p for p in found)
 
     def list_modified(self, prefix: str) -> dict[str, float | None]:
-        base = self._path(prefix).rstrip("/")
+        base = self.path_of(prefix).rstrip("/")
         with self._translate("listing", prefix):
             try:
                 found = self.fs.find(base, detail=True)
@@ -203,7 +204,8 @@ class S3Store(ObjectStore):
             config=boto_config,
         )
 
-    def _key(self, key: str) -> str:
+    def key_of(self, key: str) -> str:
+        """The S3 key of object ``key`` (under the base path's prefix)."""
         return f"{self.prefix}/{key}" if self.prefix else key
 
     @contextlib.contextmanager
@@ -234,28 +236,28 @@ class S3Store(ObjectStore):
 
     def put_new(self, key: str, data: bytes) -> None:
         with self._translate("writing", key):
-            self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data, IfNoneMatch="*")
+            self.client.put_object(Bucket=self.bucket, Key=self.key_of(key), Body=data, IfNoneMatch="*")
 
     def get(self, key: str) -> bytes:
         with self._translate("reading", key):
-            return self.client.get_object(Bucket=self.bucket, Key=self._key(key))["Body"].read()
+            return self.client.get_object(Bucket=self.bucket, Key=self.key_of(key))["Body"].read()
 
     def get_range(self, key: str, start: int, end: int) -> bytes:
         byte_range = f"bytes={start}-{max(start, end - 1)}"
         with self._translate("reading", key):
-            return self.client.get_object(Bucket=self.bucket, Key=self._key(key), Range=byte_range)[
+            return self.client.get_object(Bucket=self.bucket, Key=self.key_of(key), Range=byte_range)[
                 "Body"
             ].read()
 
     def delete(self, key: str) -> None:
         with self._translate("deleting", key):
-            self.client.delete_object(Bucket=self.bucket, Key=self._key(key))
+            self.client.delete_object(Bucket=self.bucket, Key=self.key_of(key))
 
     def list(self, prefix: str) -> list[str]:
         keys: list[str] = []
         with self._translate("listing", prefix):
             pages = self.client.get_paginator("list_objects_v2").paginate(
-                Bucket=self.bucket, Prefix=self._key(prefix)
+                Bucket=self.bucket, Prefix=self.key_of(prefix)
             )
             for page in pages:
                 keys.extend(item["Key"] for item in page.get("Contents", ()))
@@ -267,7 +269,7 @@ class S3Store(ObjectStore):
         strip = len(self.prefix) + 1 if self.prefix else 0
         with self._translate("listing", prefix):
             pages = self.client.get_paginator("list_objects_v2").paginate(
-                Bucket=self.bucket, Prefix=self._key(prefix)
+                Bucket=self.bucket, Prefix=self.key_of(prefix)
             )
             for page in pages:
                 for item in page.get("Contents", ()):

@@ -8,29 +8,26 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 from urllib.parse import urlparse
 
 from dstl.spi import (
     ChangelogHandle,
-    ChangeSet,
-    ChangeSetReader,
-    ChangeSetStorage,
-    ChangeSetWriter,
     Config,
-    CorruptedError,
     FencedError,
-    FetchedChangeSet,
     InvalidHandleError,
     KeyGroupRange,
     StorageError,
+)
+from dstl.spi.handle import Location
+from dstl.spi.kit import (
+    ChangeSetStorage,
     check_relative_path,
 )
-from dstl.spi.changeset_format import CHANGE_SET_HEADER_SIZE, ChangeSetIdentity, change_set_identity
-from dstl.spi.changeset_reader import OFFSET_LENGTH_FIELDS, LocationField, checked_locations
-from dstl.spi.handle import Location, LocationValue
+from dstl.spi.kit.changeset_format import CHANGE_SET_HEADER_SIZE, ChangeSetIdentity, change_set_identity
+from dstl.spi.kit.changeset_reader import checked_locations
 from dstl.spi.names import MAX_NAME_LENGTH
 
 from .batch_format import HEADER_SIZE, build_object, index_size, read_index
@@ -38,41 +35,15 @@ from .bounded import BoundedCalls
 from .cache import DownloadCache
 from .hedging import HedgedUpload, RetryPolicy
 from .object_store import ObjectExistsError, ObjectStore, S3Store, open_store
+from .reader import DfsReader
 from .scheduler import BatchingScheduler, UploadRequest
 from .timers import TimerThread
+from .writer import DfsWriter
 
 log = logging.getLogger(__name__)
 
 IDENTIFIER = "filesystem"
 _INDEX_PROBE = 64 * 1024
-
-
-class DfsWriter(ChangeSetWriter):
-    """Writer whose persists join the storage's next upload batch."""
-
-    _storage: DfsStorage
-
-    def _upload(self, change_sets: Sequence[ChangeSet], checkpoint_id: int) -> Future[list[Location]]:
-        storage = self._storage
-        blobs = [(cs.sqn, self._encoded(cs)) for cs in change_sets]
-        request = UploadRequest(self.log_id, self.epoch, self._token, blobs)
-        result: Future[list[Location]] = Future()
-
-        def to_locations(done: Future[Any]) -> None:
-            if done.exception() is not None:
-                result.set_exception(done.exception())
-                return
-            locations: list[Location] = []
-            for (sqn, _), (key, offset, length) in zip(blobs, done.result(), strict=True):
-                locations.append({"object": key, "offset": offset, "length": length, "sqn": sqn})
-                storage._pin(key, offset)
-            result.set_result(locations)
-
-        storage._scheduler.submit(request).add_done_callback(to_locations)
-        return result
-
-    def _released(self, locations: list[Location]) -> None:
-        self._storage._unpin(locations)
 
 
 #: The record of whose job a job prefix is (its checkpoint location), under the job prefix.
@@ -92,28 +63,6 @@ def data_key_time(key: str) -> float | None:
     if len(parts) != 4 or len(parts[1]) != 20 or not parts[1].isdigit():
         return None
     return int(parts[1]) / 1e9
-
-
-class DfsReader(ChangeSetReader):
-    """Reads change sets through the storage's download cache."""
-
-    location_fields = {"object": LocationField(str), **OFFSET_LENGTH_FIELDS}
-
-    def __init__(self, storage: DfsStorage) -> None:
-        super().__init__(IDENTIFIER)
-        self._storage = storage
-
-    def _fetch(self, handle: ChangelogHandle, location: dict[str, LocationValue]) -> FetchedChangeSet:
-        self._storage._check_open()  # its download pool is gone: say so, not RuntimeError
-        key = check_relative_path(str(location["object"]), "object location")
-        cache = self._storage._cache
-        data = cache.acquire(key)
-        cache.release(key)
-        offset, length = int(location["offset"]), int(location["length"])  # type: ignore[arg-type]
-        if offset + length > len(data):
-            msg = f"object is {len(data)} bytes, the change set ends at {offset + length}"
-            raise CorruptedError(msg, location=self._storage.store.describe(key), offset=offset)
-        return FetchedChangeSet(data, offset, self._storage.store.describe(key))
 
 
 class DfsStorage(ChangeSetStorage):
@@ -166,7 +115,8 @@ class DfsStorage(ChangeSetStorage):
             attempts=int(config["dstl.dfs.download.max-attempts"]),
             metrics=self._metrics,
         )
-        self._cache = DownloadCache(
+        #: downloaded objects shared by the readers (and invalidated by discards)
+        self.cache = DownloadCache(
             lambda key: self._reads.call(f"reading {self.store.describe(key)}", lambda: self.store.get(key)),
             idle_timeout=float(config["dstl.dfs.download.cache-idle-timeout"]),
             max_bytes=int(config["dstl.dfs.download.cache-max-size"]),
@@ -355,12 +305,18 @@ class DfsStorage(ChangeSetStorage):
         """Create a reader (sharing the storage's download cache)."""
         return DfsReader(self)
 
-    def _pin(self, key: str, offset: int) -> None:
+    def submit_upload(self, request: UploadRequest) -> Future[Any]:
+        """Queue a writer's change sets for the next upload batch: ``(key, offset, length)`` of each."""
+        return self._scheduler.submit(request)
+
+    def pin(self, key: str, offset: int) -> None:
+        """A writer holds the change set at ``offset`` of object ``key`` for reuse."""
         with self._gc_lock:
             self._pins[(key, offset)] += 1
             self._pinned_objects[key] += 1
 
-    def _unpin(self, locations: list[Location]) -> None:
+    def unpin(self, locations: list[Location]) -> None:
+        """A writer released these change sets (an object may be collected once all are discarded)."""
         to_check = set()
         with self._gc_lock:
             for loc in locations:
@@ -458,7 +414,7 @@ class DfsStorage(ChangeSetStorage):
         except StorageError as exc:
             log.warning("could not delete %s: %s", self.store.describe(key), exc)
             return
-        self._cache.invalidate(key)
+        self.cache.invalidate(key)
         self._metrics.inc("deleted_objects")
 
     @property
@@ -515,7 +471,7 @@ class DfsStorage(ChangeSetStorage):
         self._pool.shutdown(wait=True)
         self._timers.close()
         self._reads.close()
-        self._cache.clear()
+        self.cache.clear()
         self.store.close()
         if self.markers is not self.store:
             self.markers.close()

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dstl.spi.changeset_reader import LocationField
+from dstl.spi.kit.changeset_reader import LocationField
 
 #: What a handle's location holds: the records ``first..last`` of ``topic[partition]``
 #: (besides ``sqn``); ``writer`` tells apart attempts of the same epoch.

@@ -11,19 +11,9 @@ from concurrent.futures import Future
 from functools import partial
 from typing import Any
 
-from dstl.spi import (
-    ChangelogHandle,
-    ChangeSet,
-    ChangeSetReader,
-    ChangeSetStorage,
-    ChangeSetWriter,
-    Config,
-    CorruptedError,
-    FetchedChangeSet,
-    KeyGroupRange,
-    StorageError,
-)
+from dstl.spi import ChangelogHandle, Config, CorruptedError, KeyGroupRange, StorageError
 from dstl.spi.handle import Location, LocationValue
+from dstl.spi.kit import ChangeSet, ChangeSetReader, ChangeSetStorage, ChangeSetWriter, FetchedChangeSet
 
 from .claims import ClaimsTracker
 from .clients import ClientFactory, ensure_topics, partition_for
@@ -42,7 +32,9 @@ def _poisoning_errors() -> frozenset[int]:
     """Per-record errors after which the idempotent producer never succeeds again."""
     from confluent_kafka import KafkaError
 
-    return frozenset({KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH, KafkaError._FENCED})
+    # librdkafka names its local error codes with a leading underscore (_FENCED is one)
+    local_fenced = KafkaError._FENCED  # noqa: SLF001
+    return frozenset({KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH, local_fenced})
 
 
 class KafkaWriter(ChangeSetWriter):
@@ -76,7 +68,7 @@ class KafkaWriter(ChangeSetWriter):
         try:
             for cs_index, (sqn, parts) in enumerate(pieces):
                 for chunk_index, part in enumerate(parts):
-                    storage._produce(
+                    storage.produce(
                         partition,
                         value=part,
                         key=key,
@@ -131,7 +123,7 @@ class KafkaReader(ChangeSetReader):
         finally:
             self._fetched = {}
 
-    def _prefetch(
+    def _prefetch(  # noqa: C901 - a bounded fetch loop: one branch per broker answer
         self, handle: ChangelogHandle, wanted: list[dict[str, LocationValue]]
     ) -> dict[tuple[str, int, int, str, int], bytes]:
         from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -309,7 +301,7 @@ class KafkaStorage(ChangeSetStorage):
             ledger.cover(seen)
         ledger.speculate = not ledger.follows(last)
 
-    def _produce(self, partition: int, **kwargs: Any) -> None:
+    def produce(self, partition: int, **kwargs: Any) -> None:
         """Produce to the data topic; the record's offset goes into the partition's ledger."""
         ledger = self.ledger(partition)
         callback = kwargs.pop("on_delivery", None)
@@ -343,7 +335,7 @@ class KafkaStorage(ChangeSetStorage):
             if err is not None:
                 failures.append(str(err))
 
-        self._produce(
+        self.produce(
             partition,
             key=f"{self.job_id}/{log_id}".encode(),
             value=f"{epoch} {token}".encode(),

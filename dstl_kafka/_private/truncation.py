@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from dstl.spi import ChangelogHandle, StorageError
-from dstl.spi.changeset_reader import checked_locations
+from dstl.spi.kit.changeset_reader import checked_locations
 
 from .clients import ClientFactory
 from .records import LOCATION_FIELDS

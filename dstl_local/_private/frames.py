@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from dstl.spi import CorruptedError
-from dstl.spi.changeset_format import CHANGE_SET_HEADER_SIZE, framed_size
+from dstl.spi.kit.changeset_format import CHANGE_SET_HEADER_SIZE, framed_size
 
 
 class FrameIndex:

@@ -1,7 +1,7 @@
 """Segment files: append-only, one writer instance each, checksummed change sets.
 
 A segment is a sequence of change sets in the shared checksummed format
-(:mod:`dstl.spi.changeset_format`). Each storage instance appends only to its
+(:mod:`dstl.spi.kit.changeset_format`). Each storage instance appends only to its
 own segments (``seg-<instance>-<n>.log``), so processes never interleave writes.
 A segment is *sealed* (``.sealed`` marker holding its valid length) once it will
 never grow again: when its instance rolls or closes it, when a write or sync to it
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dstl.spi import CorruptedError, StorageError
-from dstl.spi.changeset_format import CHANGE_SET_HEADER_SIZE, decode_change_set, framed_size
-from dstl.spi.durability import fsync_directory
+from dstl.spi.kit.changeset_format import CHANGE_SET_HEADER_SIZE, decode_change_set, framed_size
+from dstl.spi.kit.durability import fsync_directory
 
 SEGMENT_SUFFIX = ".log"
 SEALED_SUFFIX = ".sealed"

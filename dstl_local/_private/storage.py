@@ -8,14 +8,12 @@ import os
 import stat
 import threading
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from concurrent.futures import Future
 from pathlib import Path
 
 from dstl.spi import (
     ChangelogHandle,
-    ChangeSet,
-    ChangeSetWriter,
     ClosedError,
     Config,
     ConfigError,
@@ -24,24 +22,21 @@ from dstl.spi import (
     InvalidHandleError,
     KeyGroupRange,
     StorageError,
-    check_relative_path,
 )
-from dstl.spi.changeset_format import CHANGE_SET_HEADER_SIZE, ChangeSetIdentity, change_set_identity
-from dstl.spi.changeset_reader import (
-    OFFSET_LENGTH_FIELDS,
-    ChangeSetReader,
-    FetchedChangeSet,
-    LocationField,
+from dstl.spi.handle import Location
+from dstl.spi.kit import check_relative_path
+from dstl.spi.kit.changeset_format import CHANGE_SET_HEADER_SIZE, ChangeSetIdentity, change_set_identity
+from dstl.spi.kit.changeset_reader import (
     checked_locations,
 )
-from dstl.spi.changeset_storage import ChangeSetStorage
-from dstl.spi.durability import fsync_directory
-from dstl.spi.handle import Location, LocationValue
+from dstl.spi.kit.changeset_storage import ChangeSetStorage
+from dstl.spi.kit.durability import fsync_directory
 from dstl.spi.names import MAX_NAME_LENGTH
 
 from .discards import DiscardTracker
 from .fencing import EpochFile, OwnerCheck
 from .group_commit import CommitRequest, GroupCommitter
+from .reader import LocalReader
 from .segments import (
     QUARANTINED_SUFFIX,
     SEALED_SUFFIX,
@@ -50,10 +45,10 @@ from .segments import (
     InstanceLock,
     instance_alive,
     instance_of,
-    read_change_set_bytes,
     recover_segment,
     write_sealed_marker,
 )
+from .writer import LocalWriter
 
 log = logging.getLogger(__name__)
 
@@ -85,66 +80,6 @@ def read_owner_record(path: Path) -> str:
         msg = f"the job's owner record {path} is over {_MAX_OWNER} bytes: a damaged file, remove it"
         raise StorageError(msg)
     return data.decode("utf-8", errors="replace")
-
-
-class LocalWriter(ChangeSetWriter):
-    """Writer whose persists go through the storage's group commit."""
-
-    _storage: LocalStorage
-    _owner_check: OwnerCheck
-
-    def _upload(self, change_sets: Sequence[ChangeSet], checkpoint_id: int) -> Future[list[Location]]:
-        blobs = [self._encoded(cs) for cs in change_sets]
-        request = CommitRequest(self.log_id, self.epoch, self._token, self._owner_check.owner, blobs)
-        future = self._storage._committer.submit(request)
-        result: Future[list[Location]] = Future()
-
-        def to_locations(done: Future) -> None:
-            if done.exception() is not None:
-                result.set_exception(done.exception())
-                return
-            segment, offset = done.result()
-            locations: list[Location] = []
-            for cs, blob in zip(change_sets, blobs, strict=True):
-                locations.append(
-                    {
-                        "segment": self._storage._relative(segment),
-                        "offset": offset,
-                        "length": len(blob),
-                        "sqn": cs.sqn,
-                    }
-                )
-                self._storage._discards.pin(segment, offset)
-                offset += len(blob)
-            result.set_result(locations)
-
-        future.add_done_callback(to_locations)
-        return result
-
-    def _released(self, locations: list[Location]) -> None:
-        self._storage._unpin(locations)
-
-    def close(self) -> None:
-        """Close the writer and its epoch-file descriptor."""
-        super().close()
-        self._owner_check.close()
-
-
-class LocalReader(ChangeSetReader):
-    """Reads change sets by segment and offset."""
-
-    location_fields = {"segment": LocationField(str), **OFFSET_LENGTH_FIELDS}
-
-    def __init__(self, storage: LocalStorage) -> None:
-        super().__init__(storage.identifier)
-        self._storage = storage
-
-    def _fetch(self, handle: ChangelogHandle, location: dict[str, LocationValue]) -> FetchedChangeSet:
-        # Reads may cross jobs under the same base (a handle is readable from config + handle
-        # JSON, whatever job opened the storage); deletes never do (``_own_segment``).
-        path = self._storage._absolute(str(location["segment"]))
-        offset, length = int(location["offset"]), int(location["length"])  # type: ignore[arg-type]
-        return FetchedChangeSet(read_change_set_bytes(path, offset, length), 0, str(path), base_offset=offset)
 
 
 class LocalStorage(ChangeSetStorage):
@@ -211,16 +146,18 @@ class LocalStorage(ChangeSetStorage):
         """``local``."""
         return IDENTIFIER
 
-    def _relative(self, segment: str) -> str:
+    def relative_segment(self, segment: str) -> str:
+        """The location of segment file ``segment`` of this job, as handles hold it."""
         return f"{self.job_id}/segments/{segment}"
 
-    def _absolute(self, relative: str) -> Path:
+    def segment_path(self, relative: str) -> Path:
+        """The file of a segment location (of any job under the base: reads may cross jobs)."""
         check_relative_path(relative, "segment location")
         return self.base / relative
 
     def _own_segment(self, relative: str) -> Path:
         """The path of a segment of this storage's job; any other location is refused (never deleted)."""
-        path = self._absolute(relative)
+        path = self.segment_path(relative)
         if path.parent != self.segments_dir:
             msg = (
                 f"segment location {relative!r} does not belong to job {self.job_id!r} of this storage "
@@ -287,9 +224,16 @@ class LocalStorage(ChangeSetStorage):
         return token
 
     def _make_writer(self, log_id: str, key_groups: KeyGroupRange, epoch: int, token: str) -> LocalWriter:
-        writer = LocalWriter(self, log_id, key_groups, epoch, token)
-        writer._owner_check = OwnerCheck(EpochFile(self.epochs_dir / f"{log_id}.epoch"))
-        return writer
+        owner_check = OwnerCheck(EpochFile(self.epochs_dir / f"{log_id}.epoch"))
+        return LocalWriter(self, log_id, key_groups, epoch, token, owner_check=owner_check)
+
+    def submit_commit(self, request: CommitRequest) -> Future[tuple[str, int]]:
+        """Queue a writer's change sets for the next group commit: its segment and first offset."""
+        return self._committer.submit(request)
+
+    def pin(self, segment: str, offset: int) -> None:
+        """A writer holds the change set at ``offset`` of ``segment`` for reuse."""
+        self._discards.pin(segment, offset)
 
     # -- group commit -------------------------------------------------------------------------
     def _commit(self, batch: list[CommitRequest]) -> None:
@@ -372,7 +316,8 @@ class LocalStorage(ChangeSetStorage):
         """Create a reader."""
         return LocalReader(self)
 
-    def _unpin(self, locations: list[Location]) -> None:
+    def unpin(self, locations: list[Location]) -> None:
+        """A writer released these change sets (the segment may be collected once all are discarded)."""
         pairs = [(self._own_segment(str(loc["segment"])).name, int(loc["offset"])) for loc in locations]  # type: ignore[arg-type]
         for segment in self._discards.unpin(pairs):
             self._discards.collect(segment)
@@ -479,7 +424,7 @@ class LocalStorage(ChangeSetStorage):
             if handle.storage_id != self.identifier:
                 continue
             for loc in checked_locations(handle, LocalReader.location_fields):
-                path = self._absolute(str(loc["segment"]))
+                path = self.segment_path(str(loc["segment"]))
                 if path.parent == self.segments_dir:
                     needed.add(path.name)
         self._seal_active_if_orphaned(needed, older_than)

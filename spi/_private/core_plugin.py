@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..changeset_format import CHANGE_SET_CODECS
 from ..hookspecs import hookimpl
+from ..kit.changeset_format import CHANGE_SET_CODECS
 from ..options import ConfigOption, OptionType
 
 DEFAULT_STORAGE = "local"

@@ -95,7 +95,7 @@ def test_a_damaged_log_fails_a_forked_restore_with_corrupted_error(tmp_path, for
     with load_storage(config, job_id="job") as storage:
         snapshot, _ = checkpoint_over_a_snapshot(storage, f"file://{tmp_path}/snap")
         location = dict(snapshot.handles[0].locations[-1])
-        segment = Path(storage._absolute(str(location["segment"])))
+        segment = Path(storage.segment_path(str(location["segment"])))
         data = bytearray(segment.read_bytes())
         middle = int(location["offset"]) + int(location["length"]) // 2
         data[middle] ^= 0xFF

@@ -21,15 +21,15 @@ from dstl.spi import (
     ConfigOption,
     CorruptedError,
     FencedError,
-    FetchedChangeSet,
     OptionType,
     StateChange,
     StorageRegistry,
     StorageSpec,
     hookimpl,
 )
-from dstl.spi.changeset_format import CHANGE_ITEM, decode_body, iter_change_sets
-from dstl.spi.changeset_reader import checked_locations
+from dstl.spi.kit import FetchedChangeSet
+from dstl.spi.kit.changeset_format import CHANGE_ITEM, decode_body, iter_change_sets
+from dstl.spi.kit.changeset_reader import checked_locations
 from dstl.spi.memory import MemoryStorage, MemoryStorageReader, MemoryWriter
 from dstl.spi.memory._private.conformance import MemoryBackdoor
 
@@ -56,7 +56,7 @@ class WholeObjectReader(MemoryStorageReader):
     """Bug: reads every change set of an object a location points into."""
 
     def read(self, handle, key_groups=None):
-        ns = self._storage._ns
+        ns = self._storage.namespace
         names = dict.fromkeys(str(loc["object"]) for loc in handle.location_dicts)
         for name in names:
             with ns.lock:
@@ -91,15 +91,16 @@ class NoFencingStorage(MemoryStorage):
 
     def create_writer(self, operator_id, key_groups, *, epoch=0):
         writer = super().create_writer(operator_id, key_groups, epoch=epoch)
-        with self._ns.lock:
-            self._ns.owners.pop((self.job_id, writer.log_id), None)
+        with self.namespace.lock:
+            self.namespace.owners.pop((self.job_id, writer.log_id), None)
         writer._owner_check_disabled = True
         return writer
 
     class writer_class(MemoryWriter):
         def _upload(self, change_sets, checkpoint_id):
-            with self._storage._ns.lock:
-                self._storage._ns.owners[(self._storage.job_id, self.log_id)] = (self.epoch, self._token)
+            namespace = self._storage.namespace
+            with namespace.lock:
+                namespace.owners[(self._storage.job_id, self.log_id)] = (self.epoch, self._token)
             return super()._upload(change_sets, checkpoint_id)
 
 
@@ -137,8 +138,8 @@ class WriteBehindWriter(MemoryWriter):
         directory = Path(self._storage._config["dstl.lazyfile.dir"])
         for loc in locations:
             name = str(loc["object"])
-            with self._storage._ns.lock:
-                blob = bytes(self._storage._ns.objects[name])
+            with self._storage.namespace.lock:
+                blob = bytes(self._storage.namespace.objects[name])
             with _PENDING_LOCK:
                 _PENDING[name] = blob
 
@@ -156,7 +157,7 @@ class WriteBehindReader(MemoryStorageReader):
 
     def read(self, handle, key_groups=None):
         directory = Path(self._storage._config["dstl.lazyfile.dir"])
-        ns = self._storage._ns
+        ns = self._storage.namespace
         for loc in handle.location_dicts:
             name = str(loc["object"])
             with ns.lock:
@@ -179,12 +180,12 @@ class EpochAsTextStorage(MemoryStorage):
     storage_id = "broken-epoch-as-text"
 
     def _claim_log(self, log_id, epoch):
-        with self._ns.lock:
-            current = self._ns.owners.get((self.job_id, log_id))
+        with self.namespace.lock:
+            current = self.namespace.owners.get((self.job_id, log_id))
             if current is not None and str(epoch) < str(current[0]):
                 raise FencedError(f"log {log_id!r} has a writer with epoch {current[0]} > {epoch}")
-            token = f"t{next(self._ns.tokens)}"
-            self._ns.owners[(self.job_id, log_id)] = (epoch, token)
+            token = f"t{next(self.namespace.tokens)}"
+            self.namespace.owners[(self.job_id, log_id)] = (epoch, token)
         return token
 
 
@@ -194,12 +195,12 @@ class Epoch32BitStorage(MemoryStorage):
     storage_id = "broken-epoch-32bit"
 
     def _claim_log(self, log_id, epoch):
-        with self._ns.lock:
-            current = self._ns.owners.get((self.job_id, log_id))
+        with self.namespace.lock:
+            current = self.namespace.owners.get((self.job_id, log_id))
             if current is not None and epoch & 0xFFFFFFFF < current[0] & 0xFFFFFFFF:
                 raise FencedError(f"log {log_id!r} has a writer with epoch {current[0]} > {epoch}")
-            token = f"t{next(self._ns.tokens)}"
-            self._ns.owners[(self.job_id, log_id)] = (epoch, token)
+            token = f"t{next(self.namespace.tokens)}"
+            self.namespace.owners[(self.job_id, log_id)] = (epoch, token)
         return token
 
 
@@ -211,7 +212,7 @@ class PackingWriter(MemoryWriter):
     """Packs the log's uploads into one object until it reaches ROLL_BYTES, then rolls (like segments)."""
 
     def _upload(self, change_sets, checkpoint_id):
-        storage, ns = self._storage, self._storage._ns
+        storage, ns = self._storage, self._storage.namespace
         future = Future()
         with ns.lock:
             owner = ns.owners.get((storage.job_id, self.log_id))
@@ -258,7 +259,7 @@ class PackedDiscardStorage(MemoryStorage):
     def discard(self, handles):
         handles = list(handles)
         self._metrics.inc("discarded_change_sets", sum(len(h.locations) for h in handles))
-        with self._ns.lock:
+        with self.namespace.lock:
             for handle in handles:
                 for loc in checked_locations(handle, MemoryStorageReader.location_fields):
                     name, offset = str(loc["object"]), int(loc["offset"])
@@ -267,7 +268,7 @@ class PackedDiscardStorage(MemoryStorage):
                     live.discard(offset)
                     # Bug: the upload's own change sets decide, not every upload packed in the object.
                     if not live and name in self._sealed:
-                        self._ns.objects.pop(name, None)
+                        self.namespace.objects.pop(name, None)
 
 
 class EmptyIsNothingWriter(MemoryWriter):

@@ -301,7 +301,7 @@ def test_damaged_failed_or_stalled_gets_are_retried_and_only_dstl_errors_escape(
         # (aiohttp itself retries a GET on a reset connection: the s3fs path may not need dstl's retry)
         assert reader.metrics.counter("read_retries") >= 1 or (fault == "reset" and fast_path == "false")
         proxy.get_faults = [fault] * 10  # every attempt fails: a clear, retriable StorageError
-        reader._cache.clear()
+        reader.cache.clear()
         with pytest.raises(StorageError) as info:
             read_data(reader, handle)
         assert info.value.retriable and "after 3 attempt(s)" in str(info.value)
@@ -319,7 +319,7 @@ def test_every_get_stalled_fails_within_the_read_bound(s3_config, s3_proxy_facto
         writer = storage.create_writer("op", KG)
         writer.append(0, b"x")
         handle = persist(writer, 0, 1)
-        storage._cache.clear()
+        storage.cache.clear()
         proxy.stall_gets = True
         started = time.monotonic()
         with pytest.raises(StorageError, match="took longer than"):

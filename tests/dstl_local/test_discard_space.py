@@ -116,7 +116,8 @@ def test_runs_merge_and_only_whole_blocks_inside_them_are_punched(tmp_path):
 
 def test_a_frame_hidden_in_change_data_cannot_be_discarded_or_freed(config):
     """A handle is untrusted: a frame-like run of bytes inside a live change set is not a change set."""
-    from dstl.spi import ChangelogHandle, encode_change_set
+    from dstl.spi import ChangelogHandle
+    from dstl.spi.kit import encode_change_set
 
     inner = encode_change_set("fake.kg0-8", 1, 0, [(0, noise(CHANGE * 2, 7))])
     with load_storage(config, job_id="job") as storage:

@@ -16,8 +16,9 @@ import pytest
 import zstandard
 
 from dstl.backend.materialization.format import MAX_SECTION_BYTES, read_sections, write_snapshot
-from dstl.spi import CorruptedError, KeyGroupRange, decode_change_set, encode_change_set
-from dstl.spi.changeset_format import forge_change_set
+from dstl.spi import CorruptedError, KeyGroupRange
+from dstl.spi.kit import decode_change_set, encode_change_set
+from dstl.spi.kit.changeset_format import forge_change_set
 from tests.fuzz.oracle import bounded_memory
 
 _CHUNK = 1 << 20

@@ -23,18 +23,9 @@ from dstl.backend.changelog.records import (
 )
 from dstl.backend.checkpoints import CompletedCheckpoint
 from dstl.backend.materialization.format import read_sections, write_snapshot
-from dstl.spi import (
-    ChangelogHandle,
-    Config,
-    DstlError,
-    KeyGroupRange,
-    SequenceNumberRange,
-    checked_locations,
-    decode_change_set,
-    encode_change_set,
-    iter_change_sets,
-)
-from dstl.spi.changeset_format import forge_change_set
+from dstl.spi import ChangelogHandle, Config, DstlError, KeyGroupRange, SequenceNumberRange
+from dstl.spi.kit import checked_locations, decode_change_set, encode_change_set, iter_change_sets
+from dstl.spi.kit.changeset_format import forge_change_set
 from tests.fuzz.oracle import EXAMPLES, FUZZ_SETTINGS, VARIANTS, Tally, bounded_memory, variants
 from tests.fuzz.strategies import hostile_values, json_inputs, mutated_bytes
 

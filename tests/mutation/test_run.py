@@ -12,10 +12,10 @@ def _mutant(status, line="x = 1", file="spi/a.py", index=0):
 
 def test_the_scratch_copy_is_what_dstl_imports_there(tmp_path):
     source = scratch_copy(tmp_path)
-    (source / "spi" / "changeset_format.py").write_text(
-        (source / "spi" / "changeset_format.py").read_text() + "\nMUTATED_IN_SCRATCH = True\n"
+    (source / "spi" / "kit" / "changeset_format.py").write_text(
+        (source / "spi" / "kit" / "changeset_format.py").read_text() + "\nMUTATED_IN_SCRATCH = True\n"
     )
-    probe = "import dstl.spi.changeset_format as f; print(f.__file__, hasattr(f, 'MUTATED_IN_SCRATCH'))"
+    probe = "import dstl.spi.kit.changeset_format as f; print(f.__file__, hasattr(f, 'MUTATED_IN_SCRATCH'))"
     done = subprocess.run(
         [sys.executable, "-c", probe],
         cwd=source,

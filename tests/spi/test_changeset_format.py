@@ -6,7 +6,8 @@ import google_crc32c
 import pytest
 import zstandard
 
-from dstl.spi import CorruptedError, decode_change_set, encode_change_set, iter_change_sets
+from dstl.spi import CorruptedError
+from dstl.spi.kit import decode_change_set, encode_change_set, iter_change_sets
 
 CHANGES = [(0, b"alpha"), (5, b""), (-1, b"meta"), (127, bytes(range(256)))]
 COMPRESSIBLE = [(kg % 8, b"key-%05d value " % kg * 4) for kg in range(500)]

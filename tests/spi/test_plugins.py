@@ -67,9 +67,9 @@ def test_storage_for_handle_of_uninstalled_storage():
 
 def test_duplicate_identifier_is_an_error():
     registry = StorageRegistry()
-    registry._set_origin("dist-a", "1")
+    registry.set_origin("dist-a", "1")
     registry.add(StorageSpec("x", "a:b", "one"))
-    registry._set_origin("dist-b", "2")
+    registry.set_origin("dist-b", "2")
     with pytest.raises(PluginError, match="dist-a and by dist-b"):
         registry.add(StorageSpec("x", "c:d", "two"))
 

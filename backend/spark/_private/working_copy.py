@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from dstl.spi import DstlError
-from dstl.spi.durability import fsync_directory
+from dstl.spi.kit.durability import fsync_directory
 
 from ...changelog import BackendSnapshot
 from ...delegate import LmdbDelegate

@@ -190,7 +190,7 @@ def _table(rows: list[dict[str, Any]], title: str) -> Table:
 _DSTL_ERROR = re.compile(r"^\s*dstl[.\w]*\.\w*(Error|Exception): ")
 
 
-def _run_job(
+def _run_job(  # noqa: PLR0913 - one child run of the demo and where its progress goes
     workdir: Path,
     seconds: float,
     config: dict[str, str],

@@ -12,7 +12,7 @@ from dstl.conformance.testing import place_forgery
 
 from ...handle import ChangelogHandle, LocationValue
 from ...storage import StateChangelogStorage
-from .storage import MemoryStorage, namespace_objects
+from .storage import MemoryStorage
 
 
 @contextlib.contextmanager
@@ -37,7 +37,7 @@ class MemoryBackdoor(ConformanceBackdoor):
         """Flip the last byte of the handle's first change set."""
         assert isinstance(storage, MemoryStorage)
         first = min(handle.location_dicts, key=lambda loc: loc["sqn"])  # type: ignore[arg-type,return-value]
-        blob = namespace_objects(storage.namespace)[str(first["object"])]
+        blob = storage.namespace.objects[str(first["object"])]
         blob[int(first["offset"]) + int(first["length"]) - 1] ^= 0x5A  # type: ignore[arg-type]
 
     def forge(
@@ -48,7 +48,7 @@ class MemoryBackdoor(ConformanceBackdoor):
         name = f"{storage.job_id}/{handle.log_id}/forged-{uuid.uuid4().hex}"
 
         def store(blob: bytes) -> dict[str, LocationValue]:
-            namespace_objects(storage.namespace)[name] = bytearray(blob)
+            storage.namespace.objects[name] = bytearray(blob)
             return {"object": name}
 
         return place_forgery(handle, data, store)

@@ -9,19 +9,19 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from ...changeset_format import CHANGE_SET_HEADER_SIZE, change_set_identity
-from ...changeset_reader import (
+from ...config import Config
+from ...errors import FencedError, InvalidHandleError, StorageError
+from ...handle import ChangelogHandle, Location, LocationValue
+from ...kit.changeset_format import CHANGE_SET_HEADER_SIZE, change_set_identity
+from ...kit.changeset_reader import (
     OFFSET_LENGTH_FIELDS,
     ChangeSetReader,
     FetchedChangeSet,
     LocationField,
     checked_locations,
 )
-from ...changeset_storage import ChangeSetStorage
-from ...changeset_writer import ChangeSet, ChangeSetWriter
-from ...config import Config
-from ...errors import FencedError, InvalidHandleError, StorageError
-from ...handle import ChangelogHandle, Location, LocationValue
+from ...kit.changeset_storage import ChangeSetStorage
+from ...kit.changeset_writer import ChangeSet, ChangeSetWriter
 from ...names import MAX_NAME_LENGTH
 from ...types import KeyGroupRange
 
@@ -110,7 +110,7 @@ class MemoryWriter(ChangeSetWriter):
 
     def _write_object(self, sqns: list[int], blobs: list[bytes], future: Future[list[Location]]) -> None:
         storage = self._storage
-        ns = storage._ns
+        ns = storage.namespace
         with ns.lock:
             owner = ns.owners.get((storage.job_id, self.log_id))
             if owner != (self.epoch, self._token):
@@ -148,7 +148,7 @@ class MemoryStorageReader(ChangeSetReader):
 
     def _fetch(self, handle: ChangelogHandle, location: dict[str, LocationValue]) -> FetchedChangeSet:
         name = str(location["object"])
-        ns = self._storage._ns
+        ns = self._storage.namespace
         with ns.lock:
             blob = ns.objects.get(name)
             data = bytes(blob) if blob is not None else None
@@ -174,8 +174,7 @@ class MemoryStorage(ChangeSetStorage):
         )
         if config["dstl.memory.preemptive-persist-threshold"] is not None:
             self.preemptive_threshold = int(config["dstl.memory.preemptive-persist-threshold"])
-        self.namespace = str(config["dstl.memory.namespace"])
-        self._ns = _namespace(self.namespace)
+        self.namespace = _namespace(str(config["dstl.memory.namespace"]))
         delay = float(config["dstl.memory.upload-delay"])
         self.delayed_uploads = _DelayedUploads(delay) if delay > 0 else None
         self._upload_delay = delay
@@ -196,17 +195,17 @@ class MemoryStorage(ChangeSetStorage):
         return self.storage_id
 
     def _record_owner(self, owner: str) -> str:
-        with self._ns.lock:
-            return self._ns.job_owners.setdefault(self.job_id, owner)
+        with self.namespace.lock:
+            return self.namespace.job_owners.setdefault(self.job_id, owner)
 
     def _claim_log(self, log_id: str, epoch: int) -> str:
-        with self._ns.lock:
-            current = self._ns.owners.get((self.job_id, log_id))
+        with self.namespace.lock:
+            current = self.namespace.owners.get((self.job_id, log_id))
             if current is not None and epoch < current[0]:
                 msg = f"log {log_id!r} already has a writer with epoch {current[0]} > {epoch}"
                 raise FencedError(msg)
-            token = f"t{next(self._ns.tokens)}"
-            self._ns.owners[(self.job_id, log_id)] = (epoch, token)
+            token = f"t{next(self.namespace.tokens)}"
+            self.namespace.owners[(self.job_id, log_id)] = (epoch, token)
         return token
 
     def _make_writer(self, log_id: str, key_groups: KeyGroupRange, epoch: int, token: str) -> MemoryWriter:
@@ -229,7 +228,7 @@ class MemoryStorage(ChangeSetStorage):
         handles = list(handles)
         self._metrics.inc("discarded_change_sets", sum(len(h.locations) for h in handles))
         deleted = 0
-        with self._ns.lock:
+        with self.namespace.lock:
             for handle in handles:
                 for loc in checked_locations(handle, MemoryStorageReader.location_fields):
                     name = str(loc["object"])
@@ -239,21 +238,21 @@ class MemoryStorage(ChangeSetStorage):
                             "storage: a damaged or foreign handle"
                         )
                         raise InvalidHandleError(msg)
-                    live = self._ns.live.get(name)
+                    live = self.namespace.live.get(name)
                     offset = int(loc["offset"])  # type: ignore[arg-type]
                     if live is None or not self._holds(name, offset, handle, loc):
                         continue
                     live.discard(offset)
                     if not live:
-                        del self._ns.live[name]
-                        self._ns.objects.pop(name, None)
-                        self._ns.created.pop(name, None)
+                        del self.namespace.live[name]
+                        self.namespace.objects.pop(name, None)
+                        self.namespace.created.pop(name, None)
                         deleted += 1
         self._metrics.inc("deleted_objects", deleted)
 
     def _holds(self, name: str, offset: int, handle: ChangelogHandle, loc: Location) -> bool:
         """Whether the change set at ``offset`` of object ``name`` is the handle's (namespace lock held)."""
-        head = bytes(self._ns.objects[name][offset : offset + CHANGE_SET_HEADER_SIZE + MAX_NAME_LENGTH])
+        head = bytes(self.namespace.objects[name][offset : offset + CHANGE_SET_HEADER_SIZE + MAX_NAME_LENGTH])
         where = f"memory://{name}"
         return self._may_discard(
             lambda: change_set_identity(head, location=where, offset=offset),
@@ -276,23 +275,23 @@ class MemoryStorage(ChangeSetStorage):
             if handle.storage_id == self.storage_id
             for loc in checked_locations(handle, MemoryStorageReader.location_fields)
         }
-        with self._ns.lock:
+        with self.namespace.lock:
             orphans = [
                 name
-                for name in self._ns.objects
+                for name in self.namespace.objects
                 if name.startswith(f"{self.job_id}/")
                 and name not in needed
-                and self._ns.created.get(name, cutoff) < cutoff
+                and self.namespace.created.get(name, cutoff) < cutoff
             ]
             for name in orphans:
-                self._ns.objects.pop(name, None)
-                self._ns.live.pop(name, None)
-                self._ns.created.pop(name, None)
+                self.namespace.objects.pop(name, None)
+                self.namespace.live.pop(name, None)
+                self.namespace.created.pop(name, None)
         self._metrics.inc("deleted_objects", len(orphans))
         self._metrics.inc("orphans_deleted", len(orphans))
         return len(orphans)
 
     def list_objects(self) -> list[str]:
         """Names of the objects this job has in the namespace."""
-        with self._ns.lock:
-            return sorted(n for n in self._ns.objects if n.startswith(f"{self.job_id}/"))
+        with self.namespace.lock:
+            return sorted(n for n in self.namespace.objects if n.startswith(f"{self.job_id}/"))

@@ -12,31 +12,22 @@ import enum
 import threading
 from abc import abstractmethod
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
+from ..errors import ClosedError, FencedError, TruncatedError
+from ..handle import ChangelogHandle, Location
+from ..types import META_KEY_GROUP, KeyGroupRange, SequenceNumberRange
+from ..writer import StateChangelogWriter
 from .changeset_format import CHANGE_ITEM, frame_change_set
-from .errors import ClosedError, FencedError, TruncatedError
-from .handle import ChangelogHandle, Location
-from .names import validate_name
-from .types import META_KEY_GROUP, KeyGroupRange, SequenceNumberRange
-from .writer import StateChangelogWriter
+from .futures import when_all
 
 if TYPE_CHECKING:
-    from .changeset_storage import ChangeSetStorage
+    from ..metrics import StorageMetrics
 
-__all__ = ["ChangeSet", "ChangeSetWriter", "WriterState", "log_id_for"]
-
-
-def log_id_for(operator_id: str, key_groups: KeyGroupRange) -> str:
-    """The log id of the writer of ``operator_id`` over ``key_groups``.
-
-    :raises InvalidIdentifierError: when ``operator_id`` is not a safe name.
-    """
-    validate_name(operator_id, "operator id")
-    return validate_name(f"{operator_id}.kg{key_groups.start}-{key_groups.end}", "log id")
+__all__ = ["ChangeSet", "ChangeSetWriter", "WriterHost", "WriterState"]
 
 
 class WriterState(enum.Enum):
@@ -82,19 +73,47 @@ def _as_bytes(data: object) -> bytes:
     raise TypeError(msg)
 
 
+class WriterHost(Protocol):
+    """What a :class:`ChangeSetWriter` needs of its storage (:class:`ChangeSetStorage` is one)."""
+
+    @property
+    def identifier(self) -> str:
+        """The storage identifier handles carry."""
+        ...
+
+    @property
+    def preemptive_threshold(self) -> float:
+        """Open change-set bytes at which the writer uploads ahead of the next persist."""
+        ...
+
+    @property
+    def change_set_codec(self) -> str:
+        """How the writer compresses the change sets it stores."""
+        ...
+
+    @property
+    def metrics(self) -> StorageMetrics:
+        """Where the writer counts ``appends`` and ``persists``."""
+        ...
+
+    def writer_closed(self, writer: ChangeSetWriter) -> None:
+        """``writer`` closed: the storage forgets it."""
+        ...
+
+
 class ChangeSetWriter(StateChangelogWriter):
     """Buffers appends into change sets and turns persists into uploads.
 
-    :param storage: the storage that created the writer; its identifier goes into
-        handles, its metrics count ``appends`` and ``persists``, and it forgets the
-        writer when it closes.
-    :param log_id: the log (see :func:`log_id_for`).
+    :param host: the storage that created the writer, seen through :class:`WriterHost`:
+        its identifier goes into handles, its metrics count ``appends`` and
+        ``persists``, and it forgets the writer when it closes.
+    :param log_id: the log (see :func:`~dstl.spi.log_id_for`).
     :param token: the owner token from the storage's fencing (``_token``).
     """
 
     def __init__(
         self,
-        storage: ChangeSetStorage,
+        host: WriterHost,
         log_id: str,
         key_groups: KeyGroupRange,
         epoch: int,
@@ -105,17 +124,17 @@ class ChangeSetWriter(StateChangelogWriter):
         if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
             msg = f"epoch must be a non-negative int, got {epoch!r}"
             raise ValueError(msg)
-        self._storage = storage
-        self._storage_id = storage.identifier
+        self._storage = host
+        self._storage_id = host.identifier
         self._token = token
         self._log_id = log_id
         self._key_groups = key_groups
         self._kg_start, self._kg_end = key_groups.start, key_groups.end
-        self._preempt_at = storage.preemptive_threshold
-        self._codec = storage.change_set_codec
+        self._preempt_at = host.preemptive_threshold
+        self._codec = host.change_set_codec
         self._unpublished_appends = 0
         self._epoch = epoch
-        self._metrics = storage.metrics
+        self._metrics = host.metrics
         self._initial_sqn = initial_sqn
         self._lock = threading.RLock()
         self._state = WriterState.OPEN
@@ -313,7 +332,7 @@ class ChangeSetWriter(StateChangelogWriter):
             except BaseException as exc:
                 result.set_exception(exc)
 
-        _when_all(dependencies, finish)
+        when_all(dependencies, finish)
         return result
 
     def _start_upload(self, to_upload: list[ChangeSet], checkpoint_id: int) -> Future[list[Location]]:
@@ -439,23 +458,4 @@ class ChangeSetWriter(StateChangelogWriter):
             self._active_count = 0
             self._active_bytes = 0
             self._held_bytes = 0
-        self._storage._forget(self)
-
-
-def _when_all(futures: list[Future], callback: Callable[[], None]) -> None:
-    """Run ``callback`` once every future is done (at once when there is none)."""
-    if not futures:
-        callback()
-        return
-    remaining = [len(futures)]
-    lock = threading.Lock()
-
-    def one_done(_: Future) -> None:
-        with lock:
-            remaining[0] -= 1
-            last = remaining[0] == 0
-        if last:
-            callback()
-
-    for fut in futures:
-        fut.add_done_callback(one_done)
+        self._storage.writer_closed(self)

@@ -13,13 +13,20 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
+from ..errors import CorruptedError, InvalidHandleError, StorageError
+from ..handle import ChangelogHandle, LocationValue
+from ..reader import StateChangelogReader
+from ..types import KeyGroupRange, StateChange
 from .changeset_format import decode_change_set
-from .errors import CorruptedError, InvalidHandleError, StorageError
-from .handle import ChangelogHandle, LocationValue
-from .reader import StateChangelogReader
-from .types import KeyGroupRange, StateChange
 
-__all__ = ["ChangeSetReader", "FetchedChangeSet", "LocationField", "checked_locations", "decode_fetched"]
+__all__ = [
+    "OFFSET_LENGTH_FIELDS",
+    "ChangeSetReader",
+    "FetchedChangeSet",
+    "LocationField",
+    "checked_locations",
+    "decode_fetched",
+]
 
 _MAX_OFFSET = (1 << 63) - 1
 

@@ -1,4 +1,4 @@
-"""A storage base for storages built on :class:`~dstl.spi.ChangeSetWriter`.
+"""A storage base for storages built on :class:`~dstl.spi.kit.ChangeSetWriter`.
 
 It keeps the parts every such storage shares: job id, metrics, the closed guard,
 epoch validation, log ids, and tracking of open writers. A storage implements
@@ -13,14 +13,14 @@ import threading
 from abc import abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 
+from ..errors import ClosedError, JobConflictError, ReadOnlyError, StorageError
+from ..handle import ChangelogHandle
+from ..metrics import StorageMetrics
+from ..names import log_id_for, validate_name
+from ..storage import StateChangelogStorage
+from ..types import KeyGroupRange
 from .changeset_format import ChangeSetIdentity
-from .changeset_writer import ChangeSetWriter, log_id_for
-from .errors import ClosedError, JobConflictError, ReadOnlyError, StorageError
-from .handle import ChangelogHandle
-from .metrics import StorageMetrics
-from .names import validate_name
-from .storage import StateChangelogStorage
-from .types import KeyGroupRange
+from .changeset_writer import ChangeSetWriter
 
 __all__ = ["ChangeSetStorage"]
 
@@ -62,7 +62,7 @@ class ChangeSetStorage(StateChangelogStorage):
 
     @abstractmethod
     def _make_writer(self, log_id: str, key_groups: KeyGroupRange, epoch: int, token: str) -> ChangeSetWriter:
-        """Build the writer (it passes ``self._forget`` as ``on_close``)."""
+        """Build the writer (it tells :meth:`writer_closed` when it closes)."""
 
     def bind_job(self, owner: str) -> None:
         """Record ``owner`` as the job's, or refuse when another owner was recorded first.
@@ -82,7 +82,8 @@ class ChangeSetStorage(StateChangelogStorage):
         """
         return owner
 
-    def _check_open(self) -> None:
+    def check_open(self) -> None:
+        """Raise :class:`ClosedError` once the storage is closed."""
         if self._closed:
             msg = f"{self.identifier} storage is closed"
             raise ClosedError(msg)
@@ -129,7 +130,7 @@ class ChangeSetStorage(StateChangelogStorage):
 
     def _check_writable(self) -> None:
         """Refuse what would write or delete, on a storage opened read only."""
-        self._check_open()
+        self.check_open()
         if self.read_only:
             msg = (
                 f"{self.identifier} storage of job {self.job_id!r} is open read only (dstl.read-only): it "
@@ -152,7 +153,8 @@ class ChangeSetStorage(StateChangelogStorage):
             self._writers.add(writer)
         return writer
 
-    def _forget(self, writer: ChangeSetWriter) -> None:
+    def writer_closed(self, writer: ChangeSetWriter) -> None:
+        """``writer`` closed: it no longer holds the storage open."""
         with self._lock:
             self._writers.discard(writer)
 

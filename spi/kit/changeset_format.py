@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import google_crc32c
 import zstandard
 
-from .errors import CorruptedError
+from ..errors import CorruptedError
 
 __all__ = [
     "CHANGE_ITEM",
