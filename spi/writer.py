@@ -39,6 +39,15 @@ class StateChangelogWriter(ABC):
       deleted by :meth:`StateChangelogStorage.discard` once no checkpoint needs them.
     - A writer is used by one thread at a time (its operator); the storage it came
       from is thread-safe and may batch the persists of many writers.
+
+    **What an engine must call, and what it may leave out.** Every engine creates,
+    appends, persists and closes. :meth:`confirm`, :meth:`reset`, :meth:`truncate` and
+    :meth:`truncate_and_close` serve a writer that outlives checkpoints (reuse of
+    confirmed uploads, memory release after a materialization); an engine whose
+    writer lives for one checkpoint (dstl's Spark integration: one per task) leaves
+    them out and removes old log data through :meth:`StateChangelogStorage.discard`
+    only. A storage must be correct under both; the conformance suite tests both
+    (``test_lifecycle.py``).
     """
 
     @property

@@ -226,3 +226,26 @@ def test_a_writer_says_which_log_key_groups_and_epoch_it_writes(storage, sut):
     handle = persist(writer, 0, 1, sut.timeout)
     assert (handle.log_id, handle.key_groups, handle.epoch) == (writer.log_id, KG, 11)
     assert storage.create_writer("op2", KG).log_id != writer.log_id
+
+
+def test_one_writer_per_checkpoint_never_confirms_truncates_or_resets(storage, sut):
+    """An engine whose writer lives one checkpoint (Spark: one task) uses only create, append, persist, close.
+
+    Each checkpoint's writer has a newer epoch and starts its own SQNs; its handle reads
+    back exactly its own changes, the older handles theirs, and discarding the older
+    ones (what the engine does instead of ``truncate``) leaves the newer readable.
+    """
+    handles, expected = [], []
+    for checkpoint in range(1, 6):
+        writer = storage.create_writer("op", KG, epoch=checkpoint)
+        data = [change_bytes(f"c{checkpoint}", index) for index in range(3)]
+        for index, item in enumerate(data):
+            writer.append(index % 4, item)
+        handles.append(persist(writer, writer.initial_sqn(), checkpoint, sut.timeout))
+        expected.append(data)
+        writer.close()
+    for handle, data in zip(handles, expected, strict=True):
+        assert read_data(storage, handle) == data, "a handle must read its own writer's changes only"
+    storage.discard(handles[:3])
+    for handle, data in zip(handles[3:], expected[3:], strict=True):
+        assert read_data(storage, handle) == data, "discarding older checkpoints' logs kept the newer ones"
