@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from rich.console import Console
 
-__all__ = ["add_conformance_parser"]
+from dstl.spi import hookimpl
+
+__all__ = ["add_conformance_parser", "dstl_cli_commands"]
 
 
 def _run(args: argparse.Namespace, console: Console) -> int:
@@ -37,3 +40,9 @@ def add_conformance_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("-x", "--exitfirst", action="store_true", help="stop at the first failure")
     parser.add_argument("-v", "--verbose", action="store_true")
     parser.set_defaults(run=_run)
+
+
+@hookimpl
+def dstl_cli_commands(subparsers: Any) -> None:
+    """Add ``conformance``."""
+    add_conformance_parser(subparsers)

@@ -20,7 +20,7 @@ from rich.text import Text
 from .config import parse_key_values
 from .errors import DstlError
 from .options import ConfigOption
-from .plugins import get_registry
+from .plugins import get_plugin_manager, get_registry
 
 __all__ = ["main"]
 
@@ -135,12 +135,6 @@ def _cmd_config(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
-def _cmd_demo(args: argparse.Namespace, console: Console) -> int:
-    from dstl.backend.spark.demo import run_demo  # the main job lives with the Spark integration
-
-    return run_demo(args, console)
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``dstl``."""
     parser = argparse.ArgumentParser(
@@ -157,33 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
     config.add_argument("--json", action="store_true", help="machine-readable output")
     config.add_argument("--update-readme", metavar="PATH", help="rewrite the table in a README")
     config.set_defaults(run=_cmd_config)
-    demo = sub.add_parser(
-        "demo", help="run the main job: a PySpark streaming pipeline on the changelog backend"
-    )
-    demo.add_argument("--storage", help="storage identifier (default: dstl.storage)")
-    demo.add_argument("--seconds", type=float, default=10.0, help="bounded run time")
-    demo.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
-    demo.add_argument(
-        "--verify", action="store_true", help="kill and restart the job mid-stream, then check it: PASS/FAIL"
-    )
-    demo.add_argument("--workdir", help="keep input, output and checkpoints here (default: a temp dir)")
-    demo.add_argument(
-        "--progress", metavar="FILE", help="write each batch's progress as one JSON object per line"
-    )
-    demo.set_defaults(run=_cmd_demo)
-    try:
-        from dstl.backend.tools.inspect_command import add_inspect_parser, add_savepoint_parser
-    except ImportError:  # the backend package is not installed
-        pass
-    else:
-        add_inspect_parser(sub)
-        add_savepoint_parser(sub)
-    try:
-        from dstl.conformance.cli import add_conformance_parser
-    except ImportError:  # conformance package not installed
-        pass
-    else:
-        add_conformance_parser(sub)
+    # commands of the packages above the SPI (demo, inspect, savepoint, conformance): their plugins
+    get_plugin_manager().hook.dstl_cli_commands(subparsers=sub)
     return parser
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
@@ -77,4 +77,16 @@ def dstl_conformance_backdoor(identifier: str) -> ConformanceBackdoor | None:
     Stops at first non-None result.
 
     :returns: a :class:`dstl.conformance.ConformanceBackdoor`, or ``None``.
+    """
+
+
+@hookspec
+def dstl_cli_commands(subparsers: Any) -> None:
+    """Add subcommands to the ``dstl`` command line.
+
+    Packages above the SPI (the backend, the conformance runner) bring their own
+    commands this way, so ``dstl.spi`` imports nothing above it. Each subcommand sets
+    ``run=function(args, console) -> exit code`` as its parser default.
+
+    :param subparsers: the ``argparse`` sub-parsers action of ``dstl``.
     """

@@ -1,3 +1,6 @@
+import os
+from pathlib import Path
+
 import pytest
 
 from dstl.spi import (
@@ -15,6 +18,8 @@ from dstl.spi import (
 )
 from dstl.spi.memory import MemoryStorage
 from dstl.spi.plugins import get_plugin_manager
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_unknown_storage_lists_installed():
@@ -124,3 +129,15 @@ def test_broken_env_plugin_is_reported_not_fatal(monkeypatch):
     finally:
         monkeypatch.delenv("DSTL_PLUGINS")
         refresh_plugins()
+
+
+def test_a_plugin_adds_a_subcommand_and_the_built_in_ones_come_the_same_way():
+    from tests.fixtures.thirdparty import run_dstl
+
+    env = {**os.environ, "DSTL_PLUGINS": "tests.spi.extra_command_plugin", "PYTHONPATH": str(ROOT)}
+    result = run_dstl(["hello", "world"], env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "hello world"
+    listed = run_dstl(["--help"], env=env).stdout
+    for command in ("hello", "demo", "inspect", "savepoint", "conformance", "storages", "config"):
+        assert f"    {command}" in listed, (command, listed)
