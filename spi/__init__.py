@@ -13,6 +13,7 @@ import warnings
 from typing import Any
 
 from .config import Config
+from .core_options import STORAGE_OPTION
 from .errors import (
     ClosedError,
     ConfigError,
@@ -45,6 +46,7 @@ __all__ = [
     "KNOWN_CAPABILITIES",
     "META_KEY_GROUP",
     "REQUIRED_COUNTERS",
+    "STORAGE_OPTION",
     "ChangelogHandle",
     "ClosedError",
     "Config",

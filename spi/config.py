@@ -13,7 +13,7 @@ import difflib
 import json
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, TypeVar, overload
 
 from .errors import ConfigError
 from .options import ConfigOption
@@ -25,6 +25,8 @@ SPARK_PREFIX = "spark."
 _OWN_NAMESPACES = ("dstl.", "state.")
 _SECRET = re.compile(r"password|secret|token|credential|sasl\.|access[-_.]?key", re.IGNORECASE)
 
+
+T = TypeVar("T")
 
 def parse_key_values(pairs: Iterable[str], *, flag: str = "--config") -> dict[str, str]:
     """Parse command-line ``KEY=VALUE`` pairs.
@@ -188,11 +190,22 @@ class Config(Mapping[str, Any]):
             )
         return message + " Run 'dstl config' to list every option."
 
-    def get(self, key: str, default: Any = None) -> Any:
-        """The parsed value of ``key``: set value, else the option's default.
+    @overload
+    def get(self, key: ConfigOption[T], /) -> T: ...
+
+    @overload
+    def get(self, key: str, default: Any = None, /) -> Any: ...
+
+    def get(self, key: str | ConfigOption[Any], default: Any = None, /) -> Any:
+        """The parsed value of an option: set value, else the option's default.
+
+        Code reads options through their typed constants (``config.get(OPTION)`` is
+        typed by the option); a string key is for text that comes in (CLI, Spark conf).
 
         :raises ConfigError: when ``key`` is not a declared option.
         """
+        if isinstance(key, ConfigOption):
+            return self.get(key.name)
         key = self._canonical(key)
         if key in self._values:
             return self._values[key]

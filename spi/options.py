@@ -9,7 +9,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 from urllib.parse import urlparse
 from urllib.request import url2pathname
 
@@ -208,9 +208,15 @@ class UnderCheckpoint:
         return f"Under Spark, unset, it is {self.directory} in the query's checkpoint location."
 
 
+T = TypeVar("T")
+
+
 @dataclass(frozen=True)
-class ConfigOption:
-    """One declared configuration option.
+class ConfigOption(Generic[T]):
+    """One declared configuration option; ``Config.get(option)`` returns its value typed ``T``.
+
+    Declare it as a typed constant where its component lives, e.g.
+    ``MAX_LOG_RATIO: ConfigOption[float] = ConfigOption("...", OptionType.FLOAT, 2.0, "...")``.
 
     A name ending in ``.*`` declares a pass-through prefix (e.g.
     ``dstl.kafka.producer.*``): any key below it is accepted as a string.
@@ -223,7 +229,7 @@ class ConfigOption:
 
     name: str
     type: OptionType
-    default: Any
+    default: T
     doc: str
     choices: Sequence[str] = ()
     minimum: float | None = None
@@ -296,12 +302,13 @@ class ConfigOption:
 
     def default_text(self) -> str:
         """The default rendered in the form a user would type it."""
-        if self.default is None:
+        default: Any = self.default
+        if default is None:
             return "(none)"
         if self.type is OptionType.DURATION:
-            return format_duration(self.default)
+            return format_duration(default)
         if self.type is OptionType.SIZE:
-            return format_size(self.default)
+            return format_size(default)
         if self.type is OptionType.BOOL:
             return str(self.default).lower()
         return str(self.default)

@@ -20,8 +20,8 @@ import pluggy
 
 from . import hookspecs
 from ._private import core_plugin
-from ._private.core_plugin import READ_ONLY_KEY
 from .config import Config, use_declared_options
+from .core_options import READ_ONLY_KEY, STORAGE_OPTION
 from .errors import PluginError
 from .handle import ChangelogHandle
 from .names import validate_name
@@ -143,7 +143,7 @@ def load_storage(
     """
     cfg = _read_only(Config.of(config), read_only)
     validate_name(job_id, "job id")
-    return get_registry().get(cfg["dstl.storage"]).create(cfg, job_id)
+    return get_registry().get(cfg.get(STORAGE_OPTION)).create(cfg, job_id)
 
 
 def storage_for_handle(

@@ -17,7 +17,12 @@ from dstl.spi import ConfigError, InvalidHandleError, StorageError
 from ..delegate import StateView
 from ..documents import check_regular_file
 from ..materialization import MaterializationRef, SnapshotWriter, read_sections
-from ..options import option_default
+from ..options import (
+    CHANGELOG_MATERIALIZATION_BRIDGE,
+    CHANGELOG_MATERIALIZATION_COMPRESSION,
+    CHANGELOG_MATERIALIZATION_FULL_EVERY,
+    CHANGELOG_MATERIALIZATION_MAX_TRACKED_KEYS,
+)
 from .changed_keys import ChangedKeys, ChangedKeysView
 from .sections import checked_entries, purged, replaced_key_groups
 
@@ -76,11 +81,11 @@ class Materializer:
         backend: MaterializationTarget,
         snapshot_dir: str | None,
         max_failures: int,
-        full_every: int = option_default("state.changelog.materialization.full-every"),
+        full_every: int = CHANGELOG_MATERIALIZATION_FULL_EVERY.default,
         *,
-        bridge: bool = option_default("state.changelog.materialization.bridge"),
-        codec: str = option_default("state.changelog.materialization.compression"),
-        max_tracked_keys: int = option_default("state.changelog.materialization.max-tracked-keys"),
+        bridge: bool = CHANGELOG_MATERIALIZATION_BRIDGE.default,
+        codec: str = CHANGELOG_MATERIALIZATION_COMPRESSION.default,
+        max_tracked_keys: int = CHANGELOG_MATERIALIZATION_MAX_TRACKED_KEYS.default,
         storage_options: Mapping[str, Any] | None = None,
     ) -> None:
         self._backend = backend

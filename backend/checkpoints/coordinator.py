@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dstl.spi import (
+    STORAGE_OPTION,
     ChangelogHandle,
     Config,
     ConfigError,
@@ -42,7 +43,13 @@ from dstl.spi import (
 from ..changelog import BackendSnapshot
 from ..documents import list_directory, read_small_int
 from ..filesystems import put_exclusively, storage_options
-from ..options import backend_option
+from ..options import (
+    CHECKPOINTS_DIR,
+    CHECKPOINTS_NUM_RETAINED,
+    CHECKPOINTS_ON_DAMAGED,
+    CHECKPOINTS_ORPHAN_COLLECTION_GRACE,
+    CHECKPOINTS_ORPHAN_COLLECTION_INTERVAL,
+)
 from .completed import (
     CHECKPOINT_FILE_PREFIX,
     CHECKPOINT_FILE_SUFFIX,
@@ -58,7 +65,7 @@ __all__ = ["CheckpointCoordinator"]
 ON_DAMAGED_CHOICES = ("fail", "previous")
 _LEASE_ATTEMPTS = 64
 #: The shortest orphan-collection grace accepted: the option's declared minimum.
-MIN_ORPHAN_GRACE = float(backend_option("state.checkpoints.orphan-collection.grace").minimum or 0)
+MIN_ORPHAN_GRACE = float(CHECKPOINTS_ORPHAN_COLLECTION_GRACE.minimum or 0)
 
 
 
@@ -98,12 +105,12 @@ class CheckpointCoordinator:
         self.num_retained = num_retained
         self._config = Config.of(config)
         self.orphan_interval = (
-            float(self._config["state.checkpoints.orphan-collection.interval"])
+            self._config.get(CHECKPOINTS_ORPHAN_COLLECTION_INTERVAL)
             if orphan_interval is None
             else orphan_interval
         )
         self.orphan_grace = (
-            float(self._config["state.checkpoints.orphan-collection.grace"])
+            self._config.get(CHECKPOINTS_ORPHAN_COLLECTION_GRACE)
             if orphan_grace is None
             else orphan_grace
         )
@@ -127,16 +134,16 @@ class CheckpointCoordinator:
     def from_config(cls, config: Config | Mapping[str, Any], job_id: str) -> CheckpointCoordinator:
         """A coordinator under ``state.checkpoints.dir`` keeping ``state.checkpoints.num-retained``."""
         cfg = Config.of(config)
-        directory = cfg["state.checkpoints.dir"]
+        directory = cfg.get(CHECKPOINTS_DIR)
         if not directory:
             msg = "the checkpoint coordinator needs state.checkpoints.dir (an fsspec URL)"
             raise ConfigError(msg)
         return cls(
             directory,
             job_id,
-            num_retained=int(cfg["state.checkpoints.num-retained"]),
+            num_retained=cfg.get(CHECKPOINTS_NUM_RETAINED),
             config=cfg,
-            on_damaged=str(cfg["state.checkpoints.on-damaged"]),
+            on_damaged=cfg.get(CHECKPOINTS_ON_DAMAGED),
         )
 
     def _path(self, checkpoint_id: int) -> str:
@@ -411,7 +418,7 @@ class CheckpointCoordinator:
                 for handle in snapshot.all_handles:
                     live.setdefault(handle.storage_id, []).append(handle)
         deleted = 0
-        for storage_id in sorted({*live, str(self._config["dstl.storage"])}):
+        for storage_id in sorted({*live, self._config.get(STORAGE_OPTION)}):
             try:
                 with self._open_storage(storage_id, live.get(storage_id)) as storage:
                     self._check_grace(storage)

@@ -14,14 +14,14 @@ from ..documents import check_regular_file
 from ..filesystems import checkpoint_fs
 from ..keygroups import parse_instance_name
 from ..materialization import MaterializationRef, read_sections
-from ..options import backend_option
+from ..options import CHECKPOINTS_DIR
 from ..serialization import serializer_for, untrusted_serializer_for
 from .completed import CompletedCheckpoint, read_checkpoints
 
 __all__ = ["SPARK_STATE_DIR", "CheckpointLocation", "instance_key_groups", "restored_read_only"]
 
 #: Where a Spark query keeps dstl's state checkpoints, under its checkpoint location.
-SPARK_STATE_DIR = backend_option("state.checkpoints.dir").under_checkpoint.directory  # type: ignore[union-attr]
+SPARK_STATE_DIR = CHECKPOINTS_DIR.under_checkpoint.directory  # type: ignore[union-attr]
 
 
 class CheckpointLocation:

@@ -23,6 +23,7 @@ from ..changelog import BackendSnapshot, ChangelogKeyedStateBackend
 from ..documents import check_regular_file, load_document, read_regular_file
 from ..filesystems import checkpoint_fs, put_atomically
 from ..materialization import MaterializationRef
+from ..options import BACKEND_MAX_PARALLELISM
 from .completed import CompletedCheckpoint, TimeProgress
 from .location import CheckpointLocation, instance_key_groups, restored_read_only
 
@@ -108,7 +109,7 @@ def write_savepoint(
         msg = f"{target} holds a savepoint already: choose an empty target"
         raise InvalidHandleError(msg)
     fs.makedirs(root, exist_ok=True)
-    max_parallelism = int(cfg["state.backend.max-parallelism"])
+    max_parallelism = cfg.get(BACKEND_MAX_PARALLELISM)
     snapshots = {}
     for name, snapshot in sorted(completed.snapshots.items()):
         key_groups = instance_key_groups(name, snapshot)

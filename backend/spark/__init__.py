@@ -27,15 +27,55 @@ Needs ``pip install 'dstl[spark]'``.
 
 from __future__ import annotations
 
-from .placement import instance_for_key_group, routing_exprs
-from .processor import BatchClock, StateContext, StatefulProcessor, TimeMode
-from .progress import BatchProgress
-from .prometheus import PrometheusExporter
-from .pyspark_compat import PySparkProcessor, pyspark_processor
-from .query import StatefulQuery, transform_with_state
-from .query_progress import QueryProgress
-from .sinks import ParquetBatchSink
-from .state_reader import read_changes, read_state
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .placement import instance_for_key_group, routing_exprs
+    from .processor import BatchClock, StateContext, StatefulProcessor, TimeMode
+    from .progress import BatchProgress
+    from .prometheus import PrometheusExporter
+    from .pyspark_compat import PySparkProcessor, pyspark_processor
+    from .query import StatefulQuery, transform_with_state
+    from .query_progress import QueryProgress
+    from .sinks import ParquetBatchSink
+    from .state_reader import read_changes, read_state
+
+#: public name -> its module: imported on first use, so that importing a module of this package
+#: (its options, for one) does not import PySpark.
+_LAZY = {
+    "BatchClock": ".processor",
+    "BatchProgress": ".progress",
+    "ParquetBatchSink": ".sinks",
+    "PrometheusExporter": ".prometheus",
+    "PySparkProcessor": ".pyspark_compat",
+    "QueryProgress": ".query_progress",
+    "StateContext": ".processor",
+    "StatefulProcessor": ".processor",
+    "StatefulQuery": ".query",
+    "TimeMode": ".processor",
+    "instance_for_key_group": ".placement",
+    "pyspark_processor": ".pyspark_compat",
+    "read_changes": ".state_reader",
+    "read_state": ".state_reader",
+    "routing_exprs": ".placement",
+    "transform_with_state": ".query",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        msg = f"module {__name__!r} has no attribute {name!r}"
+        raise AttributeError(msg)
+    value = getattr(import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 __all__ = [
     "BatchClock",

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from dstl.spi import ConfigError
 
+from ..options import CHECKPOINTS_DIR
 from ._private.call_checks import (
     adapted,
     check_columns,
@@ -103,7 +104,7 @@ def transform_with_state(  # noqa: PLR0913 - the keywords of PySpark's transform
         dict(spark.sparkContext.getConf().getAll()) | session_conf(spark), config, checkpoint_location
     )
     job_id = resolve_job_id(
-        checkpoint_location, job_id, cfg, legacy_state_dir=cfg.get("state.checkpoints.dir")
+        checkpoint_location, job_id, cfg, legacy_state_dir=cfg.get(CHECKPOINTS_DIR)
     )
     schema = output_schema if isinstance(output_schema, StructType) else StructType.fromDDL(output_schema)
     mode = TimeMode.parse(time_mode if time_mode is not None else ("event" if event_time_column else "none"))

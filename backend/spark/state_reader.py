@@ -20,6 +20,7 @@ from dstl.spi import ChangelogHandle, Config, InvalidHandleError
 
 from ..changelog import BackendSnapshot
 from ..checkpoints import CheckpointLocation, instance_key_groups, restored_read_only
+from ..options import BACKEND_MAX_PARALLELISM
 from ..tools import describe_change, handle_changes, json_safe, state_entries
 from .placement import instance_name
 
@@ -80,7 +81,7 @@ def read_state(
     read = _state_reader(
         cfg.raw(),
         chosen.checkpoint_id,
-        int(cfg["state.backend.max-parallelism"]),
+        cfg.get(BACKEND_MAX_PARALLELISM),
         location.url,  # where the documents were found: a Spark location or a plain state directory
         location.job,
         internal=internal,

@@ -11,9 +11,10 @@ from pathlib import Path
 
 from dstl.conformance import ConformanceBackdoor
 from dstl.conformance.testing import failing_os_sync, place_forgery, unsynced_writes_lost
-from dstl.spi import ChangelogHandle, StateChangelogStorage, StorageError
+from dstl.spi import ChangelogHandle, Config, StateChangelogStorage, StorageError
 from dstl.spi.handle import LocationValue
 
+from ..options import BASE_PATH
 from .object_store import FsspecStore, S3Store
 from .storage import DfsStorage
 
@@ -72,7 +73,7 @@ class DfsBackdoor(ConformanceBackdoor):
     def unreachable_config(self, config: Mapping[str, str]) -> tuple[dict[str, str], float]:
         """A base path that cannot be written (file) or an endpoint nobody listens on (s3)."""
         fast = {"dstl.dfs.upload.timeout": "500ms", "dstl.dfs.upload.next-attempt-delay": "50ms"}
-        if str(config.get("dstl.dfs.base-path", "")).startswith("s3://"):
+        if str(Config.of(config).get(BASE_PATH) or "").startswith("s3://"):
             from dstl.dfs.testing import free_port
 
             return {**fast, "dstl.dfs.s3.endpoint-url": f"http://127.0.0.1:{free_port()}"}, 0.5 * 3 + 3.0

@@ -18,6 +18,18 @@ from urllib.parse import urlparse
 from dstl.spi import Config, ConfigError, DstlError, StorageError
 from dstl.spi.kit.durability import fsync_directory
 
+from ..options import (
+    BASE_PATH,
+    DOWNLOAD_TIMEOUT,
+    S3_ACCESS_KEY_ID,
+    S3_ENDPOINT_URL,
+    S3_FAST_PATH,
+    S3_REGION,
+    S3_SECRET_ACCESS_KEY,
+    UPLOAD_NUM_THREADS,
+    UPLOAD_TIMEOUT,
+)
+
 
 class ObjectExistsError(StorageError):
     """``put_new`` found the key already taken (conditional put failed)."""
@@ -186,21 +198,21 @@ class S3Store(ObjectStore):
         self.url = url
         self.bucket = parsed.netloc
         self.prefix = parsed.path.strip("/")
-        timeout = float(config["dstl.dfs.upload.timeout"])
+        timeout = config.get(UPLOAD_TIMEOUT)
         session = botocore.session.get_session()  # credentials: the config's, else AWS's chain
         # dstl retries and hedges itself; botocore's own retries would hide slow attempts.
         boto_config = BotoConfig(
             connect_timeout=max(1.0, timeout),
             read_timeout=max(5.0, timeout * 5),
             retries={"total_max_attempts": 1, "mode": "standard"},
-            max_pool_connections=max(10, int(config["dstl.dfs.upload.num-threads"]) * 4),
+            max_pool_connections=max(10, config.get(UPLOAD_NUM_THREADS) * 4),
         )
         self.client = session.create_client(
             "s3",
-            region_name=config.get("dstl.dfs.s3.region"),
-            endpoint_url=config.get("dstl.dfs.s3.endpoint-url"),
-            aws_access_key_id=config.get("dstl.dfs.s3.access-key-id"),
-            aws_secret_access_key=config.get("dstl.dfs.s3.secret-access-key"),
+            region_name=config.get(S3_REGION),
+            endpoint_url=config.get(S3_ENDPOINT_URL),
+            aws_access_key_id=config.get(S3_ACCESS_KEY_ID),
+            aws_secret_access_key=config.get(S3_SECRET_ACCESS_KEY),
             config=boto_config,
         )
 
@@ -296,16 +308,16 @@ def _modified(info: Mapping[str, Any]) -> float | None:
 
 def open_store(config: Config, *, for_markers: bool = False) -> ObjectStore:
     """The store for ``dstl.dfs.base-path``: botocore for s3:// (fast path), else fsspec."""
-    url = config["dstl.dfs.base-path"]
+    url = config.get(BASE_PATH)
     if not url:
         msg = "dstl.dfs.base-path is not set: set it to an fsspec URL, e.g. s3://bucket/dstl or file:///data/dstl"
         raise ConfigError(msg)
     scheme = urlparse(url).scheme or "file"
     if scheme in ("s3", "s3a"):
-        if for_markers or config["dstl.dfs.s3.fast-path"]:
+        if for_markers or config.get(S3_FAST_PATH):
             return S3Store(url, config)
         # dstl bounds and retries reads itself (dstl.dfs.download.*): one attempt per s3fs call.
-        timeout = float(config["dstl.dfs.download.timeout"])
+        timeout = config.get(DOWNLOAD_TIMEOUT)
         options: dict[str, object] = {
             "config_kwargs": {
                 "connect_timeout": timeout,
@@ -313,11 +325,11 @@ def open_store(config: Config, *, for_markers: bool = False) -> ObjectStore:
                 "retries": {"total_max_attempts": 1, "mode": "standard"},
             },
         }
-        if config.get("dstl.dfs.s3.endpoint-url"):
-            options["client_kwargs"] = {"endpoint_url": config["dstl.dfs.s3.endpoint-url"]}
-        if config.get("dstl.dfs.s3.access-key-id"):
-            options["key"] = config["dstl.dfs.s3.access-key-id"]
-            options["secret"] = config.get("dstl.dfs.s3.secret-access-key")
+        if config.get(S3_ENDPOINT_URL):
+            options["client_kwargs"] = {"endpoint_url": config.get(S3_ENDPOINT_URL)}
+        if config.get(S3_ACCESS_KEY_ID):
+            options["key"] = config.get(S3_ACCESS_KEY_ID)
+            options["secret"] = config.get(S3_SECRET_ACCESS_KEY)
         store = FsspecStore(url, {**options, **config.options_under(_USER_OPTIONS)})
         store.fs.retries = 1  # s3fs's own retry loop (a class attribute, not an argument)
         return store

@@ -25,11 +25,28 @@ from dstl.spi.handle import Location
 from dstl.spi.kit import (
     ChangeSetStorage,
     check_relative_path,
+    storage_settings,
 )
 from dstl.spi.kit.changeset_format import CHANGE_SET_HEADER_SIZE, ChangeSetIdentity, change_set_identity
 from dstl.spi.kit.changeset_reader import checked_locations
 from dstl.spi.names import MAX_NAME_LENGTH
 
+from ..options import (
+    BASE_PATH,
+    BATCH_PERSIST_DELAY,
+    BATCH_PERSIST_SIZE_THRESHOLD,
+    DOWNLOAD_CACHE_IDLE_TIMEOUT,
+    DOWNLOAD_CACHE_MAX_SIZE,
+    DOWNLOAD_MAX_ATTEMPTS,
+    DOWNLOAD_TIMEOUT,
+    PREEMPTIVE_PERSIST_THRESHOLD,
+    UPLOAD_MAX_ATTEMPTS,
+    UPLOAD_MAX_IN_FLIGHT,
+    UPLOAD_NEXT_ATTEMPT_DELAY,
+    UPLOAD_NUM_THREADS,
+    UPLOAD_RETRY_POLICY,
+    UPLOAD_TIMEOUT,
+)
 from .batch_format import HEADER_SIZE, build_object, index_size, read_index
 from .bounded import BoundedCalls
 from .cache import DownloadCache
@@ -77,49 +94,48 @@ class DfsStorage(ChangeSetStorage):
     def __init__(self, config: Config, job_id: str) -> None:
         super().__init__(
             job_id,
-            codec=str(config["dstl.changelog.compression"]),
-            read_only=bool(config["dstl.read-only"]),
+            **storage_settings(config),
         )
         self.store: ObjectStore = open_store(config)
         # Epoch markers need conditional puts: on S3 through botocore even when data goes through s3fs.
-        on_s3 = urlparse(str(config["dstl.dfs.base-path"])).scheme in ("s3", "s3a")
+        on_s3 = urlparse(config.get(BASE_PATH)).scheme in ("s3", "s3a")
         self.markers = (
             open_store(config, for_markers=True)
             if on_s3 and not isinstance(self.store, S3Store)
             else self.store
         )
-        self.preemptive_threshold = int(config["dstl.dfs.preemptive-persist-threshold"])
+        self.preemptive_threshold = config.get(PREEMPTIVE_PERSIST_THRESHOLD)
         self.instance = uuid.uuid4().hex[:12]
         self._batches = itertools.count()
         self._policy = RetryPolicy(
-            kind=str(config["dstl.dfs.upload.retry-policy"]),
-            timeout=float(config["dstl.dfs.upload.timeout"]),
-            max_attempts=int(config["dstl.dfs.upload.max-attempts"]),
-            next_attempt_delay=float(config["dstl.dfs.upload.next-attempt-delay"]),
+            kind=config.get(UPLOAD_RETRY_POLICY),
+            timeout=config.get(UPLOAD_TIMEOUT),
+            max_attempts=config.get(UPLOAD_MAX_ATTEMPTS),
+            next_attempt_delay=config.get(UPLOAD_NEXT_ATTEMPT_DELAY),
         )
-        threads = int(config["dstl.dfs.upload.num-threads"])
+        threads = config.get(UPLOAD_NUM_THREADS)
         self._pool = ThreadPoolExecutor(
             threads * self._policy.attempts + 1, thread_name_prefix="dstl-dfs-upload"
         )
         self._timers = TimerThread("dstl-dfs-timers")
         self._scheduler = BatchingScheduler(
-            delay=float(config["dstl.dfs.batch.persist-delay"]),
-            size_threshold=int(config["dstl.dfs.batch.persist-size-threshold"]),
-            max_in_flight=int(config["dstl.dfs.upload.max-in-flight"]),
+            delay=config.get(BATCH_PERSIST_DELAY),
+            size_threshold=config.get(BATCH_PERSIST_SIZE_THRESHOLD),
+            max_in_flight=config.get(UPLOAD_MAX_IN_FLIGHT),
             timers=self._timers,
             metrics=self._metrics,
             upload_batch=self._upload_batch,
         )
         self._reads = BoundedCalls(
-            timeout=float(config["dstl.dfs.download.timeout"]),
-            attempts=int(config["dstl.dfs.download.max-attempts"]),
+            timeout=config.get(DOWNLOAD_TIMEOUT),
+            attempts=config.get(DOWNLOAD_MAX_ATTEMPTS),
             metrics=self._metrics,
         )
         #: downloaded objects shared by the readers (and invalidated by discards)
         self.cache = DownloadCache(
             lambda key: self._reads.call(f"reading {self.store.describe(key)}", lambda: self.store.get(key)),
-            idle_timeout=float(config["dstl.dfs.download.cache-idle-timeout"]),
-            max_bytes=int(config["dstl.dfs.download.cache-max-size"]),
+            idle_timeout=config.get(DOWNLOAD_CACHE_IDLE_TIMEOUT),
+            max_bytes=config.get(DOWNLOAD_CACHE_MAX_SIZE),
             metrics=self._metrics,
         )
         self._gc_lock = threading.Lock()

@@ -9,6 +9,15 @@ from typing import Any
 
 from dstl.spi import Config, ConfigError, StorageError
 
+from ..options import (
+    BOOTSTRAP_SERVERS,
+    MAX_MESSAGE_SIZE,
+    REQUEST_TIMEOUT,
+    TOPIC_CREATE,
+    TOPIC_PARTITIONS,
+    TOPIC_REPLICATION_FACTOR,
+)
+
 log = logging.getLogger(__name__)
 
 
@@ -21,15 +30,15 @@ class ClientFactory:
     """Producer, consumer and admin settings: bootstrap + pass-through keys."""
 
     def __init__(self, config: Config) -> None:
-        servers = config["dstl.kafka.bootstrap.servers"]
+        servers = config.get(BOOTSTRAP_SERVERS)
         if not servers:
             msg = "dstl.kafka.bootstrap.servers is not set: name the brokers, e.g. host1:9092,host2:9092"
             raise ConfigError(msg)
         self.servers = str(servers)
-        self.timeout = float(config["dstl.kafka.request.timeout"])
+        self.timeout = config.get(REQUEST_TIMEOUT)
         self.producer_extra = config.with_prefix("dstl.kafka.producer.")
         self.consumer_extra = config.with_prefix("dstl.kafka.consumer.")
-        self.max_message = int(config["dstl.kafka.max-message-size"])
+        self.max_message = config.get(MAX_MESSAGE_SIZE)
 
     def _common(self) -> dict[str, Any]:
         return {
@@ -97,13 +106,13 @@ def ensure_topics(
         msg = f"cannot reach Kafka at {factory.servers}: {exc}"
         raise StorageError(msg, retriable=True) from exc
     missing = [name for name in names if name not in existing]
-    if missing and not config["dstl.kafka.topic.create"]:
+    if missing and not config.get(TOPIC_CREATE):
         msg = f"topic {missing[0]!r} does not exist and dstl.kafka.topic.create is false: create it first"
         raise ConfigError(msg)
     if missing:
-        partitions = int(config["dstl.kafka.topic.partitions"])
+        partitions = config.get(TOPIC_PARTITIONS)
         topic_config = config.with_prefix("dstl.kafka.topic.config.")
-        replication = int(config["dstl.kafka.topic.replication-factor"])
+        replication = config.get(TOPIC_REPLICATION_FACTOR)
         futures = admin.create_topics(
             [
                 NewTopic(

@@ -14,6 +14,7 @@ import logging
 
 from dstl.spi import Config, StorageError
 
+from ..options import TOPIC_CREATE
 from .clients import ClientFactory, ensure_topics
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,7 @@ def record_owner(factory: ClientFactory, config: Config, topic: str, owner: str)
     others = [name for name in _listed(factory, AdminClient, prefix) if name != mine]
     if others:
         return _read_owner(factory, sorted(others)[0])
-    if not config["dstl.kafka.topic.create"]:
+    if not config.get(TOPIC_CREATE):
         log.warning("dstl.kafka.topic.create is false: the owner of %s is not recorded", topic)
         return owner
     one_partition = config.with_values({"dstl.kafka.topic.partitions": 1})

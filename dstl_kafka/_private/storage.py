@@ -13,8 +13,16 @@ from typing import Any
 
 from dstl.spi import ChangelogHandle, Config, CorruptedError, KeyGroupRange, StorageError
 from dstl.spi.handle import Location, LocationValue
-from dstl.spi.kit import ChangeSet, ChangeSetReader, ChangeSetStorage, ChangeSetWriter, FetchedChangeSet
+from dstl.spi.kit import (
+    ChangeSet,
+    ChangeSetReader,
+    ChangeSetStorage,
+    ChangeSetWriter,
+    FetchedChangeSet,
+    storage_settings,
+)
 
+from ..options import CLAIMS_KEPT_PRODUCERS, TOPIC
 from .claims import ClaimsTracker
 from .clients import ClientFactory, ensure_topics, partition_for
 from .ledger import PartitionLedger
@@ -203,12 +211,11 @@ class KafkaStorage(ChangeSetStorage):
     def __init__(self, config: Config, job_id: str) -> None:
         super().__init__(
             job_id,
-            codec=str(config["dstl.changelog.compression"]),
-            read_only=bool(config["dstl.read-only"]),
+            **storage_settings(config),
         )
         self.factory = ClientFactory(config)
         self._config = config
-        self.topic = f"{config['dstl.kafka.topic']}.{self.job_id}"
+        self.topic = f"{config.get(TOPIC)}.{self.job_id}"
         self.claims_topic = f"{self.topic}.claims"
         self._producer: Any = None
         if self.read_only:  # readers consume the topics their handles name: no topic, producer or claim
@@ -218,7 +225,7 @@ class KafkaStorage(ChangeSetStorage):
         )
         self.chunk_size = self.factory.max_message
         self.claims = ClaimsTracker(
-            self.factory, self.claims_topic, self.job_id, int(config["dstl.kafka.claims.kept-producers"])
+            self.factory, self.claims_topic, self.job_id, config.get(CLAIMS_KEPT_PRODUCERS)
         )
         self._fatal = threading.Event()
         self._producer_lock = threading.Lock()

@@ -24,7 +24,7 @@ from dstl.spi import (
     StorageError,
 )
 from dstl.spi.handle import Location
-from dstl.spi.kit import check_relative_path
+from dstl.spi.kit import check_relative_path, storage_settings
 from dstl.spi.kit.changeset_format import CHANGE_SET_HEADER_SIZE, ChangeSetIdentity, change_set_identity
 from dstl.spi.kit.changeset_reader import (
     checked_locations,
@@ -33,6 +33,7 @@ from dstl.spi.kit.changeset_storage import ChangeSetStorage
 from dstl.spi.kit.durability import fsync_directory
 from dstl.spi.names import MAX_NAME_LENGTH
 
+from ..options import DIR, FSYNC, SEGMENT_SIZE
 from .discards import DiscardTracker
 from .fencing import EpochFile, OwnerCheck
 from .group_commit import CommitRequest, GroupCommitter
@@ -93,7 +94,7 @@ class LocalStorage(ChangeSetStorage):
     """
 
     def __init__(self, config: Config, job_id: str) -> None:
-        base = config["dstl.local.dir"]
+        base = config.get(DIR)
         if not base:
             msg = (
                 "dstl.local.dir is not set: set it to a directory on a local disk, "
@@ -102,15 +103,14 @@ class LocalStorage(ChangeSetStorage):
             raise ConfigError(msg)
         super().__init__(
             job_id,
-            codec=str(config["dstl.changelog.compression"]),
-            read_only=bool(config["dstl.read-only"]),
+            **storage_settings(config),
         )
         self.base = Path(base).expanduser().absolute()
         self.job_dir = self.base / self.job_id
         self.segments_dir = self.job_dir / "segments"
         self.epochs_dir = self.job_dir / "epochs"
-        self._segment_size = int(config["dstl.local.segment-size"])
-        self._fsync = bool(config["dstl.local.fsync"])
+        self._segment_size = config.get(SEGMENT_SIZE)
+        self._fsync = config.get(FSYNC)
         self._segment_lock = threading.Lock()  # held across write + fsync: keep it apart
         self.instance = uuid.uuid4().hex[:12]
         self._active: ActiveSegment | None = None

@@ -40,7 +40,7 @@ from .changeset_reader import (
     checked_locations,
     decode_fetched,
 )
-from .changeset_storage import ChangeSetStorage
+from .changeset_storage import ChangeSetStorage, storage_settings
 from .changeset_writer import ChangeSet, ChangeSetWriter, WriterHost, WriterState
 from .durability import fsync_directory
 from .futures import mapped, when_all
@@ -78,5 +78,6 @@ __all__ = [
     "framed_size",
     "iter_change_sets",
     "mapped",
+    "storage_settings",
     "when_all",
 ]

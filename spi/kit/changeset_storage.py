@@ -12,6 +12,7 @@ import math
 import threading
 from abc import abstractmethod
 from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ClosedError, JobConflictError, ReadOnlyError, StorageError
 from ..handle import ChangelogHandle
@@ -22,7 +23,10 @@ from ..types import KeyGroupRange
 from .changeset_format import ChangeSetIdentity
 from .changeset_writer import ChangeSetWriter
 
-__all__ = ["ChangeSetStorage"]
+if TYPE_CHECKING:
+    from ..config import Config
+
+__all__ = ["ChangeSetStorage", "storage_settings"]
 
 log = logging.getLogger(__name__)
 
@@ -171,3 +175,10 @@ class ChangeSetStorage(StateChangelogStorage):
 
     def _close_resources(self) -> None:
         """Release what the storage holds once its writers are closed."""
+
+
+def storage_settings(config: Config) -> dict[str, Any]:
+    """What every storage reads the same way: ``codec`` and ``read_only`` of :class:`ChangeSetStorage`."""
+    from ..core_options import COMPRESSION_OPTION, READ_ONLY_OPTION  # it declares the codecs of this kit
+
+    return {"codec": config.get(COMPRESSION_OPTION), "read_only": config.get(READ_ONLY_OPTION)}

@@ -7,7 +7,7 @@ import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from dstl.spi import Config, ConfigError
+from dstl.spi import STORAGE_OPTION, Config, ConfigError
 
 from ..processor import StatefulProcessor
 from .durations import duration_ms
@@ -37,7 +37,7 @@ def check_storage_for_spark(cfg: Config) -> None:
     """
     from dstl.spi.plugins import get_registry
 
-    storage = cfg["dstl.storage"]
+    storage = cfg.get(STORAGE_OPTION)
     if "multi_process" not in get_registry().get(storage).capabilities:
         msg = (
             f"storage {storage!r} lives in one process, but Spark runs tasks in separate Python workers "

@@ -15,6 +15,16 @@ from dstl.spi import Config, ConfigError, CorruptedError
 
 from ...changelog import BackendSnapshot, MaterializationPolicy
 from ...checkpoints import CheckpointCoordinator, CompletedCheckpoint, TimeProgress
+from ...options import (
+    BACKEND_MAX_PARALLELISM,
+    CHANGELOG_MATERIALIZATION_INTERVAL,
+    CHANGELOG_MATERIALIZATION_MAX_LOG_RATIO,
+    CHECKPOINTS_DIR,
+    CHECKPOINTS_NUM_RETAINED,
+    CHECKPOINTS_ON_DAMAGED,
+    SAVEPOINT_PATH,
+)
+from ..options import SPARK_PARALLELISM, SPARK_PLACEMENT, SPARK_WORKING_DIR
 from ..placement import (
     instance_name,
     instance_ranges,
@@ -68,22 +78,26 @@ class BatchRunner:
         self.cfg = cfg
         self.spec = spec
         job_id = spec.job_id
-        self.parallelism = int(cfg["dstl.spark.parallelism"])
-        self.max_parallelism = int(cfg["state.backend.max-parallelism"])
+        self.parallelism = cfg.get(SPARK_PARALLELISM)
+        self.max_parallelism = cfg.get(BACKEND_MAX_PARALLELISM)
         if self.parallelism > self.max_parallelism:
             msg = (
                 f"dstl.spark.parallelism={self.parallelism} exceeds state.backend.max-parallelism="
                 f"{self.max_parallelism}: raise the latter (only possible before the first checkpoint)"
             )
             raise ConfigError(msg)
-        directory = cfg["state.checkpoints.dir"]
+        directory = cfg.get(CHECKPOINTS_DIR)
+        if directory is None:  # job_config defaults it under the checkpoint location
+            msg = "state.checkpoints.dir is not set and the checkpoint location gives no default for it"
+            raise ConfigError(msg)
+        self.state_dir = directory
         # A replayed batch restarts from checkpoint batch_id - 1, which must therefore be retained.
         self.coordinator = CheckpointCoordinator(
             directory,
             job_id,
-            num_retained=max(2, int(cfg["state.checkpoints.num-retained"])),
+            num_retained=max(2, cfg.get(CHECKPOINTS_NUM_RETAINED)),
             config=cfg,
-            on_damaged=str(cfg["state.checkpoints.on-damaged"]),
+            on_damaged=cfg.get(CHECKPOINTS_ON_DAMAGED),
         )
         self.coordinator.recover()
         # Per instance, (checkpoint, digest) of its snapshot in recent completed checkpoints.
@@ -93,10 +107,10 @@ class BatchRunner:
         # the driver lease's generation grows with every driver start: writer epochs of a new
         # run fence the old run's writers, as the lease fences its coordinator
         self.run_id = self.coordinator.generation or 1
-        self.working_dir = cfg.get("dstl.spark.working-dir") or f"{tempfile.gettempdir()}/dstl-working"
-        self.homes = ExecutorHomes() if cfg["dstl.spark.placement"] == "sticky" else None
-        self.interval = float(cfg["state.changelog.materialization.interval"])
-        self.policy = MaterializationPolicy(float(cfg["state.changelog.materialization.max-log-ratio"]))
+        self.working_dir = cfg.get(SPARK_WORKING_DIR) or f"{tempfile.gettempdir()}/dstl-working"
+        self.homes = ExecutorHomes() if cfg.get(SPARK_PLACEMENT) == "sticky" else None
+        self.interval = cfg.get(CHANGELOG_MATERIALIZATION_INTERVAL)
+        self.policy = MaterializationPolicy(cfg.get(CHANGELOG_MATERIALIZATION_MAX_LOG_RATIO))
         started = time.monotonic()
         self.materialized_at = {instance_name(r): started for r in self.ranges}
         self.progress: deque[BatchProgress] = deque(maxlen=RECENT_BATCHES)
@@ -143,8 +157,9 @@ class BatchRunner:
             latest = self.coordinator.latest()
         found = latest.checkpoint_id if latest is not None else None
         expected = batch_id - 1 if batch_id > 0 else None
-        if found is None and expected is None and self.cfg.get("state.savepoint.path"):
-            return self._from_savepoint(str(self.cfg["state.savepoint.path"]))
+        savepoint = self.cfg.get(SAVEPOINT_PATH)
+        if found is None and expected is None and savepoint:
+            return self._from_savepoint(savepoint)
         if found == expected:
             return latest
         rolled_back = self.coordinator.rolled_back_from
@@ -177,9 +192,7 @@ class BatchRunner:
         """
         from ...checkpoints import adopt_savepoint
 
-        base = adopt_savepoint(
-            path, self.cfg["state.checkpoints.dir"], self.spec.job_id, self.max_parallelism, self.cfg
-        )
+        base = adopt_savepoint(path, self.state_dir, self.spec.job_id, self.max_parallelism, self.cfg)
         log.info("job %r starts from the savepoint at %s", self.spec.job_id, path)
         return base
 

@@ -18,6 +18,7 @@ from dstl.spi import Config, StateChangelogStorage, StorageMetrics, load_storage
 
 from ...changelog import BackendSnapshot, ChangelogKeyedStateBackend
 from ...keygroups import key_group_range_for_instance
+from ...options import BACKEND_LMDB_MAP_SIZE
 from ..placement import instance_name
 from ..processor import BatchClock, StateContext, StatefulProcessor
 from .bring_up import bring_up, materializing, offer_when_done
@@ -88,7 +89,7 @@ def process_instance(
     copy = WorkingCopy(
         f"{plan.working_dir}/{plan.job_id}/{plan.operator_id}",
         name,
-        map_size=int(cfg["state.backend.lmdb.map-size"]),
+        map_size=cfg.get(BACKEND_LMDB_MAP_SIZE),
     )
     with copy.exclusive():
         stamp = copy.stamp()

@@ -20,10 +20,11 @@ from ...kit.changeset_reader import (
     LocationField,
     checked_locations,
 )
-from ...kit.changeset_storage import ChangeSetStorage
+from ...kit.changeset_storage import ChangeSetStorage, storage_settings
 from ...kit.changeset_writer import ChangeSet, ChangeSetWriter
 from ...names import MAX_NAME_LENGTH
 from ...types import KeyGroupRange
+from ..options import NAMESPACE, PREEMPTIVE_PERSIST_THRESHOLD, UPLOAD_DELAY
 
 IDENTIFIER = "memory"
 
@@ -167,15 +168,12 @@ class MemoryStorage(ChangeSetStorage):
 
     def __init__(self, config: Config, job_id: str) -> None:
         # the reference storage compresses like the others: the suite reads both forms through it
-        super().__init__(
-            job_id,
-            codec=str(config["dstl.changelog.compression"]),
-            read_only=bool(config["dstl.read-only"]),
-        )
-        if config["dstl.memory.preemptive-persist-threshold"] is not None:
-            self.preemptive_threshold = int(config["dstl.memory.preemptive-persist-threshold"])
-        self.namespace = _namespace(str(config["dstl.memory.namespace"]))
-        delay = float(config["dstl.memory.upload-delay"])
+        super().__init__(job_id, **storage_settings(config))
+        threshold = config.get(PREEMPTIVE_PERSIST_THRESHOLD)
+        if threshold is not None:
+            self.preemptive_threshold = threshold
+        self.namespace = _namespace(config.get(NAMESPACE))
+        delay = config.get(UPLOAD_DELAY)
         self.delayed_uploads = _DelayedUploads(delay) if delay > 0 else None
         self._upload_delay = delay
 

@@ -1,0 +1,34 @@
+"""Configuration options of the Spark integration (``dstl.spark.*``; in Spark conf: ``spark.dstl.*``)."""
+
+from __future__ import annotations
+
+from dstl.spi import ConfigOption, OptionType
+
+__all__ = ["SPARK_OPTIONS", "SPARK_PARALLELISM", "SPARK_PLACEMENT", "SPARK_WORKING_DIR"]
+
+SPARK_PARALLELISM: ConfigOption[int] = ConfigOption(
+    "dstl.spark.parallelism",
+    OptionType.INT,
+    2,
+    "Operator instances of a stateful Spark query (key-group ranges); change it to rescale.",
+    minimum=1,
+)
+
+SPARK_WORKING_DIR: ConfigOption[str | None] = ConfigOption(
+    "dstl.spark.working-dir",
+    OptionType.STRING,
+    None,
+    "Local directory of the executors' working state (LMDB); default: the system temp dir.",
+)
+
+SPARK_PLACEMENT: ConfigOption[str] = ConfigOption(
+    "dstl.spark.placement",
+    OptionType.ENUM,
+    "sticky",
+    "sticky: each operator instance prefers the executor that ran it before (Spark's preferred "
+    "locations; spark.locality.wait bounds the wait), so its working copy stays warm. spark: "
+    "wherever Spark's scheduler puts it (applyInPandas).",
+    choices=("sticky", "spark"),
+)
+
+SPARK_OPTIONS = (SPARK_PARALLELISM, SPARK_WORKING_DIR, SPARK_PLACEMENT)
