@@ -8,15 +8,18 @@ through a download cache. Works on any fsspec URL; s3:// goes through botocore.
 
 from __future__ import annotations
 
+from importlib import import_module
+
 from .options import DFS_OPTIONS
 
-__all__ = ["DFS_OPTIONS", "DfsStorage"]
+__all__ = ["DFS_OPTIONS", "DfsReader", "DfsStorage", "DfsWriter"]
+
+#: The storage imports fsspec: `import dstl.dfs` stays light for option discovery.
+_LAZY = {"DfsStorage": "._private.storage", "DfsReader": "._private.reader", "DfsWriter": "._private.writer"}
 
 
 def __getattr__(name: str) -> object:
-    # The storage imports fsspec; keep `import dstl.dfs` light for option discovery.
-    if name == "DfsStorage":
-        from ._private.storage import DfsStorage
-
-        return DfsStorage
-    raise AttributeError(name)
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(name)
+    return getattr(import_module(module, __name__), name)

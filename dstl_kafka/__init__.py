@@ -9,6 +9,18 @@ raced against every produce. Reads are ``read_committed`` and bounded.
 
 from __future__ import annotations
 
+from importlib import import_module
+
 from .options import KAFKA_OPTIONS
 
-__all__ = ["KAFKA_OPTIONS"]
+__all__ = ["KAFKA_OPTIONS", "KafkaReader", "KafkaStorage", "KafkaWriter"]
+
+#: The storage imports confluent-kafka: `import dstl.kafka` stays light for option discovery.
+_LAZY = {name: "._private.storage" for name in ("KafkaReader", "KafkaStorage", "KafkaWriter")}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(name)
+    return getattr(import_module(module, __name__), name)

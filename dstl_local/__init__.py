@@ -8,7 +8,9 @@ change set in them was discarded, fencing through epoch files under ``flock``.
 
 from __future__ import annotations
 
-from ._private.storage import LocalReader, LocalStorage, LocalWriter
+from ._private.reader import LocalReader
+from ._private.storage import LocalStorage
+from ._private.writer import LocalWriter
 from .options import LOCAL_OPTIONS
 
 __all__ = ["LOCAL_OPTIONS", "LocalReader", "LocalStorage", "LocalWriter"]

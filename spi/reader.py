@@ -39,6 +39,9 @@ class StateChangelogReader(ABC):
         Same order, filtering and verification as :meth:`read`. Bulk consumers (a
         restore replaying millions of changes) use it to skip one object per change;
         storages that hold decoded change sets override it to hand them over as they are.
+        A change set with no change within the filter carries nothing: it may be
+        yielded (with an empty list) or left out, as this default built on :meth:`read`
+        does; never under another SQN.
         """
         for sqn, changes in groupby(self.read(handle, key_groups), key=lambda change: change.sqn):
             yield sqn if sqn is not None else -1, [(change.key_group, change.data) for change in changes]

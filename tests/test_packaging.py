@@ -90,3 +90,22 @@ def test_third_party_storage_loads_by_identifier(thirdparty_env, tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[b'hello']"
+
+
+def test_every_storage_package_exports_the_same_surface():
+    """Options, storage, reader and writer, under one naming scheme (heavy ones resolved lazily)."""
+    for package, options, prefix in [
+        ("dstl.spi.memory", "MEMORY_OPTIONS", "Memory"),
+        ("dstl.local", "LOCAL_OPTIONS", "Local"),
+        ("dstl.dfs", "DFS_OPTIONS", "Dfs"),
+        ("dstl.kafka", "KAFKA_OPTIONS", "Kafka"),
+    ]:
+        module = importlib.import_module(package)
+        surface = {options, f"{prefix}Storage", f"{prefix}Reader", f"{prefix}Writer"}
+        assert surface <= set(module.__all__), (package, module.__all__)
+        from dstl.spi import StateChangelogReader, StateChangelogStorage, StateChangelogWriter
+
+        assert issubclass(getattr(module, f"{prefix}Storage"), StateChangelogStorage)
+        assert issubclass(getattr(module, f"{prefix}Reader"), StateChangelogReader)
+        assert issubclass(getattr(module, f"{prefix}Writer"), StateChangelogWriter)
+        assert all(option.name.startswith("dstl.") for option in getattr(module, options))

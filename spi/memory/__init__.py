@@ -9,5 +9,16 @@ fresh instance can read what another one wrote; nothing survives the process.
 from __future__ import annotations
 
 from ._private.storage import MemoryStorage, MemoryStorageReader, MemoryWriter, namespace_objects
+from .options import MEMORY_OPTIONS
 
-__all__ = ["MemoryStorage", "MemoryStorageReader", "MemoryWriter", "namespace_objects"]
+#: the same surface as every storage package: options, storage, reader, writer
+MemoryReader = MemoryStorageReader
+
+__all__ = [
+    "MEMORY_OPTIONS",
+    "MemoryReader",
+    "MemoryStorage",
+    "MemoryStorageReader",
+    "MemoryWriter",
+    "namespace_objects",
+]

@@ -23,6 +23,7 @@ from dstl.spi import (
     FencedError,
     OptionType,
     StateChange,
+    StateChangelogReader,
     StorageRegistry,
     StorageSpec,
     hookimpl,
@@ -314,6 +315,24 @@ class MisplacesDamageStorage(MemoryStorage):
     reader_class = SlicingReader
 
 
+class OnlyReadReader(StateChangelogReader):
+    """Not broken: a reader that implements only ``read`` (the SPI's default ``read_change_sets``)."""
+
+    def __init__(self, storage):
+        self._inner = MemoryStorageReader(storage)
+
+    def read(self, handle, key_groups=None):
+        return self._inner.read(handle, key_groups)
+
+    def close(self):
+        self._inner.close()
+
+
+class OnlyReadStorage(MemoryStorage):
+    storage_id = "only-read"
+    reader_class = OnlyReadReader
+
+
 class AcksBeforeSyncStorage(LocalStorage):
     """Bug: writes segments and acknowledges without syncing them (fsync 'for speed')."""
 
@@ -328,6 +347,10 @@ class AcksBeforeSyncStorage(LocalStorage):
 
 
 BROKEN = {
+    OnlyReadStorage.storage_id: (
+        OnlyReadStorage,
+        MEMORY_CAPABILITIES | {"forgery_injection", "orphan_collection"},
+    ),
     DropsLastStorage.storage_id: (DropsLastStorage, MEMORY_CAPABILITIES),
     BelowStartStorage.storage_id: (BelowStartStorage, MEMORY_CAPABILITIES),
     IgnoresTruncationStorage.storage_id: (IgnoresTruncationStorage, MEMORY_CAPABILITIES),

@@ -98,6 +98,14 @@ def test_broken_storage_is_caught(identifier, caught_by):
     assert f"storage {identifier!r} does not conform" in result.stdout
 
 
+def test_a_storage_whose_reader_implements_only_read_conforms():
+    """The SPI's defaults pass the suite: read_change_sets built on read is enough."""
+    result = run_dstl(["conformance", "only-read", "--plugin", BROKEN_PLUGIN], env=repo_env(), timeout=600)
+    assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-3000:]
+    assert "storage 'only-read' conforms" in result.stdout
+    assert "forgery_injection" not in result.stdout  # the forgery tests, empty change sets included, ran
+
+
 def test_third_party_example_conforms_end_to_end(thirdparty_env):
     result = run_dstl(["conformance", "sqlite"], env=thirdparty_env, timeout=600)
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-3000:]
