@@ -1,11 +1,13 @@
-"""A processor's output, whatever form it returned, as one list per output column."""
+"""A processor's output, whatever form it returned, as one list per output column, checked as Spark does."""
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["output_columns"]
+__all__ = ["check_output_types", "output_columns"]
 
 
 def output_columns(result: Any, columns: tuple[str, ...]) -> dict[str, list[Any]]:
@@ -28,7 +30,7 @@ def output_columns(result: Any, columns: tuple[str, ...]) -> dict[str, list[Any]
             msg = "a processor's output rows must be dicts (column -> value)"
             raise TypeError(msg)
         present = {name for row in rows for name in row}
-        found = {name: [row.get(name) for row in rows] for name in columns if name in present}
+        found = {name: [row.get(name) for row in rows] for name in present}
     else:
         msg = f"a processor returns a DataFrame, a mapping of columns, row dicts or None, not {type(result)}"
         raise TypeError(msg)
@@ -38,8 +40,43 @@ def output_columns(result: Any, columns: tuple[str, ...]) -> dict[str, list[Any]
         msg = f"a processor returned output columns of different lengths: {sizes}"
         raise ValueError(msg)
     count = lengths.pop() if lengths else 0
+    unexpected = [name for name in found if name not in columns]
+    if unexpected and count:  # Spark's applyInPandas refuses them too (RESULT_COLUMNS_MISMATCH)
+        msg = f"a processor returned columns {unexpected} that output_schema lacks (it has {list(columns)})"
+        raise ValueError(msg)
     missing = [name for name in columns if name not in found]
     if missing and count:
         msg = f"a processor returned rows without the output columns {missing}"
         raise ValueError(msg)
     return {name: found.get(name, [None] * count) for name in columns}
+
+
+@functools.lru_cache(maxsize=16)
+def _arrow_types(schema_json: str) -> tuple[tuple[str, str, Any], ...]:
+    """``(column, Spark type, Arrow type)`` of an output schema (Spark's JSON form)."""
+    from pyspark.sql.pandas.types import to_arrow_type
+    from pyspark.sql.types import StructType
+
+    schema = StructType.fromJson(json.loads(schema_json))
+    return tuple((f.name, f.dataType.simpleString(), to_arrow_type(f.dataType)) for f in schema.fields)
+
+
+def check_output_types(output: Mapping[str, list[Any]], schema_json: str) -> None:
+    """Each output column converts to its declared type as Spark's Arrow conversion does.
+
+    Whatever the placement, a value that does not fit is an error naming the column,
+    never a NULL (``createDataFrame(..., verifySchema=False)`` would store one).
+
+    :raises TypeError: naming the column, its type and why the value does not fit.
+    """
+    import pyarrow as pa
+
+    for name, spark_type, arrow_type in _arrow_types(schema_json):
+        values = output.get(name)
+        if not values:
+            continue
+        try:
+            pa.array(values, type=arrow_type, from_pandas=True)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
+            msg = f"output column {name!r} is {spark_type} in output_schema, but a processor returned: {exc}"
+            raise TypeError(msg) from exc

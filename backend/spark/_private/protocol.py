@@ -163,6 +163,8 @@ class TaskPlan:
     run_id: int
     working_dir: str
     instances: dict[int, str] = field(default_factory=dict)
+    #: the output schema in Spark's JSON form: every task checks its rows against it
+    output_schema: str = ""
     #: instances that run even without rows: one of their timers is due
     wake: frozenset[int] = frozenset()
     clock: BatchClock = field(default_factory=lambda: BatchClock(int(time.time() * 1000)))

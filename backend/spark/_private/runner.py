@@ -316,6 +316,7 @@ class BatchRunner:
             run_id=self.run_id,
             working_dir=self.working_dir,
             instances=instances,
+            output_schema=self.spec.output_schema.json(),
             wake=wake,
             clock=clock,
         )

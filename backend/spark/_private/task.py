@@ -24,7 +24,7 @@ from ..processor import BatchClock, StateContext, StatefulProcessor
 from .bring_up import bring_up, materializing, offer_when_done
 from .collected import Collected
 from .columns import EVENT_TIME_COLUMN, INSTANCE_COLUMN, KEY_GROUP_COLUMN, WAKE_KEY_GROUP
-from .output import output_columns
+from .output import check_output_types, output_columns
 from .protocol import InstanceReport, InstanceStats, TaskPlan
 from .working_copy import WorkingCopy, snapshot_digest
 
@@ -138,6 +138,8 @@ def process_instance(
             fired, fired_count, next_timer = _fire_timers(processor, context, backend, plan.output_columns)
             for column in plan.output_columns:
                 output[column].extend(fired[column])
+            if plan.output_schema:  # both placements fail alike, naming the column (not a NULL)
+                check_output_types(output, plan.output_schema)
             keys = len(context.keys_touched)
             processor.close()
             phases["process"] = round((time.perf_counter() - process_began) * 1000, 3)
