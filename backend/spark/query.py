@@ -25,6 +25,7 @@ from dstl.spi import ConfigError
 from ..options import CHECKPOINTS_DIR
 from ._private.call_checks import (
     adapted,
+    check_classic_session,
     check_columns,
     check_storage_for_spark,
     job_config,
@@ -100,6 +101,7 @@ def transform_with_state(  # noqa: PLR0913 - the keywords of PySpark's transform
     check_columns(frame, key_columns, event_time_column)  # before anything is written
     processor = adapted(processor)
     spark = frame.sparkSession
+    check_classic_session(spark)
     cfg = job_config(
         dict(spark.sparkContext.getConf().getAll()) | session_conf(spark), config, checkpoint_location
     )

@@ -83,3 +83,13 @@ def test_an_unreachable_kafka_storage_is_refused_at_the_call(spark, tmp_path):
         run(spark, tmp_path / "job", config, 1)
     assert time.monotonic() - started < 30
     assert not any(spark.streams.active)
+
+
+def test_a_spark_connect_session_is_refused_at_the_call_naming_the_difference():
+    from dstl.backend.spark._private.call_checks import check_classic_session
+
+    connect_session = type("SparkSession", (), {"__module__": "pyspark.sql.connect.session"})()
+    with pytest.raises(ConfigError, match="Spark Connect sessions are not supported yet"):
+        check_classic_session(connect_session)
+    classic = type("SparkSession", (), {"__module__": "pyspark.sql.session"})()
+    check_classic_session(classic)  # no error
