@@ -32,6 +32,7 @@ from ._private.call_checks import (
     session_conf,
     stream_watermark,
 )
+from ._private.idle_batches import NO_DATA_BATCHES_CONF, idle_batches, with_heartbeat
 from ._private.runner import BatchRunner, QuerySpec, Sink
 from .job_identity import resolve_job_id
 from .processor import StatefulProcessor, TimeMode
@@ -87,6 +88,10 @@ def transform_with_state(  # noqa: PLR0913 - the keywords of PySpark's transform
         ``event_time_column``, else ``none``.
     :param event_time_column: a timestamp column, or one of epoch milliseconds: the
         watermark follows it, and rows at or below the watermark are dropped as late.
+        As on Spark, with timers (processing or event time) a batch runs on an idle
+        stream too, at least every second or trigger interval: due timers fire and a
+        moved watermark takes effect without new rows (not with ``availableNow``/``once``,
+        nor with ``spark.sql.streaming.noDataMicroBatches.enabled=false``).
     :param watermark_delay: how far the watermark trails the largest event time seen
         (milliseconds, or a duration such as ``"10 seconds"``). By default the delay the
         stream declares with ``withWatermark`` on the event-time column (whose column is
@@ -113,6 +118,8 @@ def transform_with_state(  # noqa: PLR0913 - the keywords of PySpark's transform
     if mode is TimeMode.EVENT and event_time_column is None:
         msg = "time_mode='event' needs an event_time_column (the watermark follows it)"
         raise ConfigError(msg)
+    no_data_batches = str(spark.conf.get(NO_DATA_BATCHES_CONF, "true")).strip().lower() == "true"
+    heartbeat = idle_batches(checkpoint_location, mode, trigger, cfg, no_data_batches=no_data_batches)
     runner = BatchRunner(
         cfg,
         QuerySpec(
@@ -126,9 +133,11 @@ def transform_with_state(  # noqa: PLR0913 - the keywords of PySpark's transform
             event_time_column,
             delay_ms,
             initial_state,
+            heartbeat,
         ),
     )
-    writer = frame.writeStream.foreachBatch(runner).option("checkpointLocation", checkpoint_location)
+    source = with_heartbeat(frame) if heartbeat else frame
+    writer = source.writeStream.foreachBatch(runner).option("checkpointLocation", checkpoint_location)
     if trigger:
         writer = writer.trigger(**trigger)
     if query_name:

@@ -37,6 +37,7 @@ from ..progress import BatchProgress
 from .adapters import cogroup_function, instance_function, pinned_function
 from .affinity import ExecutorHomes, pinned_instances
 from .columns import INSTANCE_COLUMN, REPORT_COLUMN
+from .idle_batches import without_heartbeat
 from .protocol import InstancePlan, InstanceReport, InstanceStats, TaskPlan
 from .routing import instance_partition, routed, with_wake_rows
 from .working_copy import snapshot_digest
@@ -69,6 +70,7 @@ class QuerySpec:
     event_time_column: str | None = None
     watermark_delay_ms: int = 0
     initial_state: Any = None  # DataFrame: handed to handle_initial_state in the first batch
+    heartbeat: bool = False  # the stream carries heartbeat rows (batches run on an idle stream)
 
 
 class BatchRunner:
@@ -326,6 +328,8 @@ class BatchRunner:
         from pyspark.sql.types import StringType, StructField, StructType
 
         began = time.perf_counter()
+        if self.spec.heartbeat:
+            batch = without_heartbeat(batch)
         base = self._base(batch_id)
         bases = self._bases(base)
         clock, wake = self._clock(base)
@@ -354,7 +358,8 @@ class BatchRunner:
             for row in result.where(F.col(REPORT_COLUMN).isNotNull()).select(REPORT_COLUMN).collect()
         ]
         phases.mark("collect")
-        self.spec.sink(result.where(F.col(REPORT_COLUMN).isNull()).drop(REPORT_COLUMN), batch_id)
+        if reports or not self.spec.heartbeat:  # an idle batch in which nothing ran has no output
+            self.spec.sink(result.where(F.col(REPORT_COLUMN).isNull()).drop(REPORT_COLUMN), batch_id)
         phases.mark("sink")
         self.complete_batch(batch_id, base, bases, clock, reports, phases)
 
