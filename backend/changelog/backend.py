@@ -282,11 +282,12 @@ class ChangelogKeyedStateBackend(StateFactories):
         result: Future[BackendSnapshot] = Future()
         self.flush_pending()
         persisted = self.writer.persist(start, checkpoint_id)
+        changes = self._writes.take_counts()
 
         def done(future: Future[ChangelogHandle]) -> None:
             try:
                 snapshot = BackendSnapshot(checkpoint_id, (*base, future.result()), refs, bridge, parts)
-                self._metrics.checkpointed(snapshot, time.perf_counter() - began)
+                self._metrics.checkpointed(snapshot, time.perf_counter() - began, changes)
                 result.set_result(snapshot)
             except BaseException as exc:
                 result.set_exception(exc)

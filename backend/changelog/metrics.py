@@ -29,14 +29,17 @@ class BackendMetrics:
     checkpoint_seconds: float = 0.0
     restore_seconds: float = 0.0
     expired_removed: int = 0  # values, list elements and map entries TTL removed from the working state
+    rows_updated: int = 0  # changes that wrote, since the checkpoint before the latest
+    rows_removed: int = 0  # changes that removed (clears, map removals, TTL clears), likewise
     _previous_refs: frozenset[str] = field(default_factory=frozenset)
 
     def continued_from(self, snapshot: BackendSnapshot) -> None:
         """The backend continues ``snapshot`` (restored, resumed or caught up): its snapshots are not new."""
         self._previous_refs = frozenset(ref.path for ref in snapshot.all_materialized)
 
-    def checkpointed(self, snapshot: BackendSnapshot, seconds: float) -> None:
-        """Record a completed checkpoint of the backend."""
+    def checkpointed(self, snapshot: BackendSnapshot, seconds: float, changes: tuple[int, int]) -> None:
+        """Record a completed checkpoint of the backend and the ``(updates, removals)`` it holds."""
+        self.rows_updated, self.rows_removed = changes
         paths = frozenset(ref.path for ref in snapshot.all_materialized)
         self.full_materialized = sum(ref.size for ref in snapshot.all_materialized)
         self.incremental_materialized = sum(
@@ -61,4 +64,6 @@ class BackendMetrics:
             "lastCheckpointDuration": round(self.checkpoint_seconds * 1000, 3),
             "lastRestoreDuration": round(self.restore_seconds * 1000, 3),
             "numberOfExpiredEntriesRemoved": self.expired_removed,
+            "lastNumRowsUpdated": self.rows_updated,
+            "lastNumRowsRemoved": self.rows_removed,
         }

@@ -14,6 +14,9 @@ from .replay import apply_change
 
 __all__ = ["ChangeWriter"]
 
+#: Changes that remove: Spark counts them in ``numRowsRemoved``, every other one in ``numRowsUpdated``.
+_REMOVING = frozenset({Op.CLEAR, Op.MAP_REMOVE})
+
 
 class ChangeWriter:
     """Applies changes to ``delegate`` and appends their records to ``writer``.
@@ -36,12 +39,25 @@ class ChangeWriter:
         self._changed = changed
         self._squash = squash
         self._pending: dict[tuple[int, int, bytes], bytes] = {}
+        #: changes applied so far that update and that remove (see :meth:`take_counts`)
+        self._updated = 0
+        self._removed = 0
+
+    def take_counts(self) -> tuple[int, int]:
+        """``(updates, removals)`` applied since the previous call."""
+        counts = (self._updated, self._removed)
+        self._updated = self._removed = 0
+        return counts
 
     def apply(
         self, op: Op, state_id: int, state: str, key_group: int, key: bytes, args: tuple[Any, ...]
     ) -> None:
         """One change of one key's entry."""
         record = encode_change(op, state_id, key, *args)
+        if op in _REMOVING:
+            self._removed += 1
+        else:
+            self._updated += 1
         # The working state first: a write it refuses (a full disk) must not be in the log either.
         apply_change(self._delegate, state, key_group, key, op, list(args))
         self._log(op, state_id, key_group, key, record)
@@ -56,6 +72,10 @@ class ChangeWriter:
         delegate refuses leaves neither state nor log changed for its key group.
         """
         log, changed, delegate = self._log, self._changed, self._delegate
+        if op in _REMOVING:
+            self._removed += len(keys.raw)
+        else:
+            self._updated += len(keys.raw)
         batches: dict[int, dict[bytes, Any]] = {}
         records: dict[int, list[tuple[bytes, bytes]]] = {}
         for key_group, key, key_args in zip(keys.groups, keys.raw, args, strict=True):

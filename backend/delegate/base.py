@@ -262,6 +262,17 @@ class StateDelegate(ABC):
     def snapshot(self) -> dict[str, dict[int, dict[bytes, Any]]]:
         """A consistent view ``state -> key group -> {key: entry}`` that later changes do not touch."""
 
+    def stored_rows(self) -> int:
+        """Rows the store holds (Spark's ``numRowsTotal``): a key's entry in one state is one row.
+
+        This default counts a :meth:`snapshot`; the shipped delegates count without reading entries.
+        """
+        return sum(len(group) for groups in self.snapshot().values() for group in groups.values())
+
+    def stored_bytes(self) -> int | None:
+        """Bytes the store's data takes (Spark's ``memoryUsedBytes``); ``None``: it cannot tell cheaply."""
+        return None
+
     def view(self) -> StateView:
         """A consistent view to read section by section (by default over :meth:`snapshot`)."""
         return MappingView(self.snapshot())

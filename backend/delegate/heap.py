@@ -157,6 +157,10 @@ class HeapDelegate(StateDelegate):
         """Names of the states holding entries."""
         return sorted(self._data)
 
+    def stored_rows(self) -> int:
+        """Keys per state, summed: O(states x key groups)."""
+        return sum(len(group) for groups in self._data.values() for group in groups.values())
+
     def clear(self) -> None:
         """Remove every entry (an open view keeps the dicts it shares)."""
         self._data = {}

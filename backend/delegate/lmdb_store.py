@@ -292,6 +292,15 @@ class LmdbDelegate(StateDelegate):
         with self.view() as view:
             return view.state_names()
 
+    def stored_rows(self) -> int:
+        """Records in the file (a collection's elements are records of their own), from LMDB's counters."""
+        return int(self._env.stat()["entries"])
+
+    def stored_bytes(self) -> int:
+        """Pages in use times the page size: the file's data, whatever the map's size."""
+        info, stat = self._env.info(), self._env.stat()
+        return (int(info["last_pgno"]) + 1) * int(stat["psize"])
+
     def clear(self) -> None:
         """Remove every entry (one write transaction; the file keeps its pages for reuse)."""
         self._write(lambda txn: txn.drop(self._env.open_db(), delete=False))

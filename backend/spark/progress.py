@@ -62,6 +62,14 @@ class BatchProgress:
     watermark_ms: int | None = None
     expired_removed: int = 0
     storage: dict[str, float] = field(default_factory=dict)
+    #: rows the batch wrote to the sink
+    output_rows: int = 0
+    #: changes the batch wrote and removed, over its instances
+    rows_updated: int = 0
+    rows_removed: int = 0
+    #: rows and bytes of every instance's working state, as each reported last (this run)
+    state_rows: int = 0
+    memory_bytes: int = 0
 
     @classmethod
     def from_instances(
@@ -72,8 +80,13 @@ class BatchProgress:
         batch_ms: float,
         phases_ms: dict[str, float] | None = None,
         watermark_ms: int | None = None,
+        working_state: tuple[int, int] = (0, 0),
     ) -> BatchProgress:
-        """Aggregate the figures the instances reported."""
+        """Aggregate the figures the instances reported.
+
+        :param working_state: ``(rows, bytes)`` of every instance's working state,
+            the instances without a task in this batch included.
+        """
         return cls(
             batch_id=batch_id,
             rows=sum(s.rows for s in stats),
@@ -101,6 +114,11 @@ class BatchProgress:
             watermark_ms=watermark_ms,
             expired_removed=sum(s.expired_removed for s in stats),
             storage=_storage_totals(s.storage for s in stats),
+            output_rows=sum(s.output_rows for s in stats),
+            rows_updated=sum(s.rows_updated for s in stats),
+            rows_removed=sum(s.rows_removed for s in stats),
+            state_rows=working_state[0],
+            memory_bytes=working_state[1],
         )
 
     def to_json(self) -> str:

@@ -142,7 +142,7 @@ def transform_with_state(  # noqa: PLR0913 - the keywords of PySpark's transform
         writer = writer.trigger(**trigger)
     if query_name:
         writer = writer.queryName(query_name)
-    bridge = ProgressBridge(runner.progress_of)
+    bridge = ProgressBridge(runner.progress_of, runner.parallelism)
     spark.streams.addListener(bridge)
     try:
         query = writer.start()

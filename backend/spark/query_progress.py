@@ -5,22 +5,25 @@ bus; the state figures of a ``foreachBatch`` query are computed after the rows
 went through the plan, so ``DataFrame.observe`` cannot carry them. A listener
 on Spark's bus (:class:`ProgressBridge`) waits for Spark's progress of each
 batch of the query and joins it with the batch's :class:`BatchProgress`: one
-document, Spark's progress with a ``dstl`` section, as ``stateOperators`` is
-for Spark's own stores.
+document: Spark's progress with dstl's operator in ``stateOperators`` (Spark's
+fields, dstl's own figures in its ``customMetrics``), the rows written in
+``sink.numOutputRows``, and every figure of the batch under ``dstl``.
 
 .. code-block:: python
 
-    query.last_progress.to_json()      # {"id": ..., "batchId": 7, "numInputRows": ..., "dstl": {...}}
-    query.add_progress_listener(print) # every joined batch, from Spark's listener bus
+    query.last_progress["stateOperators"][0]["numRowsTotal"]  # as on Spark's own operators
+    query.last_progress.json                                   # the document as text
+    query.add_progress_listener(print)  # every joined batch, from Spark's listener bus
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -28,7 +31,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 
 from .progress import BatchProgress
 
-__all__ = ["ProgressBridge", "QueryProgress"]
+__all__ = ["OPERATOR_NAME", "ProgressBridge", "QueryProgress", "state_operator"]
 
 log = logging.getLogger(__name__)
 
@@ -36,17 +39,93 @@ log = logging.getLogger(__name__)
 RECENT_PROGRESS = 100
 
 
+#: dstl's operator as ``stateOperators`` names it
+OPERATOR_NAME = "dstlTransformWithState"
+
+
 @dataclass(frozen=True)
-class QueryProgress:
-    """One batch as Spark reported it (``spark``: its progress document) and as dstl did (``state``)."""
+class QueryProgress(Mapping[str, Any]):
+    """One batch as Spark reported it (``spark``: its progress document) and as dstl did (``state``).
+
+    Reads like PySpark's ``StreamingQueryProgress`` (``progress["batchId"]``,
+    ``.json``, ``.prettyJson``): Spark's document with dstl's operator in
+    ``stateOperators``, its output rows in ``sink.numOutputRows`` and the batch's
+    figures under ``dstl``.
+    """
 
     batch_id: int
     spark: dict[str, Any]
     state: BatchProgress
+    #: operator instances (Spark's ``numShufflePartitions`` and ``numStateStoreInstances``)
+    parallelism: int = 0
+
+    @functools.cached_property
+    def document(self) -> dict[str, Any]:
+        """The joined document (built once)."""
+        document = dict(self.spark)
+        spark_operators = [
+            op for op in document.get("stateOperators") or () if op.get("operatorName") != OPERATOR_NAME
+        ]
+        document["stateOperators"] = [*spark_operators, state_operator(self.state, self.parallelism)]
+        document["sink"] = {**(document.get("sink") or {}), "numOutputRows": self.state.output_rows}
+        document["dstl"] = asdict(self.state)
+        return document
+
+    def __getitem__(self, name: str) -> Any:
+        return self.document[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.document)
+
+    def __len__(self) -> int:
+        return len(self.document)
+
+    @property
+    def json(self) -> str:
+        """The document as compact JSON (PySpark's ``StreamingQueryProgress.json``)."""
+        return json.dumps(self.document)
+
+    @property
+    def prettyJson(self) -> str:
+        """The document as indented JSON."""
+        return json.dumps(self.document, indent=4)
 
     def to_json(self) -> str:
-        """Spark's progress document with dstl's figures under ``dstl``."""
-        return json.dumps({**self.spark, "dstl": asdict(self.state)})
+        """:attr:`json`."""
+        return self.json
+
+
+def state_operator(state: BatchProgress, parallelism: int) -> dict[str, Any]:
+    """The operator's figures in Spark's ``StateOperatorProgress`` shape.
+
+    Rows are the working state's (a key's entry in one state is a row); updates and
+    removals count the changes logged; commit time is the slowest instance's persist.
+    """
+    return {
+        "operatorName": OPERATOR_NAME,
+        "numRowsTotal": state.state_rows,
+        "numRowsUpdated": state.rows_updated,
+        "allUpdatesTimeMs": round(state.task_phases_ms.get("process", 0.0)),
+        "numRowsRemoved": state.rows_removed,
+        "commitTimeMs": round(state.checkpoint_ms),
+        "memoryUsedBytes": state.memory_bytes,
+        "numRowsDroppedByWatermark": state.late_rows,
+        "numShufflePartitions": parallelism,
+        "numStateStoreInstances": parallelism,
+        "customMetrics": {
+            "persistedBytes": state.persisted_bytes,
+            "fullCheckpointBytes": state.full_checkpoint_bytes,
+            "warmInstances": state.warm_instances,
+            "caughtUpInstances": state.caught_up,
+            "fullRestores": state.full_restores,
+            "restoredBytes": state.restored_bytes,
+            "restoreTimeMs": round(state.restore_ms),
+            "materializedInstances": len(state.materialized),
+            "timersFired": state.timers_fired,
+            "wokenInstances": state.woken_instances,
+            "expiredRemoved": state.expired_removed,
+        },
+    }
 
 
 class ProgressBridge(StreamingQueryListener):
@@ -59,8 +138,9 @@ class ProgressBridge(StreamingQueryListener):
     known (:meth:`bind`) waits for it.
     """
 
-    def __init__(self, state_of: Callable[[int], BatchProgress | None]) -> None:
+    def __init__(self, state_of: Callable[[int], BatchProgress | None], parallelism: int = 0) -> None:
         self._state_of = state_of
+        self._parallelism = parallelism
         self._lock = threading.Lock()
         self._query_id: str | None = None
         self._streams: Any = None
@@ -111,13 +191,19 @@ class ProgressBridge(StreamingQueryListener):
         except Exception:
             log.debug("dstl progress bridge could not leave the listener bus", exc_info=True)
 
+    def joined(self, progress: Any) -> QueryProgress | None:
+        """Spark's progress of a batch joined with its figures (``None``: the batch ran no state work)."""
+        state = self._state_of(int(progress.batchId))
+        if state is None:
+            return None
+        return QueryProgress(int(progress.batchId), json.loads(progress.json), state, self._parallelism)
+
     def _join(self, progress: Any) -> None:
         if str(progress.id) != self._query_id:  # another query's (also among the early ones)
             return
-        state = self._state_of(int(progress.batchId))
-        if state is None:
+        joined = self.joined(progress)
+        if joined is None:
             return
-        joined = QueryProgress(int(progress.batchId), json.loads(progress.json), state)
         self.recent.append(joined)
         for listener in list(self.listeners):
             try:

@@ -45,13 +45,19 @@ class StatefulQuery:
 
     @property
     def recent_progress(self) -> list[QueryProgress]:
-        """Spark's progress of the latest batches (up to 100) joined with their state figures."""
-        return list(self._bridge.recent)
+        """Spark's ``recentProgress`` (up to 100 batches) joined with the batches' state figures.
+
+        Current as Spark's: read from the query, not from the listener bus, so the batch
+        ``process_all_available`` waited for is there when it returns. Spark's progress
+        of a trigger that ran no batch, and of batches before this run, is left out.
+        """
+        joined = (self._bridge.joined(progress) for progress in self.query.recentProgress)
+        return [progress for progress in joined if progress is not None]
 
     @property
     def last_progress(self) -> QueryProgress | None:
-        """Spark's ``lastProgress`` with this batch's state figures (``None`` before the first)."""
-        recent = self._bridge.recent
+        """The newest of :attr:`recent_progress` (``None`` before the first batch)."""
+        recent = self.recent_progress
         return recent[-1] if recent else None
 
     def add_listener(self, listener: Callable[[BatchProgress], None]) -> None:

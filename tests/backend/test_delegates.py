@@ -7,7 +7,7 @@ import uuid
 import pytest
 
 from dstl.backend.changelog import BackendSnapshot, ChangelogKeyedStateBackend
-from dstl.backend.delegate import HeapDelegate, LmdbDelegate
+from dstl.backend.delegate import HeapDelegate, LmdbDelegate, StateDelegate
 from dstl.spi import KeyGroupRange, StorageError, load_storage
 
 ALL = KeyGroupRange(0, 128)
@@ -283,3 +283,25 @@ def test_importing_the_backend_does_not_load_lmdb():
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
     )
     assert done.stdout.strip() == "False"
+
+
+def test_stored_rows_count_values_and_follow_removals(make_delegate):
+    delegate = make_delegate()
+    assert delegate.stored_rows() == 0
+    for index in range(50):
+        delegate.put("a", index % 4, f"k{index}".encode(), b"v")
+    delegate.put("b", 1, b"k0", b"v")
+    assert delegate.stored_rows() == 51
+    delegate.delete("a", 0, b"k0")
+    delegate.drop_key_group(1)  # 13 of state a and the one of state b
+    assert delegate.stored_rows() == 51 - 1 - 14
+    # what the base class counts, from a snapshot, agrees
+    assert delegate.stored_rows() == StateDelegate.stored_rows(delegate)
+
+
+def test_lmdb_tells_the_bytes_its_data_takes_and_heap_does_not(tmp_path):
+    lmdb_delegate = LmdbDelegate(tmp_path / "lmdb")
+    empty = lmdb_delegate.stored_bytes()
+    lmdb_delegate.write_batch("s", 3, {f"k{i}".encode(): b"x" * 200 for i in range(2000)})
+    assert lmdb_delegate.stored_bytes() > empty + 2000 * 200
+    assert HeapDelegate().stored_bytes() is None

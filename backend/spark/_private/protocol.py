@@ -101,6 +101,15 @@ class InstanceStats:
     #: the largest event time seen (late rows count, as in Spark); ``None`` without event time
     max_event_ms: int | None = None
     late_rows: int = 0
+    #: rows the task returned to the sink
+    output_rows: int = 0
+    #: rows the instance's working state holds after the batch (Spark's ``numRowsTotal``)
+    state_rows: int = 0
+    #: changes the batch wrote and removed (Spark's ``numRowsUpdated``/``numRowsRemoved``)
+    rows_updated: int = 0
+    rows_removed: int = 0
+    #: bytes of the working state (LMDB), or the worker's anonymous resident memory (heap)
+    memory_bytes: int = 0
     #: the storage's work during the task (see ``storage_figures``)
     storage: dict[str, float] = field(default_factory=dict)
 

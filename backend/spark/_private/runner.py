@@ -115,6 +115,8 @@ class BatchRunner:
         self.policy = MaterializationPolicy(cfg.get(CHANGELOG_MATERIALIZATION_MAX_LOG_RATIO))
         started = time.monotonic()
         self.materialized_at = {instance_name(r): started for r in self.ranges}
+        #: per instance, ``(rows, bytes)`` of its working state as it reported last
+        self.working_state: dict[str, tuple[int, int]] = {}
         self.progress: deque[BatchProgress] = deque(maxlen=RECENT_BATCHES)
         self.completed_batches = 0
         self.listeners: list[Callable[[BatchProgress], None]] = []
@@ -385,12 +387,20 @@ class BatchRunner:
         for item in stats:
             if item.materialized:
                 self.materialized_at[item.instance] = now
+            self.working_state[item.instance] = (item.state_rows, item.memory_bytes)
         full = sum(
             sum(h.size for h in s.all_handles) + sum(m.size for m in s.all_materialized)
             for s in completed.snapshots.values()
         )
+        working = self.working_state.values()
         progress = BatchProgress.from_instances(
-            batch_id, stats, full, (time.perf_counter() - phases.began) * 1000, phases.ms, clock.watermark_ms
+            batch_id,
+            stats,
+            full,
+            (time.perf_counter() - phases.began) * 1000,
+            phases.ms,
+            clock.watermark_ms,
+            (sum(rows for rows, _ in working), sum(size for _, size in working)),
         )
         log.info("dstl batch %s", progress.to_json())
         with self.completed:

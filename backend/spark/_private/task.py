@@ -156,6 +156,8 @@ def process_instance(
                 materialization_ms = 0.0
                 snapshot = backend.checkpoint(plan.batch_id).result()
             metrics = backend.metrics()
+            state_rows = copy.delegate.stored_rows()
+            memory_bytes = copy.delegate.stored_bytes() or _anonymous_rss()
             registrations = backend.registrations()
             copy.keep_expired(backend.pending_expired())
             phases["checkpoint"] = round((time.perf_counter() - materialize_began) * 1000, 3)
@@ -183,6 +185,11 @@ def process_instance(
         phases_ms=phases,
         timers_fired=fired_count,
         next_timer=next_timer,
+        output_rows=len(output[plan.output_columns[0]]) if plan.output_columns else 0,
+        state_rows=state_rows,
+        rows_updated=int(metrics["lastNumRowsUpdated"]),
+        rows_removed=int(metrics["lastNumRowsRemoved"]),
+        memory_bytes=memory_bytes,
         storage=storage_figures(counted, storage.metrics),
         **event_stats,
     )
@@ -257,3 +264,15 @@ def _fire_timers(
             collected.add(processor.handle_expired_timer(key, expiry, context))
             fired += 1
     return output_columns(collected.columns(), columns), fired, timers.next_expiry(domain)
+
+
+def _anonymous_rss() -> int:
+    """This worker's anonymous resident memory in bytes (Linux), 0 where the system does not tell."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("RssAnon:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 0
