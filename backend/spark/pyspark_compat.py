@@ -55,14 +55,16 @@ def is_pyspark_processor(processor: Any) -> bool:
     return isinstance(processor, base) or (isinstance(processor, type) and issubclass(processor, base))
 
 
-def pyspark_processor(processor: Any) -> Callable[[], StatefulProcessor]:
+def pyspark_processor(processor: Any, *, row_based: bool = False) -> Callable[[], StatefulProcessor]:
     """A factory of dstl processors that each run a fresh copy of the PySpark ``processor``.
 
     :param processor: a PySpark ``StatefulProcessor`` subclass (instantiated without
         arguments) or an instance (copied for each task, as Spark ships its own copy).
+    :param row_based: written for the row-based ``transformWithState`` (rows in and
+        out as ``Row`` objects), not for ``transformWithStateInPandas``.
     """
     make = processor if isinstance(processor, type) else functools.partial(copy.deepcopy, processor)
-    return functools.partial(PySparkProcessor, make)
+    return functools.partial(PySparkProcessor, make, row_based=row_based)
 
 
 def _key(key: Any) -> tuple[Any, ...]:
@@ -85,11 +87,42 @@ def _frames(result: Iterator[pd.DataFrame] | None) -> pd.DataFrame | None:
     return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
 
 
-class PySparkProcessor(StatefulProcessor):
-    """A dstl processor that drives a PySpark ``StatefulProcessor`` through its own API."""
+def _as_rows(frame: pd.DataFrame) -> Iterator[Any]:
+    """A frame's rows as the row-based API hands them: ``Row`` objects of plain values, nulls as ``None``."""
+    from pyspark.sql import Row
 
-    def __init__(self, make: Callable[[], Any]) -> None:
+    make = Row(*(str(column) for column in frame.columns))
+    plain_values = frame.astype(object).where(frame.notna(), None)
+    return (make(*values) for values in plain_values.itertuples(index=False, name=None))
+
+
+def _rows_frame(result: Iterator[Any] | None) -> pd.DataFrame | None:
+    """Everything a row-based handler yields (``Row`` objects with field names), as one frame."""
+    import pandas as pd
+    from pyspark.sql import Row
+
+    records = []
+    for item in result or ():
+        if not isinstance(item, Row) or not hasattr(item, "__fields__"):
+            msg = (
+                f"a row-based handler yielded {item!r:.60}: yield Row(column=value, ...) objects whose "
+                "names are the output schema's columns, as for Spark's transformWithState"
+            )
+            raise TypeError(msg)
+        records.append(item.asDict())
+    return pd.DataFrame.from_records(records) if records else None
+
+
+class PySparkProcessor(StatefulProcessor):
+    """A dstl processor that drives a PySpark ``StatefulProcessor`` through its own API.
+
+    With ``row_based``, as Spark's row-based ``transformWithState`` does: rows in as
+    an iterator of ``Row``, out as ``Row`` objects, initial state one ``Row`` at a time.
+    """
+
+    def __init__(self, make: Callable[[], Any], *, row_based: bool = False) -> None:
         self._user = make()
+        self._row_based = row_based
         self._context: StateContext | None = None
 
     def init(self, context: StateContext) -> None:
@@ -105,18 +138,27 @@ class PySparkProcessor(StatefulProcessor):
             context.processing_time_ms(), -1 if watermark is None else watermark
         )
 
+    def _output(self, result: Iterator[Any] | None) -> pd.DataFrame | None:
+        return _rows_frame(result) if self._row_based else _frames(result)
+
     def handle_input_rows(self, key: Any, rows: pd.DataFrame) -> pd.DataFrame | None:
-        """``handleInputRows(key, iter([rows]), timerValues)``."""
-        return _frames(self._user.handleInputRows(_key(key), iter([rows]), self._timer_values()))
+        """``handleInputRows(key, iter([rows]), timerValues)`` (row-based: an iterator of ``Row``)."""
+        given = _as_rows(rows) if self._row_based else iter([rows])
+        return self._output(self._user.handleInputRows(_key(key), given, self._timer_values()))
 
     def handle_expired_timer(self, key: Any, expiry_ms: int, context: StateContext) -> pd.DataFrame | None:
         """``handleExpiredTimer(key, timerValues, ExpiredTimerInfo(expiry_ms))``."""
         info = _pyspark_api().ExpiredTimerInfo(expiry_ms)
-        return _frames(self._user.handleExpiredTimer(_key(key), self._timer_values(), info))
+        return self._output(self._user.handleExpiredTimer(_key(key), self._timer_values(), info))
 
     def handle_initial_state(self, key: Any, rows: pd.DataFrame, context: StateContext) -> None:
-        """``handleInitialState(key, rows, timerValues)``."""
-        self._user.handleInitialState(_key(key), rows, self._timer_values())
+        """``handleInitialState(key, rows, timerValues)`` (row-based: once per ``Row``, as Spark does)."""
+        timer_values = self._timer_values()
+        if not self._row_based:
+            self._user.handleInitialState(_key(key), rows, timer_values)
+            return
+        for row in _as_rows(rows):
+            self._user.handleInitialState(_key(key), row, timer_values)
 
     def close(self) -> None:
         """``close()``."""

@@ -63,6 +63,7 @@ def transform_with_state(  # noqa: PLR0913 - the keywords of PySpark's transform
     event_time_column: str | None = None,
     watermark_delay: str | float | None = None,
     initial_state: DataFrame | None = None,
+    processor_api: str = "pandas",
 ) -> StatefulQuery:
     """Start a streaming query whose per-key state lives in the changelog backend.
 
@@ -99,12 +100,16 @@ def transform_with_state(  # noqa: PLR0913 - the keywords of PySpark's transform
         uses the watermark of the batches before it; the watermark is checkpointed.
     :param initial_state: a DataFrame with the key columns, handed key by key to
         :meth:`StatefulProcessor.handle_initial_state` in the query's first batch.
+    :param processor_api: for a PySpark processor, the API it was written for:
+        ``"pandas"`` (``transformWithStateInPandas``: frames in and out) or ``"row"``
+        (the row-based ``transformWithState``: ``Row`` objects in and out, initial
+        state one ``Row`` at a time).
     """
     from pyspark.sql.types import StructType
 
     event_time_column, delay_ms = stream_watermark(frame, event_time_column, watermark_delay)
     check_columns(frame, key_columns, event_time_column)  # before anything is written
-    processor = adapted(processor)
+    processor = adapted(processor, processor_api)
     spark = frame.sparkSession
     check_classic_session(spark)
     cfg = job_config(

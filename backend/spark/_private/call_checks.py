@@ -58,27 +58,48 @@ def session_conf(spark: Any) -> dict[str, str]:
         return {}
 
 
-def adapted(processor: Any) -> Callable[[], StatefulProcessor]:
+#: How a PySpark processor takes its rows: Spark's ``transformWithStateInPandas`` or ``transformWithState``.
+PROCESSOR_APIS = ("pandas", "row")
+
+
+def adapted(processor: Any, processor_api: str = "pandas") -> Callable[[], StatefulProcessor]:
     """``processor`` as a factory of dstl processors, however the user gave it.
 
-    A PySpark ``StatefulProcessor`` (class or instance) is wrapped; a dstl processor
-    instance is copied for each task (Spark's idiom: each task runs its own copy);
-    a dstl class or a zero-argument factory is used as it is.
+    A PySpark ``StatefulProcessor`` (class or instance) is wrapped, for the pandas or
+    the row-based API as ``processor_api`` says; a dstl processor instance is copied
+    for each task (Spark's idiom: each task runs its own copy); a dstl class or a
+    zero-argument factory is used as it is.
 
-    :raises ConfigError: at the call, for anything else (or a factory that makes no processor).
+    :raises ConfigError: at the call, for anything else (or a factory that makes no
+        processor), or ``processor_api="row"`` for a processor that is not PySpark's.
     """
     from ..pyspark_compat import is_pyspark_processor, pyspark_processor
 
+    if processor_api not in PROCESSOR_APIS:
+        msg = f"processor_api={processor_api!r} is none of {PROCESSOR_APIS}"
+        raise ConfigError(msg)
+    row_based = processor_api == "row"
     if is_pyspark_processor(processor):
-        return pyspark_processor(processor)
+        return pyspark_processor(processor, row_based=row_based)
+    dstl_made: Callable[[], StatefulProcessor] | None = None
     if isinstance(processor, StatefulProcessor):
-        return functools.partial(copy.deepcopy, processor)
-    if isinstance(processor, type) and issubclass(processor, StatefulProcessor):
-        return processor
-    if callable(processor):
+        dstl_made = functools.partial(copy.deepcopy, processor)
+    elif isinstance(processor, type) and issubclass(processor, StatefulProcessor):
+        dstl_made = processor
+    elif callable(processor):
         made = processor()  # once, on the driver: a factory of something else fails here, not in a task
-        if isinstance(made, StatefulProcessor) or is_pyspark_processor(made):
-            return pyspark_processor(made) if is_pyspark_processor(made) else processor
+        if is_pyspark_processor(made):
+            return pyspark_processor(made, row_based=row_based)
+        if isinstance(made, StatefulProcessor):
+            dstl_made = processor
+    if dstl_made is not None and row_based:
+        msg = (
+            "processor_api='row' is for PySpark StatefulProcessors written for the row-based "
+            f"transformWithState; {processor!r:.60} is dstl's (it takes processor_api='pandas')"
+        )
+        raise ConfigError(msg)
+    if dstl_made is not None:
+        return dstl_made
     msg = (
         f"processor {processor!r:.80} is not a StatefulProcessor: pass a dstl or PySpark StatefulProcessor "
         "subclass, an instance of one, or a zero-argument factory returning one"

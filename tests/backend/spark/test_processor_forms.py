@@ -6,6 +6,7 @@ from dstl.backend.spark import StatefulProcessor, transform_with_state
 from dstl.backend.spark.demo.pipeline import DemoProcessor
 from dstl.spi import ConfigError
 from tests.backend.spark.test_query import assert_exact, local_config, run
+from tests.backend.spark.test_timers import BATCHES, INITIAL, ROCKSDB, SCHEMA, collecting, stream, write_batch
 
 
 class _Counting(StatefulProcessor):
@@ -93,3 +94,100 @@ def test_a_spark_connect_session_is_refused_at_the_call_naming_the_difference():
         check_classic_session(connect_session)
     classic = type("SparkSession", (), {"__module__": "pyspark.sql.session"})()
     check_classic_session(classic)  # no error
+
+
+pyspark_api = pytest.importorskip("pyspark.sql.streaming.stateful_processor")
+
+
+class RowCountWithTimeout(pyspark_api.StatefulProcessor):
+    """test_timers' processor written for Spark's row-based transformWithState: Rows in and out."""
+
+    def init(self, handle):
+        self.handle = handle
+        self.count = handle.getValueState("count", "count long")
+
+    def handleInputRows(self, key, rows, timerValues):
+        from pyspark.sql import Row
+
+        added = sum(1 for row in rows if row.v is not None)
+        current = self.count.get()
+        total = (current[0] if current else 0) + added
+        self.count.update((total,))
+        for expiry in list(self.handle.listTimers()):
+            self.handle.deleteTimer(expiry)
+        self.handle.registerTimer(timerValues.getCurrentProcessingTimeInMs() + 1)
+        yield Row(user=key[0], count=total, timed_out=False)
+
+    def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
+        from pyspark.sql import Row
+
+        current = self.count.get()
+        self.count.clear()
+        yield Row(user=key[0], count=current[0] if current else -1, timed_out=True)
+
+    def handleInitialState(self, key, initialState, timerValues):
+        current = self.count.get()
+        self.count.update(((current[0] if current else 0) + initialState["count"],))
+
+    def close(self):
+        pass
+
+
+@pytest.mark.parametrize("placement", ["sticky", "spark"])
+def test_a_row_based_pyspark_processor_gives_sparks_output(spark, tmp_path, placement):
+    """Spark's row-based ``transformWithState`` and dstl with ``processor_api="row"``, batch by batch."""
+    for index in range(len(BATCHES)):
+        write_batch(tmp_path / "in", index)
+    expected: dict[int, list[tuple]] = {}
+    spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
+    try:
+        query = (
+            stream(spark, tmp_path / "in")
+            .groupBy("user")
+            .transformWithState(
+                statefulProcessor=RowCountWithTimeout(),
+                outputStructType=SCHEMA,
+                outputMode="Update",
+                timeMode="ProcessingTime",
+                initialState=spark.createDataFrame(INITIAL, "user string, count long").groupBy("user"),
+            )
+            .writeStream.foreachBatch(collecting(expected))
+            .option("checkpointLocation", str(tmp_path / "spark-chk"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination(300)
+        assert query.exception() is None, query.exception()
+    finally:
+        spark.conf.unset("spark.sql.streaming.stateStore.providerClass")
+    assert ("u0", 101, False) in expected[0]  # initial 100 + one row
+    assert any(timed_out for _, _, timed_out in expected[1])
+
+    actual: dict[int, list[tuple]] = {}
+    query = transform_with_state(
+        stream(spark, tmp_path / "in"),
+        key_columns=["user"],
+        processor=RowCountWithTimeout,
+        processor_api="row",
+        output_schema=SCHEMA,
+        sink=collecting(actual),
+        checkpoint_location=str(tmp_path / "dstl-chk"),
+        config={**local_config(tmp_path), "dstl.spark.placement": placement},
+        time_mode="ProcessingTime",
+        initial_state=spark.createDataFrame(INITIAL, "user string, count long"),
+        trigger={"availableNow": True},
+    )
+    query.await_termination(timeout=300)
+    assert query.exception() is None, query.exception()
+    assert actual == expected
+
+
+def test_the_processor_api_is_checked_at_the_call():
+    from dstl.backend.spark._private.call_checks import adapted as _adapted
+
+    with pytest.raises(ConfigError, match="processor_api='row' is for PySpark StatefulProcessors"):
+        _adapted(DemoProcessor, "row")
+    with pytest.raises(ConfigError, match="processor_api='rows' is none of"):
+        _adapted(RowCountWithTimeout, "rows")
+    made = _adapted(lambda: RowCountWithTimeout(), "row")()  # a factory of a PySpark processor
+    assert made._row_based
