@@ -32,7 +32,8 @@ from ._private.call_checks import (
     session_conf,
     stream_watermark,
 )
-from ._private.idle_batches import NO_DATA_BATCHES_CONF, idle_batches, with_heartbeat
+from ._private.idle_batches import NO_DATA_BATCHES_CONF, wants_idle_batches, with_heartbeat
+from ._private.query_record import QueryShape, key_types, settled_shape
 from ._private.runner import BatchRunner, QuerySpec, Sink
 from .job_identity import resolve_job_id
 from .processor import StatefulProcessor, TimeMode
@@ -124,7 +125,12 @@ def transform_with_state(  # noqa: PLR0913 - the keywords of PySpark's transform
         msg = "time_mode='event' needs an event_time_column (the watermark follows it)"
         raise ConfigError(msg)
     no_data_batches = str(spark.conf.get(NO_DATA_BATCHES_CONF, "true")).strip().lower() == "true"
-    heartbeat = idle_batches(checkpoint_location, mode, trigger, cfg, no_data_batches=no_data_batches)
+    wanted = QueryShape(
+        key_types(frame, key_columns),
+        mode.value,
+        wants_idle_batches(mode, trigger, no_data_batches=no_data_batches),
+    )
+    heartbeat = settled_shape(checkpoint_location, wanted, cfg).idle_batches
     runner = BatchRunner(
         cfg,
         QuerySpec(

@@ -18,9 +18,9 @@ import pandas as pd
 import pytest
 
 from dstl.backend.spark import transform_with_state
-from dstl.backend.spark._private.idle_batches import IDLE_BATCHES_FILE, NO_DATA_BATCHES_CONF, idle_batches
+from dstl.backend.spark._private.idle_batches import NO_DATA_BATCHES_CONF, wants_idle_batches
+from dstl.backend.spark._private.query_record import QUERY_RECORD_FILE
 from dstl.backend.spark.processor import TimeMode
-from dstl.spi import ConfigError
 
 pyspark_api = pytest.importorskip("pyspark.sql.streaming.stateful_processor")
 
@@ -188,7 +188,7 @@ def test_processing_time_timers_fire_on_an_idle_stream_once_across_a_restart(spa
         assert query.wait_for_batches(1, timeout=90), query.exception()
     finally:
         query.stop()
-    assert (tmp_path / "chk" / IDLE_BATCHES_FILE).read_text() == "on"
+    assert json.loads((tmp_path / "chk" / QUERY_RECORD_FILE).read_text())["idle_batches"] is True
     time.sleep(SESSION_MS / 1000)
     query = start()  # no new input: the timers are due, and only the heartbeat runs batches
     try:
@@ -263,25 +263,10 @@ def test_event_time_timers_fire_when_the_watermark_passes_them_without_new_rows(
     assert sorted(on_dstl.rows) == sorted(on_spark.rows)
 
 
-def test_the_choice_is_recorded_and_kept_by_the_location(tmp_path):
-    processing = TimeMode.PROCESSING
-    assert idle_batches(str(tmp_path / "a"), processing, None) is True
-    # kept: Spark's checkpoint records the sources the query started with
-    assert idle_batches(str(tmp_path / "a"), processing, {"availableNow": True}) is True
-    assert idle_batches(str(tmp_path / "b"), processing, {"availableNow": True}) is False
-    assert idle_batches(str(tmp_path / "b"), processing, None) is False
-    assert idle_batches(str(tmp_path / "c"), TimeMode.NONE, None) is False
-    assert idle_batches(str(tmp_path / "d"), TimeMode.EVENT, {"once": True}) is False
-    assert idle_batches(str(tmp_path / "f"), TimeMode.EVENT, None, no_data_batches=False) is False
-    # a location Spark ran in before the choice was recorded had no heartbeat
-    (tmp_path / "e" / "offsets").mkdir(parents=True)
-    (tmp_path / "e" / "offsets" / "0").write_text("v1\n{}\n")
-    assert idle_batches(str(tmp_path / "e"), processing, None) is False
-    assert not (tmp_path / "e" / IDLE_BATCHES_FILE).exists()
-
-
-@pytest.mark.parametrize("content", [b"maybe", b"\xff" * 16, b"on" * 20])
-def test_a_damaged_record_is_refused_with_the_fix(tmp_path, content):
-    (tmp_path / IDLE_BATCHES_FILE).write_bytes(content)
-    with pytest.raises(ConfigError, match="write 'on' or 'off' into it"):
-        idle_batches(str(tmp_path), TimeMode.PROCESSING, None)
+def test_idle_batches_come_with_timers_and_a_trigger_that_does_not_end():
+    assert wants_idle_batches(TimeMode.PROCESSING, None, no_data_batches=True)
+    assert wants_idle_batches(TimeMode.EVENT, {"processingTime": "5 seconds"}, no_data_batches=True)
+    assert not wants_idle_batches(TimeMode.NONE, None, no_data_batches=True)
+    assert not wants_idle_batches(TimeMode.PROCESSING, {"availableNow": True}, no_data_batches=True)
+    assert not wants_idle_batches(TimeMode.EVENT, {"once": True}, no_data_batches=True)
+    assert not wants_idle_batches(TimeMode.EVENT, None, no_data_batches=False)

@@ -1,0 +1,166 @@
+"""What a checkpoint location's query was first started with, recorded there and checked at every start.
+
+Spark checks a restarted query against its checkpoint (sources, state schemas);
+dstl checks what its state depends on the same way: the key columns (rows are
+routed and state is looked up by them: other keys would silently start empty),
+the time mode (timers registered in one clock never fire in another), and keeps
+whether the query has the heartbeat source of idle batches (Spark's checkpoint
+records the sources, so that cannot change). A change is refused at the call,
+naming the old and the new and what to do.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from dstl.spi import Config, ConfigError, DstlError
+
+from ...documents import read_regular_file
+from ...filesystems import checkpoint_fs
+
+__all__ = ["QUERY_RECORD_FILE", "QueryShape", "key_types", "settled_shape"]
+
+log = logging.getLogger(__name__)
+
+#: The record, in the checkpoint location (Spark ignores the file).
+QUERY_RECORD_FILE = "dstl-query.json"
+_MAX_RECORD = 64 * 1024
+#: Key types that hash alike (the driver widens them before routing): a change among them is compatible.
+_WIDENED = {"tinyint": "bigint", "smallint": "bigint", "int": "bigint", "float": "double"}
+
+
+def key_types(frame: Any, key_columns: list[str]) -> tuple[tuple[str, str], ...]:
+    """``(column, Spark type)`` of the key columns, widened as routing widens them."""
+    types = {field.name: field.dataType.simpleString() for field in frame.schema.fields}
+    return tuple((column, _WIDENED.get(types[column], types[column])) for column in key_columns)
+
+
+@dataclass(frozen=True)
+class QueryShape:
+    """What the state of a location depends on.
+
+    :ivar key_columns: ``(column, Spark type)`` of each key column, in order.
+    :ivar time_mode: the timers' clock (``none``, ``processing``, ``event``).
+    :ivar idle_batches: whether the stream carries the heartbeat source.
+    """
+
+    key_columns: tuple[tuple[str, str], ...]
+    time_mode: str
+    idle_batches: bool
+
+    def to_json(self) -> bytes:
+        """The record's bytes."""
+        document = {
+            "key_columns": [list(pair) for pair in self.key_columns],
+            "time_mode": self.time_mode,
+            "idle_batches": self.idle_batches,
+        }
+        return json.dumps(document).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes, where: str) -> QueryShape:
+        """Decode a record (untrusted: every field checked).
+
+        :raises ConfigError: naming the file and what to do, when it is not a record.
+        """
+        try:
+            document = json.loads(data)
+            columns, time_mode = document["key_columns"], document["time_mode"]
+            idle = document["idle_batches"]
+            pairs_ok = isinstance(columns, list) and all(
+                isinstance(pair, list) and len(pair) == 2 and all(isinstance(part, str) for part in pair)
+                for pair in columns
+            )
+            if not pairs_ok or not isinstance(time_mode, str) or not isinstance(idle, bool):
+                raise TypeError(document)
+        except (ValueError, KeyError, TypeError) as exc:
+            msg = (
+                f"{where} is damaged ({exc!r:.80}): it records the key columns, time mode and idle batches "
+                "the query was first started with. Restore it, or remove it (the next start records "
+                "the query as it is then, unchecked)"
+            )
+            raise ConfigError(msg) from exc
+        return cls(tuple((name, kind) for name, kind in columns), time_mode, idle)
+
+
+def settled_shape(
+    checkpoint_location: str, wanted: QueryShape, config: Config | Mapping[str, Any] | None = None
+) -> QueryShape:
+    """The shape the query runs with: ``wanted``, checked against the location's record.
+
+    With no record, ``wanted`` is recorded (without idle batches when Spark already ran
+    a query there: its checkpoint records the sources, a heartbeat would be a new one).
+
+    :raises ConfigError: when the key columns or the time mode differ from the record's,
+        or the record is damaged.
+    """
+    fs, root = checkpoint_fs(checkpoint_location, config)
+    path = f"{root}/{QUERY_RECORD_FILE}"
+    recorded = _read(fs, path)
+    if recorded is None:
+        shape = replace(wanted, idle_batches=False) if _spark_started(fs, root) else wanted
+        fs.makedirs(root, exist_ok=True)
+        fs.pipe_file(path, shape.to_json())
+        return shape
+    _check(recorded, wanted, checkpoint_location)
+    if recorded.idle_batches != wanted.idle_batches:
+        log.warning(
+            "the query at %s was started %s idle batches and keeps that (Spark's checkpoint records its "
+            "sources): %s. A new checkpoint location (from a savepoint) chooses again",
+            checkpoint_location,
+            "with" if recorded.idle_batches else "without",
+            "batches run at least every second, and an availableNow trigger takes all input in one batch"
+            if recorded.idle_batches
+            else "timers fire and the watermark takes effect only when rows arrive",
+        )
+    return recorded
+
+
+def _check(recorded: QueryShape, wanted: QueryShape, location: str) -> None:
+    """Refuse what would silently lose state or timers."""
+    fix = (
+        f"Start the query as it was, or start the changed one at a new checkpoint location (a savepoint of "
+        f"this one, `dstl savepoint {location} <target>`, carries its state to a new location)"
+    )
+    if recorded.key_columns != wanted.key_columns:
+        msg = (
+            f"key columns {_columns(wanted)} differ from {_columns(recorded)}, which the state at {location} "
+            "is keyed by: rows are routed and state looked up by them, so every key's state would silently "
+            f"start empty. {fix}"
+        )
+        raise ConfigError(msg)
+    if recorded.time_mode != wanted.time_mode:
+        msg = (
+            f"time_mode {wanted.time_mode!r} differs from {recorded.time_mode!r}, which the timers at "
+            f"{location} were registered in: they would never fire. {fix}"
+        )
+        raise ConfigError(msg)
+
+
+def _columns(shape: QueryShape) -> str:
+    return "[" + ", ".join(f"{name} {kind}" for name, kind in shape.key_columns) + "]"
+
+
+def _spark_started(fs: Any, root: str) -> bool:
+    """Whether Spark's offset log in the location has an entry (a query ran there)."""
+    try:
+        entries = fs.ls(f"{root}/offsets", detail=False)
+    except FileNotFoundError:
+        return False
+    return any(not entry.rsplit("/", 1)[-1].startswith(".") for entry in entries)
+
+
+def _read(fs: Any, path: str) -> QueryShape | None:
+    """The record, ``None`` when there is none."""
+    try:
+        data = read_regular_file(fs, path, f"the query record {path}", max_bytes=_MAX_RECORD)
+    except FileNotFoundError:
+        return None
+    except (OSError, DstlError) as exc:
+        msg = f"{path} cannot be read ({exc}): restore it, or remove it (the next start records it anew)"
+        raise ConfigError(msg) from exc
+    return QueryShape.from_json(data, path)

@@ -1,0 +1,117 @@
+"""A location's query is checked against what it was first started with: keys, time mode, idle batches."""
+
+import json
+
+import pytest
+
+from dstl.backend.spark import StatefulProcessor, transform_with_state
+from dstl.backend.spark._private.query_record import QUERY_RECORD_FILE, QueryShape, key_types, settled_shape
+from dstl.spi import ConfigError
+
+from .test_query import local_config
+
+USER_KEY = (("user", "string"),)
+
+
+def shape(keys=USER_KEY, mode="processing", idle=True):
+    return QueryShape(keys, mode, idle)
+
+
+def test_the_first_start_is_recorded_and_kept(tmp_path):
+    location = str(tmp_path / "a")
+    assert settled_shape(location, shape()) == shape()
+    # idle batches stay as recorded (Spark's checkpoint records the sources)
+    assert settled_shape(location, shape(idle=False)) == shape()
+    assert json.loads((tmp_path / "a" / QUERY_RECORD_FILE).read_text())["key_columns"] == [["user", "string"]]
+
+
+def test_a_location_spark_ran_in_without_a_record_has_no_idle_batches(tmp_path):
+    (tmp_path / "offsets").mkdir()
+    (tmp_path / "offsets" / "0").write_text("v1\n{}\n")
+    assert settled_shape(str(tmp_path), shape()) == shape(idle=False)
+    assert settled_shape(str(tmp_path), shape()) == shape(idle=False)  # recorded now
+
+
+def test_other_key_columns_or_time_mode_are_refused_naming_both(tmp_path):
+    location = str(tmp_path)
+    settled_shape(location, shape())
+    with pytest.raises(
+        ConfigError, match=r"key columns \[user string, region string\] differ from \[user string\]"
+    ):
+        settled_shape(location, shape(keys=(*USER_KEY, ("region", "string"))))
+    with pytest.raises(ConfigError, match=r"key columns \[user bigint\] differ .* silently start empty"):
+        settled_shape(location, shape(keys=(("user", "bigint"),)))
+    with pytest.raises(
+        ConfigError, match="time_mode 'event' differs from 'processing'.*never fire.*savepoint"
+    ):
+        settled_shape(location, shape(mode="event"))
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"{",
+        b"[]",
+        b'{"key_columns": "user", "time_mode": "none", "idle_batches": false}',
+        b'{"key_columns": [["user"]], "time_mode": "none", "idle_batches": false}',
+        b'{"key_columns": [], "time_mode": 3, "idle_batches": false}',
+        b'{"key_columns": [], "time_mode": "none", "idle_batches": "no"}',
+        b"\xff" * 10,
+    ],
+)
+def test_a_damaged_record_is_refused_with_the_fix(tmp_path, content):
+    (tmp_path / QUERY_RECORD_FILE).write_bytes(content)
+    with pytest.raises(ConfigError, match="is damaged .* Restore it, or remove it"):
+        settled_shape(str(tmp_path), shape())
+
+
+class _Nothing(StatefulProcessor):
+    def init(self, context):
+        pass
+
+    def handle_input_rows(self, key, rows):
+        return None
+
+
+def test_a_restart_with_other_keys_is_refused_at_the_call_before_anything_runs(spark, tmp_path):
+    directory = tmp_path / "in"
+    directory.mkdir()
+    (directory / "part-0.json").write_text(json.dumps({"user": "a", "region": "eu", "n": 1}) + "\n")
+    frame = spark.readStream.schema("user string, region string, n int").json(str(directory))
+
+    def start(key_columns, **extra):
+        return transform_with_state(
+            frame,
+            key_columns=key_columns,
+            processor=_Nothing,
+            output_schema="user string",
+            sink=lambda batch, batch_id: None,
+            checkpoint_location=str(tmp_path / "chk"),
+            config=local_config(tmp_path),
+            trigger={"availableNow": True},
+            **extra,
+        )
+
+    query = start(["user"])
+    query.await_termination(timeout=300)
+    assert query.exception() is None
+    offsets = sorted(path.name for path in (tmp_path / "chk" / "offsets").iterdir())
+    with pytest.raises(ConfigError, match=r"key columns \[region string\] differ from \[user string\]"):
+        start(["region"])
+    with pytest.raises(ConfigError, match="time_mode 'processing' differs from 'none'"):
+        start(["user"], time_mode="ProcessingTime")
+    assert sorted(path.name for path in (tmp_path / "chk" / "offsets").iterdir()) == offsets  # nothing ran
+
+
+def test_integer_keys_of_any_width_hash_alike_and_stay_compatible(spark):
+    narrow = spark.createDataFrame([], "n int, x float, s string")
+    wide = spark.createDataFrame([], "n long, x double, s string")
+    assert (
+        key_types(narrow, ["n", "x", "s"])
+        == key_types(wide, ["n", "x", "s"])
+        == (
+            ("n", "bigint"),
+            ("x", "double"),
+            ("s", "string"),
+        )
+    )
