@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import copy
 import functools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from ._private.state_schemas import TypedValues
 from .processor import StateContext, StatefulProcessor, plain
 
 if TYPE_CHECKING:
@@ -58,13 +59,20 @@ def is_pyspark_processor(processor: Any) -> bool:
 def pyspark_processor(processor: Any, *, row_based: bool = False) -> Callable[[], StatefulProcessor]:
     """A factory of dstl processors that each run a fresh copy of the PySpark ``processor``.
 
+    Runs the processor's ``init`` once here, as Spark does on the driver, to learn the
+    schemas of its states (the tasks check and type values by them).
+
     :param processor: a PySpark ``StatefulProcessor`` subclass (instantiated without
         arguments) or an instance (copied for each task, as Spark ships its own copy).
     :param row_based: written for the row-based ``transformWithState`` (rows in and
         out as ``Row`` objects), not for ``transformWithStateInPandas``.
+    :raises ConfigError: when ``init`` fails or declares a schema Spark cannot parse.
     """
+    from ._private.state_schemas import declared_schemas
+
     make = processor if isinstance(processor, type) else functools.partial(copy.deepcopy, processor)
-    return functools.partial(PySparkProcessor, make, row_based=row_based)
+    schemas = declared_schemas(make)
+    return functools.partial(PySparkProcessor, make, row_based=row_based, schemas=schemas)
 
 
 def _key(key: Any) -> tuple[Any, ...]:
@@ -120,15 +128,22 @@ class PySparkProcessor(StatefulProcessor):
     an iterator of ``Row``, out as ``Row`` objects, initial state one ``Row`` at a time.
     """
 
-    def __init__(self, make: Callable[[], Any], *, row_based: bool = False) -> None:
+    def __init__(
+        self,
+        make: Callable[[], Any],
+        *,
+        row_based: bool = False,
+        schemas: Mapping[str, Mapping[str, str]] | None = None,
+    ) -> None:
         self._user = make()
         self._row_based = row_based
+        self._schemas = dict(schemas or {})
         self._context: StateContext | None = None
 
     def init(self, context: StateContext) -> None:
         """Give the PySpark processor its handle (it registers its states in ``init``)."""
         self._context = context
-        self._user.init(_handle_class()(context))
+        self._user.init(_handle_class()(context, self._schemas))
 
     def _timer_values(self) -> Any:
         context = self._context
@@ -177,17 +192,24 @@ def _handle_class() -> type:
     base: Any = api.StatefulProcessorHandle  # PySpark's class, found at run time
 
     class Handle(base):
-        def __init__(self, context: StateContext) -> None:
+        def __init__(self, context: StateContext, schemas: Mapping[str, Mapping[str, str]]) -> None:
             super().__init__(None)  # no API client: every call below is served by dstl
             self._context = context
+            self._schemas = schemas
+
+        def _typed(self, state: str, part: str = "value") -> TypedValues | None:
+            declared = self._schemas.get(state, {}).get(part)
+            return None if declared is None else TypedValues(state, declared, part)
 
         def getValueState(self, stateName: str, schema: Any, ttlDurationMs: int | None = None) -> Any:
             ttl = _ttl(ttlDurationMs)
-            return _states()[0](self._context.get_value_state(stateName, ttl=ttl, serializer=_SERIALIZER))
+            state = self._context.get_value_state(stateName, ttl=ttl, serializer=_SERIALIZER)
+            return _states()[0](state, self._typed(stateName))
 
         def getListState(self, stateName: str, schema: Any, ttlDurationMs: int | None = None) -> Any:
             ttl = _ttl(ttlDurationMs)
-            return _states()[1](self._context.get_list_state(stateName, ttl=ttl, serializer=_SERIALIZER))
+            state = self._context.get_list_state(stateName, ttl=ttl, serializer=_SERIALIZER)
+            return _states()[1](state, self._typed(stateName))
 
         def getMapState(
             self,
@@ -197,7 +219,8 @@ def _handle_class() -> type:
             ttlDurationMs: int | None = None,
         ) -> Any:
             ttl = _ttl(ttlDurationMs)
-            return _states()[2](self._context.get_map_state(stateName, ttl=ttl, serializer=_SERIALIZER))
+            state = self._context.get_map_state(stateName, ttl=ttl, serializer=_SERIALIZER)
+            return _states()[2](state, self._typed(stateName), self._typed(stateName, "key"))
 
         def registerTimer(self, expiryTimestampMs: int) -> None:
             self._context.register_timer(int(expiryTimestampMs))
@@ -224,67 +247,73 @@ def _states() -> tuple[type, type, type]:  # noqa: C901 - three adapter classes 
     map_base: Any = api.MapState
 
     class Value(value_base):
-        def __init__(self, state: ValueState) -> None:  # no super(): it binds an API client
+        def __init__(self, state: ValueState, typed: TypedValues | None) -> None:  # no super(): an API client
             self._state = state
+            self._in, self._out = _converters(typed)
 
         def exists(self) -> bool:
             return self._state.exists()
 
         def get(self) -> tuple | None:
-            return self._state.value()
+            value = self._state.value()
+            return None if value is None else self._out(value)
 
         def update(self, newValue: tuple) -> None:
-            self._state.update(_row(newValue))
+            self._state.update(self._in(newValue))
 
         def clear(self) -> None:
             self._state.clear()
 
     class List(list_base):
-        def __init__(self, state: ListState) -> None:
+        def __init__(self, state: ListState, typed: TypedValues | None) -> None:
             self._state = state
+            self._in, self._out = _converters(typed)
 
         def exists(self) -> bool:
             return bool(self._state.get())
 
         def get(self) -> Iterator[tuple]:
-            return iter(self._state.get())
+            return map(self._out, self._state.get())
 
         def put(self, newState: list[tuple]) -> None:
-            self._state.update([_row(value) for value in newState])
+            self._state.update([self._in(value) for value in newState])
 
         def appendValue(self, newState: tuple) -> None:
-            self._state.add(_row(newState))
+            self._state.add(self._in(newState))
 
         def appendList(self, newState: list[tuple]) -> None:
-            self._state.add_all([_row(value) for value in newState])
+            self._state.add_all([self._in(value) for value in newState])
 
         def clear(self) -> None:
             self._state.clear()
 
     class Map(map_base):
-        def __init__(self, state: MapState) -> None:
+        def __init__(self, state: MapState, typed: TypedValues | None, typed_key: TypedValues | None) -> None:
             self._state = state
+            self._in, self._out = _converters(typed)
+            self._key_in, self._key_out = _converters(typed_key)
 
         def exists(self) -> bool:
             return not self._state.is_empty()
 
         def getValue(self, key: tuple) -> tuple | None:
-            return self._state.get(_row(key))
+            value = self._state.get(_row(key))
+            return None if value is None else self._out(value)
 
         def containsKey(self, key: tuple) -> bool:
             return self._state.contains(_row(key))
 
         def updateValue(self, key: tuple, value: tuple) -> None:
-            self._state.put(_row(key), _row(value))
+            self._state.put(self._key_in(key), self._in(value))
 
         def iterator(self) -> Iterator[tuple[tuple, tuple]]:
-            return self._state.items()
+            return ((self._key_out(key), self._out(value)) for key, value in self._state.items())
 
         def keys(self) -> Iterator[tuple]:
-            return self._state.keys()
+            return map(self._key_out, self._state.keys())
 
         def values(self) -> Iterator[tuple]:
-            return self._state.values()
+            return map(self._out, self._state.values())
 
         def removeKey(self, key: tuple) -> None:
             self._state.remove(_row(key))
@@ -293,3 +322,15 @@ def _states() -> tuple[type, type, type]:  # noqa: C901 - three adapter classes 
             self._state.clear()
 
     return Value, List, Map
+
+
+def _converters(typed: TypedValues | None) -> tuple[Callable[[Any], tuple], Callable[[Any], Any]]:
+    """How values go in (checked by the schema) and come out (``Row`` objects of it); plain without one."""
+    if typed is None:
+        return _row, _identity
+    check = typed.write
+    return (lambda value: check(_row(value))), typed.read
+
+
+def _identity(value: Any) -> Any:
+    return value

@@ -1,0 +1,131 @@
+"""A PySpark processor's declared state schemas: learned at the call, enforced on write, typed on read."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pandas as pd
+import pytest
+
+from dstl.backend.spark import transform_with_state
+from dstl.backend.spark._private.state_schemas import TypedValues, declared_schemas
+from dstl.spi import ConfigError
+
+from .test_query import local_config
+
+pyspark_api = pytest.importorskip("pyspark.sql.streaming.stateful_processor")
+Row = pytest.importorskip("pyspark.sql").Row
+
+PROFILE = "count long, profile struct<name string, age int>"
+
+
+class Profiles(pyspark_api.StatefulProcessor):
+    """Keeps a count and a profile struct per user; emits what it read back before its update."""
+
+    schema = PROFILE
+
+    def init(self, handle):
+        self.handle = handle
+        self.state = handle.getValueState("state", self.schema)
+        self.visits = handle.getMapState("visits", "day string", "n long")
+
+    def handleInputRows(self, key, rows, timerValues):
+        before = self.state.get()
+        seen = "none" if before is None else f"{type(before).__name__}:{before}"
+        total = (before["count"] if before else 0) + sum(len(frame) for frame in rows)
+        self.state.update((total, Row(name=key[0], age=total)))
+        self.visits.updateValue(("mon",), (total,))
+        yield pd.DataFrame({"user": [key[0]], "seen": [seen]})
+
+    def close(self):
+        pass
+
+
+class WrongType(Profiles):
+    def handleInputRows(self, key, rows, timerValues):
+        self.state.update(("many", None))  # a string in a long field
+        yield from ()
+
+
+def test_declared_schemas_are_learned_by_running_init_on_the_driver(spark):
+    schemas = declared_schemas(Profiles)
+    assert set(schemas) == {"state", "visits"}
+    assert json.loads(schemas["state"]["value"])["fields"][1]["name"] == "profile"
+    assert json.loads(schemas["visits"]["key"])["fields"][0]["name"] == "day"
+
+
+def test_an_unparsable_schema_or_a_failing_init_is_refused_at_the_call(spark):
+    class Unparsable(Profiles):
+        schema = "count lonnng"
+
+    with pytest.raises(ConfigError, match="state 'state' declares the schema 'count lonnng'"):
+        declared_schemas(Unparsable)
+
+    class Failing(Profiles):
+        def init(self, handle):
+            raise RuntimeError("no")
+
+    with pytest.raises(ConfigError, match="Failing.init failed on the driver"):
+        declared_schemas(Failing)
+
+
+def test_values_are_checked_on_write_and_typed_on_read(spark):
+    typed = TypedValues("state", declared_schemas(Profiles)["state"]["value"])
+    stored = typed.write((3, Row(name="a", age=3)))
+    value = typed.read(stored)
+    assert value["count"] == 3 and value.profile.name == "a" and isinstance(value.profile, Row)
+    assert typed.read((3, {"name": "b", "age": 1})).profile.age == 1  # a struct stored as a dict
+    with pytest.raises(TypeError, match=r"state 'state': field 'count' .* cannot hold 'many'"):
+        typed.write(("many", None))
+    with pytest.raises(TypeError, match="a value of 1 fields for its schema's 2"):
+        typed.write((3,))
+    # a value written before a field was added reads it as null; one with a removed field is refused
+    assert typed.read((5,)).profile is None
+    with pytest.raises(TypeError, match="removing fields is not a compatible change"):
+        typed.read((1, None, "extra"))
+
+
+def _write(directory, index, users):
+    path = directory / f"part-{index:03d}.json"
+    path.write_text("".join(json.dumps({"user": user}) + "\n" for user in users))
+    os.utime(path, (1_700_000_000 + index, 1_700_000_000 + index))
+
+
+def _run(spark, tmp_path, processor, out):
+    def sink(frame, batch_id):
+        out[batch_id] = sorted(tuple(row) for row in frame.collect())
+
+    query = transform_with_state(
+        spark.readStream.schema("user string").option("maxFilesPerTrigger", 1).json(str(tmp_path / "in")),
+        key_columns=["user"],
+        processor=processor,
+        output_schema="user string, seen string",
+        sink=sink,
+        checkpoint_location=str(tmp_path / "chk"),
+        config=local_config(tmp_path),
+        trigger={"availableNow": True},
+    )
+    try:
+        query.await_termination(timeout=300)
+    except Exception as failure:  # PySpark raises the query's failure here
+        return failure
+    return query.exception()
+
+
+def test_a_query_reads_its_values_as_rows_of_the_declared_schema(spark, tmp_path):
+    (tmp_path / "in").mkdir()
+    _write(tmp_path / "in", 0, ["a"])
+    _write(tmp_path / "in", 1, ["a", "a"])
+    out: dict[int, list[tuple]] = {}
+    failure = _run(spark, tmp_path, Profiles, out)
+    assert failure is None, failure
+    assert out[0] == [("a", "none")]
+    assert out[1] == [("a", "Row:Row(count=1, profile=Row(name='a', age=1))")]
+
+
+def test_a_value_that_does_not_fit_fails_the_batch_naming_state_and_field(spark, tmp_path):
+    (tmp_path / "in").mkdir()
+    _write(tmp_path / "in", 0, ["a"])
+    failure = str(_run(spark, tmp_path, WrongType, {}))
+    assert "state 'state': field 'count'" in failure and "cannot hold 'many'" in failure, failure[:2000]
