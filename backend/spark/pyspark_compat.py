@@ -26,6 +26,7 @@ from __future__ import annotations
 import copy
 import functools
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ._private.state_schemas import TypedValues
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
 
     from ..keyed import ListState, MapState, ValueState
 
-__all__ = ["PySparkProcessor", "is_pyspark_processor", "pyspark_processor"]
+__all__ = ["PySparkProcessor", "PySparkProcessorFactory", "is_pyspark_processor", "pyspark_processor"]
 
 _SERIALIZER = "pickle"  # PySpark's state values are tuples of any Spark type's Python value
 
@@ -71,8 +72,23 @@ def pyspark_processor(processor: Any, *, row_based: bool = False) -> Callable[[]
     from ._private.state_schemas import declared_schemas
 
     make = processor if isinstance(processor, type) else functools.partial(copy.deepcopy, processor)
-    schemas = declared_schemas(make)
-    return functools.partial(PySparkProcessor, make, row_based=row_based, schemas=schemas)
+    return PySparkProcessorFactory(make, row_based, declared_schemas(make))
+
+
+@dataclass(frozen=True)
+class PySparkProcessorFactory:
+    """Makes a :class:`PySparkProcessor` per task; knows the states the processor declares.
+
+    :ivar schemas: state name -> ``{"value": schema JSON, "key": schema JSON}`` (map states).
+    """
+
+    make: Callable[[], Any]
+    row_based: bool
+    schemas: Mapping[str, Mapping[str, str]]
+
+    def __call__(self) -> PySparkProcessor:
+        """A fresh processor (a fresh copy of the user's) for one task."""
+        return PySparkProcessor(self.make, row_based=self.row_based, schemas=self.schemas)
 
 
 def _key(key: Any) -> tuple[Any, ...]:

@@ -37,6 +37,7 @@ from ._private.query_record import QueryShape, key_types, settled_shape
 from ._private.runner import BatchRunner, QuerySpec, Sink
 from .job_identity import resolve_job_id
 from .processor import StatefulProcessor, TimeMode
+from .pyspark_compat import PySparkProcessorFactory
 from .query_progress import ProgressBridge
 from .sinks import ParquetBatchSink
 from .stateful_query import StatefulQuery
@@ -129,6 +130,7 @@ def transform_with_state(  # noqa: PLR0913 - the keywords of PySpark's transform
         key_types(frame, key_columns),
         mode.value,
         wants_idle_batches(mode, trigger, no_data_batches=no_data_batches),
+        processor.schemas if isinstance(processor, PySparkProcessorFactory) else {},
     )
     heartbeat = settled_shape(checkpoint_location, wanted, cfg).idle_batches
     runner = BatchRunner(

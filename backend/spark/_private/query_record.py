@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dstl.spi import Config, ConfigError, DstlError
@@ -22,7 +22,7 @@ from dstl.spi import Config, ConfigError, DstlError
 from ...documents import read_regular_file
 from ...filesystems import checkpoint_fs
 
-__all__ = ["QUERY_RECORD_FILE", "QueryShape", "key_types", "settled_shape"]
+__all__ = ["QUERY_RECORD_FILE", "QueryShape", "key_types", "schema_change_problem", "settled_shape"]
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,8 @@ class QueryShape:
     key_columns: tuple[tuple[str, str], ...]
     time_mode: str
     idle_batches: bool
+    #: state name -> {"value": schema JSON, "key": ...}: what a PySpark processor declares
+    state_schemas: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     def to_json(self) -> bytes:
         """The record's bytes."""
@@ -58,6 +60,7 @@ class QueryShape:
             "key_columns": [list(pair) for pair in self.key_columns],
             "time_mode": self.time_mode,
             "idle_batches": self.idle_batches,
+            "state_schemas": {name: dict(parts) for name, parts in self.state_schemas.items()},
         }
         return json.dumps(document).encode()
 
@@ -71,11 +74,16 @@ class QueryShape:
             document = json.loads(data)
             columns, time_mode = document["key_columns"], document["time_mode"]
             idle = document["idle_batches"]
+            schemas = document.get("state_schemas", {})
             pairs_ok = isinstance(columns, list) and all(
                 isinstance(pair, list) and len(pair) == 2 and all(isinstance(part, str) for part in pair)
                 for pair in columns
             )
-            if not pairs_ok or not isinstance(time_mode, str) or not isinstance(idle, bool):
+            schemas_ok = isinstance(schemas, dict) and all(
+                isinstance(parts, dict) and all(isinstance(v, str) for v in parts.values())
+                for parts in schemas.values()
+            )
+            if not pairs_ok or not schemas_ok or not isinstance(time_mode, str) or not isinstance(idle, bool):
                 raise TypeError(document)
         except (ValueError, KeyError, TypeError) as exc:
             msg = (
@@ -84,7 +92,7 @@ class QueryShape:
                 "the query as it is then, unchecked)"
             )
             raise ConfigError(msg) from exc
-        return cls(tuple((name, kind) for name, kind in columns), time_mode, idle)
+        return cls(tuple((name, kind) for name, kind in columns), time_mode, idle, schemas)
 
 
 def settled_shape(
@@ -107,6 +115,10 @@ def settled_shape(
         fs.pipe_file(path, shape.to_json())
         return shape
     _check(recorded, wanted, checkpoint_location)
+    evolved = {**recorded.state_schemas, **wanted.state_schemas}
+    if evolved != recorded.state_schemas:  # compatible (checked): the newer schemas hold from now on
+        recorded = replace(recorded, state_schemas=evolved)
+        fs.pipe_file(path, recorded.to_json())
     if recorded.idle_batches != wanted.idle_batches:
         log.warning(
             "the query at %s was started %s idle batches and keeps that (Spark's checkpoint records its "
@@ -139,6 +151,67 @@ def _check(recorded: QueryShape, wanted: QueryShape, location: str) -> None:
             f"{location} were registered in: they would never fire. {fix}"
         )
         raise ConfigError(msg)
+    _check_schemas(recorded, wanted, fix)
+
+
+def _check_schemas(recorded: QueryShape, wanted: QueryShape, fix: str) -> None:
+    """Each state's schemas evolve compatibly (see :func:`schema_change_problem`)."""
+    for state, parts in wanted.state_schemas.items():
+        for part, schema in parts.items():
+            before = recorded.state_schemas.get(state, {}).get(part)
+            if before is None or before == schema:
+                continue
+            problem = schema_change_problem(before, schema)
+            if problem is not None:
+                msg = (
+                    f"state {state!r} now declares the {part} schema {_simple(schema)}, incompatible with "
+                    f"{_simple(before)}, which its stored values have: {problem}. {fix}"
+                )
+                raise ConfigError(msg)
+
+
+def schema_change_problem(before_json: str, after_json: str) -> str | None:
+    """Why values of schema ``before`` cannot be read by ``after`` (``None``: they can).
+
+    Compatible: the same fields in the same order, a number widened (int to bigint,
+    float to double), a field made nullable, and nullable fields added at the end.
+    """
+    before, after = json.loads(before_json)["fields"], json.loads(after_json)["fields"]
+    if len(after) < len(before):
+        removed = [f["name"] for f in before[len(after) :]]
+        return f"fields {removed} were removed"
+    for old, new in zip(before, after, strict=False):
+        if old["name"] != new["name"]:
+            return f"field {old['name']!r} became {new['name']!r} (renamed or reordered)"
+        if old["type"] != new["type"] and (old["type"], new["type"]) not in _WIDENINGS:
+            return f"field {old['name']!r} changed from {old['type']} to {new['type']}"
+        if old["nullable"] and not new["nullable"]:
+            return f"field {old['name']!r} is no longer nullable"
+    added = [f["name"] for f in after[len(before) :] if not f["nullable"]]
+    return f"fields {added} were added without being nullable" if added else None
+
+
+#: Type changes every stored value survives (Spark's widening).
+_WIDENINGS = frozenset(
+    {
+        ("byte", "short"),
+        ("byte", "integer"),
+        ("byte", "long"),
+        ("short", "integer"),
+        ("short", "long"),
+        ("integer", "long"),
+        ("float", "double"),
+    }
+)
+
+
+def _simple(schema_json: str) -> str:
+    fields = json.loads(schema_json)["fields"]
+    return (
+        "struct<"
+        + ", ".join(f"{f['name']}: {f['type'] if isinstance(f['type'], str) else 'struct'}" for f in fields)
+        + ">"
+    )
 
 
 def _columns(shape: QueryShape) -> str:

@@ -5,7 +5,13 @@ import json
 import pytest
 
 from dstl.backend.spark import StatefulProcessor, transform_with_state
-from dstl.backend.spark._private.query_record import QUERY_RECORD_FILE, QueryShape, key_types, settled_shape
+from dstl.backend.spark._private.query_record import (
+    QUERY_RECORD_FILE,
+    QueryShape,
+    key_types,
+    schema_change_problem,
+    settled_shape,
+)
 from dstl.spi import ConfigError
 
 from .test_query import local_config
@@ -115,3 +121,51 @@ def test_integer_keys_of_any_width_hash_alike_and_stay_compatible(spark):
             ("s", "string"),
         )
     )
+
+
+def _schema(ddl_fields):
+    return json.dumps(
+        {
+            "type": "struct",
+            "fields": [
+                {"name": n, "type": t, "nullable": nullable, "metadata": {}} for n, t, nullable in ddl_fields
+            ],
+        }
+    )
+
+
+COUNT = _schema([("count", "integer", True)])
+
+
+@pytest.mark.parametrize(
+    ("after", "problem"),
+    [
+        (_schema([("count", "long", True)]), None),  # widened
+        (_schema([("count", "integer", True), ("extra", "string", True)]), None),  # a nullable field added
+        (_schema([("count", "string", True)]), "field 'count' changed from integer to string"),
+        (_schema([("total", "integer", True)]), "field 'count' became 'total'"),
+        (_schema([]), "fields ['count'] were removed"),
+        (_schema([("count", "integer", False)]), "field 'count' is no longer nullable"),
+        (_schema([("count", "integer", True), ("x", "long", False)]), "fields ['x'] were added without"),
+    ],
+)
+def test_schema_changes_follow_sparks_evolution_rules(after, problem):
+    found = schema_change_problem(COUNT, after)
+    assert found == problem if problem is None else problem in found
+
+
+def test_a_state_schema_is_evolved_or_refused_at_restart(tmp_path):
+    location = str(tmp_path)
+    settled_shape(location, QueryShape(USER_KEY, "none", False, {"count": {"value": COUNT}}))
+    widened = {"count": {"value": _schema([("count", "long", True)])}}
+    assert settled_shape(location, QueryShape(USER_KEY, "none", False, widened)).state_schemas == widened
+    with pytest.raises(
+        ConfigError, match="state 'count' now declares the value schema .* changed from long to string"
+    ):
+        settled_shape(
+            location,
+            QueryShape(USER_KEY, "none", False, {"count": {"value": _schema([("count", "string", True)])}}),
+        )
+    # the evolved schema was recorded: going back from long to int is refused too
+    with pytest.raises(ConfigError, match="changed from long to integer"):
+        settled_shape(location, QueryShape(USER_KEY, "none", False, {"count": {"value": COUNT}}))

@@ -123,6 +123,23 @@ def test_a_query_reads_its_values_as_rows_of_the_declared_schema(spark, tmp_path
     assert out[0] == [("a", "none")]
     assert out[1] == [("a", "Row:Row(count=1, profile=Row(name='a', age=1))")]
 
+    class Retyped(Profiles):
+        schema = "count string, profile struct<name string, age int>"
+
+    with pytest.raises(ConfigError, match="state 'state' now declares the value schema .* long to string"):
+        _run(spark, tmp_path, Retyped, out)  # refused at the call: nothing ran
+
+    class Grown(Profiles):
+        schema = PROFILE + ", since long"
+
+        def handleInputRows(self, key, rows, timerValues):
+            before = self.state.get()
+            yield pd.DataFrame({"user": [key[0]], "seen": [f"since={before.since}"]})
+
+    _write(tmp_path / "in", 2, ["a"])
+    assert _run(spark, tmp_path, Grown, out) is None
+    assert out[2] == [("a", "since=None")]  # the field added since the value was written reads as null
+
 
 def test_a_value_that_does_not_fit_fails_the_batch_naming_state_and_field(spark, tmp_path):
     (tmp_path / "in").mkdir()
