@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import array
+
 import pytest
 
 from dstl.conformance.testing import assert_explained, persist, read_data
@@ -36,6 +38,38 @@ def test_bytes_like_data_is_accepted(storage, sut):
     writer.append(4, bytearray(b"ba"))
     writer.append(5, memoryview(b"mv"))
     assert read_data(storage, persist(writer, 0, 1, sut.timeout)) == [b"ba", b"mv"]
+
+
+def test_bytes_like_data_is_framed_by_its_bytes_not_its_items(storage, sut):
+    """Typed views and arrays: a change is its bytes, however many items they hold."""
+    values = [
+        array.array("i", [1, -2, 3]),  # 3 items, 12 bytes
+        memoryview(array.array("d", [0.5, 1.5])),  # 2 items, 16 bytes
+        memoryview(b"abcdefgh").cast("I"),  # 2 items, 8 bytes
+        memoryview(b"0123456789")[2:7],  # a slice
+        b"last",
+    ]
+    writer = storage.create_writer("op", KG)
+    for value in values:
+        writer.append(4, value)
+    assert read_data(storage, persist(writer, 0, 1, sut.timeout)) == [memoryview(v).tobytes() for v in values]
+
+
+def test_the_caller_may_reuse_its_buffer_once_append_returns(storage, sut):
+    """What is stored is what the buffer held at ``append``, whatever the caller does with it after."""
+    writer = storage.create_writer("op", KG)
+    buffer = bytearray(b"first")
+    writer.append(4, buffer)
+    buffer[:] = b"FIRST"
+    view_source = bytearray(b"second")
+    writer.append(5, memoryview(view_source))
+    view_source[0:6] = b"SECOND"
+    numbers = array.array("B", b"third")
+    writer.append(6, numbers)
+    numbers[0] = ord("T")
+    handle = persist(writer, 0, 1, sut.timeout)
+    buffer[:] = b"after"
+    assert read_data(storage, handle) == [b"first", b"second", b"third"]
 
 
 @pytest.mark.parametrize("start", [-1, -100, True, "0", 1.5])

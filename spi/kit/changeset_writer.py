@@ -65,12 +65,18 @@ _PACK_ITEM = CHANGE_ITEM.pack
 
 
 def _as_bytes(data: object) -> bytes:
+    """A copy of any bytes-like value's bytes (typed views and arrays count their bytes, not items).
+
+    A copy: the caller may reuse its buffer as soon as ``append`` returns.
+    """
     if isinstance(data, bytes):
         return data
-    if isinstance(data, bytearray | memoryview):
-        return bytes(data)
-    msg = f"state change data must be bytes-like, got {type(data).__name__}"
-    raise TypeError(msg)
+    try:
+        view = memoryview(data)  # type: ignore[arg-type]  # any object with the buffer protocol
+    except TypeError:
+        msg = f"state change data must be bytes-like, got {type(data).__name__}"
+        raise TypeError(msg) from None
+    return view.tobytes()
 
 
 class WriterHost(Protocol):

@@ -286,6 +286,43 @@ class EmptyIsNothingStorage(MemoryStorage):
     writer_class = EmptyIsNothingWriter
 
 
+class ItemsNotBytesWriter(MemoryWriter):
+    """Bug: a typed view is framed by ``len()``, its items, and that many bytes of it are kept."""
+
+    def append(self, key_group, data):
+        if isinstance(data, memoryview) and data.itemsize != 1:
+            data = data.tobytes()[: len(data)]
+        super().append(key_group, data)
+
+
+class ItemsNotBytesStorage(MemoryStorage):
+    storage_id = "broken-items-not-bytes"
+    writer_class = ItemsNotBytesWriter
+
+
+class KeepsCallerBufferWriter(MemoryWriter):
+    """Bug: zero-copy appends: a mutable buffer is referenced, copied in only when its change set closes."""
+
+    def append(self, key_group, data):
+        if isinstance(data, bytes):
+            super().append(key_group, data)
+            return
+        start = len(self._active) + CHANGE_ITEM.size
+        super().append(key_group, bytes(memoryview(data).nbytes))  # a placeholder of the right size
+        self.__dict__.setdefault("_referenced", []).append((start, data))
+
+    def _rollover(self):
+        for start, data in self.__dict__.pop("_referenced", []):
+            raw = memoryview(data).tobytes()
+            self._active[start : start + len(raw)] = raw
+        super()._rollover()
+
+
+class KeepsCallerBufferStorage(MemoryStorage):
+    storage_id = "broken-keeps-caller-buffer"
+    writer_class = KeepsCallerBufferWriter
+
+
 class RestoreIgnoresFilterReader(MemoryStorageReader):
     """Bug: the bulk path hands over whole change sets and forgets the key-group filter."""
 
@@ -361,6 +398,8 @@ BROKEN = {
     Epoch32BitStorage.storage_id: (Epoch32BitStorage, MEMORY_CAPABILITIES),
     PackedDiscardStorage.storage_id: (PackedDiscardStorage, frozenset({"fencing", "corruption_injection"})),
     EmptyIsNothingStorage.storage_id: (EmptyIsNothingStorage, MEMORY_CAPABILITIES),
+    ItemsNotBytesStorage.storage_id: (ItemsNotBytesStorage, MEMORY_CAPABILITIES),
+    KeepsCallerBufferStorage.storage_id: (KeepsCallerBufferStorage, MEMORY_CAPABILITIES),
     RestoreIgnoresFilterStorage.storage_id: (RestoreIgnoresFilterStorage, MEMORY_CAPABILITIES),
     MisplacesDamageStorage.storage_id: (MisplacesDamageStorage, MEMORY_CAPABILITIES | {"forgery_injection"}),
     AcksBeforeSyncStorage.storage_id: (

@@ -83,6 +83,15 @@ def test_built_in_storage_conforms(tmp_path, identifier, backend):
             "broken-acks-before-sync",
             "test_durability.py::test_nothing_acknowledged_is_lost_when_the_power_fails",
         ),
+        # Bytes are bytes (issue 34, class 3): typed views count bytes; the caller's buffer is copied.
+        (
+            "broken-items-not-bytes",
+            "test_bad_input.py::test_bytes_like_data_is_framed_by_its_bytes_not_its_items",
+        ),
+        (
+            "broken-keeps-caller-buffer",
+            "test_bad_input.py::test_the_caller_may_reuse_its_buffer_once_append_returns",
+        ),
         # Found by mutation testing: errors about forged change sets must say where they lie.
         (
             "broken-misplaces-damage",
