@@ -38,8 +38,6 @@ class GroupCommitter:
         self._lock = threading.Lock()
         self._queue: list[CommitRequest] = []
         self._leader = False
-        self.batches = 0
-        self.batched_requests = 0
 
     def submit(self, request: CommitRequest) -> Future[Any]:
         """Queue ``request``; lead the commit rounds if no one else does."""
@@ -54,8 +52,6 @@ class GroupCommitter:
                 if not batch:
                     self._leader = False
                     return request.future
-            self.batches += 1
-            self.batched_requests += len(batch)
             try:
                 self._commit(batch)
             except BaseException as exc:
