@@ -181,6 +181,23 @@ def test_confirm_and_reset_cover_exactly_their_half_open_range(storage, sut):
     assert read_data(storage, last) == [change_bytes("c", s, 10) for s in range(3)]
 
 
+def test_confirm_and_reset_never_free_what_is_not_persisted(storage, sut):
+    """A range may reach past what its checkpoint persisted: those change sets stay, data and all."""
+    writer = storage.create_writer("op", KG)
+    writer.append(0, change_bytes("p", 0, 10))
+    writer.next_sqn()
+    persist(writer, 0, 1, sut.timeout)  # change set 0
+    for sqn in (1, 2):  # closed, never persisted
+        writer.append(sqn, change_bytes("p", sqn, 10))
+        writer.next_sqn()
+    writer.append(3, change_bytes("p", 3, 10))  # still open
+    writer.confirm(0, 3, 1)
+    writer.reset(0, 3, 1)
+    handle = persist(writer, 0, 2, sut.timeout)
+    assert read_data(storage, handle) == [change_bytes("p", s, 10) for s in range(4)]
+    assert handle.incremental_size == 30, "the confirmed change set 0 is reused, 1 to 3 are uploaded now"
+
+
 def test_buffered_bytes_follow_what_the_writer_holds(storage, sut):
     writer = storage.create_writer("op", KG)
     for sqn in range(4):

@@ -323,6 +323,22 @@ class KeepsCallerBufferStorage(MemoryStorage):
     writer_class = KeepsCallerBufferWriter
 
 
+class ConfirmFreesUnpersistedWriter(MemoryWriter):
+    """Bug: confirm marks every change set of the range confirmed and frees it, persisted or not."""
+
+    def confirm(self, start_sqn, end_sqn, checkpoint_id):
+        with self._lock:
+            for sqn, cs in self._change_sets.items():
+                if start_sqn <= sqn < end_sqn and not cs.confirmed:
+                    cs.confirmed = True
+                    self._held_bytes -= self._drop_data(cs)
+
+
+class ConfirmFreesUnpersistedStorage(MemoryStorage):
+    storage_id = "broken-confirm-frees-unpersisted"
+    writer_class = ConfirmFreesUnpersistedWriter
+
+
 class RestoreIgnoresFilterReader(MemoryStorageReader):
     """Bug: the bulk path hands over whole change sets and forgets the key-group filter."""
 
@@ -399,6 +415,7 @@ BROKEN = {
     PackedDiscardStorage.storage_id: (PackedDiscardStorage, frozenset({"fencing", "corruption_injection"})),
     EmptyIsNothingStorage.storage_id: (EmptyIsNothingStorage, MEMORY_CAPABILITIES),
     ItemsNotBytesStorage.storage_id: (ItemsNotBytesStorage, MEMORY_CAPABILITIES),
+    ConfirmFreesUnpersistedStorage.storage_id: (ConfirmFreesUnpersistedStorage, MEMORY_CAPABILITIES),
     KeepsCallerBufferStorage.storage_id: (KeepsCallerBufferStorage, MEMORY_CAPABILITIES),
     RestoreIgnoresFilterStorage.storage_id: (RestoreIgnoresFilterStorage, MEMORY_CAPABILITIES),
     MisplacesDamageStorage.storage_id: (MisplacesDamageStorage, MEMORY_CAPABILITIES | {"forgery_injection"}),

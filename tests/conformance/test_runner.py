@@ -92,6 +92,11 @@ def test_built_in_storage_conforms(tmp_path, identifier, backend):
             "broken-keeps-caller-buffer",
             "test_bad_input.py::test_the_caller_may_reuse_its_buffer_once_append_returns",
         ),
+        # Confirm and free (issue 34, class 5): a range past what was persisted frees nothing of it.
+        (
+            "broken-confirm-frees-unpersisted",
+            "test_lifecycle.py::test_confirm_and_reset_never_free_what_is_not_persisted",
+        ),
         # Found by mutation testing: errors about forged change sets must say where they lie.
         (
             "broken-misplaces-damage",
