@@ -117,6 +117,8 @@ def failing_os_sync() -> Iterator[list[int]]:
                 if fire:
                     fired.append(1)
             if fire:
+                for layer in list(_POWER_LAYERS):  # as the kernel does: the dirty pages are gone
+                    layer.sync_failed(fd)
                 raise OSError(errno.EIO, "injected EIO (conformance suite)")
             real[name](fd)
 
@@ -137,6 +139,9 @@ class _File:
     entry_durable: bool  # its directory was synced after it was created
     synced_size: int | None = None  # size at the last fsync/fdatasync
     synced_head: bytes | None = None  # content then, for small files rewritten in place
+    #: byte ranges written before a sync that failed: the kernel dropped those dirty pages, and
+    #: no later sync brings them back (PostgreSQL's "fsyncgate")
+    lost: list[tuple[int, int]] = field(default_factory=list)
 
 
 @dataclass
@@ -154,6 +159,9 @@ class PowerCut:
     removed_files: list[str] = field(default_factory=list)
     files: dict[str, _File] = field(default_factory=dict)
     cut: bool = False
+
+    #: told of a sync that failed on a descriptor (set by :func:`unsynced_writes_lost`)
+    sync_failed: Callable[[int], None] = field(default=lambda fd: None, repr=False)
 
     def __call__(self) -> None:
         """Drop everything written but not synced (once)."""
@@ -175,10 +183,25 @@ class PowerCut:
                 if size > keep:
                     self.dropped_bytes += size - keep
                     os.truncate(path, keep)
+            if os.path.exists(path):
+                self._lose_failed_pages(path, tracked)
+
+    def _lose_failed_pages(self, path: str, tracked: _File) -> None:
+        """Zero what was written before a failed sync and is still in the file: it never reached the disk."""
+        size = os.path.getsize(path)
+        for start, end in tracked.lost:
+            end = min(end, size)
+            if start < end:
+                with open(path, "r+b") as file:
+                    file.seek(start)
+                    file.write(bytes(end - start))
+                self.dropped_bytes += end - start
 
 
 #: files up to this size keep their synced content (epoch and marker files are rewritten in place)
 _SMALL_FILE = 64 * 1024
+#: the power-loss layers in effect: a sync failure injected elsewhere tells them its pages are gone
+_POWER_LAYERS: list[PowerCut] = []
 
 
 @contextmanager
@@ -245,6 +268,16 @@ def unsynced_writes_lost() -> Iterator[PowerCut]:  # noqa: C901 - one branch per
             paths.pop(fd, None)
         real["close"](fd)
 
+    def sync_failed(fd: int) -> None:
+        with lock:
+            full = paths.get(fd)
+            tracked = cut.files.get(full) if full is not None else None
+            if tracked is None or cut.cut or stat.S_ISDIR(os.fstat(fd).st_mode):
+                return
+            tracked.lost.append((tracked.synced_size or 0, os.fstat(fd).st_size))
+
+    cut.sync_failed = sync_failed
+
     replacements = {
         "open": tracked_open,
         "write": tracked_write("write"),
@@ -255,8 +288,10 @@ def unsynced_writes_lost() -> Iterator[PowerCut]:  # noqa: C901 - one branch per
     }
     for name, function in replacements.items():
         setattr(os, name, function)
+    _POWER_LAYERS.append(cut)
     try:
         yield cut
     finally:
+        _POWER_LAYERS.remove(cut)
         for name, function in real.items():
             setattr(os, name, function)

@@ -209,3 +209,46 @@ def test_nothing_acknowledged_is_lost_when_the_power_fails(sut):
     fresh = sut.open()
     for handle, expected in acknowledged:
         assert read_data(fresh, handle) == expected, f"an acknowledged persist of {handle.log_id} lost data"
+
+
+@requires("survives_power_loss", "sync_failure_injection")
+def test_a_sync_that_failed_is_not_made_good_by_a_later_one(sut):
+    """PostgreSQL's "fsyncgate": after a failed sync the kernel may have dropped the dirty pages.
+
+    A later sync that succeeds proves nothing about them: a storage that retries the
+    sync and acknowledges loses that persist's data when the power fails. Every
+    acknowledged persist, before and after the failure, must survive the cut.
+    """
+    from dstl.spi import StorageError
+
+    backdoor = sut.require_backdoor()
+    acknowledged = []
+    failures = 0
+    with backdoor.power_loss() as cut:
+        doomed = sut.open()
+        writer = doomed.create_writer("op", KG)
+        history: list[bytes] = []
+
+        def checkpoint(number: int) -> None:
+            nonlocal failures
+            history.append(change_bytes("fsyncgate", number, 300))
+            writer.append(number % 4, history[-1])
+            try:
+                acknowledged.append((persist(writer, 0, number, sut.timeout), list(history)))
+            except StorageError as exc:
+                assert exc.retriable, f"a failed sync must fail its persist retriably: {exc}"
+                failures += 1
+
+        checkpoint(1)  # the storage's files exist and are synced before the fault
+        with backdoor.failing_sync(doomed) as fired:
+            for number in range(2, 5):
+                checkpoint(number)
+        for number in range(5, 7):
+            checkpoint(number)
+        assert fired, "the backdoor injected no sync failure"
+        cut()
+        sut.abandon(doomed)
+    assert failures <= 1 and len(acknowledged) >= 5
+    fresh = sut.open()
+    for handle, expected in acknowledged:
+        assert read_data(fresh, handle) == expected, "an acknowledged persist lost what a failed sync dropped"

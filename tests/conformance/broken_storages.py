@@ -7,6 +7,7 @@ Each is the memory storage (or a small file storage) with one realistic bug.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 import uuid
@@ -14,6 +15,7 @@ from concurrent.futures import Future
 from pathlib import Path
 
 from dstl.local._private.conformance import LocalBackdoor, local_environment
+from dstl.local._private.segments import ActiveSegment
 from dstl.local._private.storage import LocalStorage
 from dstl.local.options import LOCAL_OPTIONS
 from dstl.spi import (
@@ -399,6 +401,41 @@ class AcksBeforeSyncStorage(LocalStorage):
         return self.storage_id
 
 
+class RetriesSyncSegment(ActiveSegment):
+    """Bug: a failed ``fdatasync`` is retried, and the retry's success taken for durability."""
+
+    def append(self, blobs):
+        offset = self.size
+        data = b"".join(blobs)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self.fd, view) :]
+        try:
+            os.fdatasync(self.fd)
+        except OSError:
+            os.fdatasync(self.fd)  # succeeds: the dropped pages are not written by it
+        self.size += len(data)
+        return offset
+
+
+class RetriesSyncStorage(LocalStorage):
+    """Local storage whose segments retry a failed sync and acknowledge."""
+
+    storage_id = "broken-retries-sync"
+
+    @property
+    def identifier(self):
+        return self.storage_id
+
+    def _segment_for(self, size):
+        if self._active is None:
+            self._segment_number += 1
+            self._active = RetriesSyncSegment(
+                self.segments_dir, self.instance, self._segment_number, fsync=self._fsync
+            )
+        return super()._segment_for(size)
+
+
 BROKEN = {
     OnlyReadStorage.storage_id: (
         OnlyReadStorage,
@@ -423,8 +460,10 @@ BROKEN = {
         AcksBeforeSyncStorage,
         KNOWN_CAPABILITIES - {"multi_process", "sync_failure_injection"},
     ),
+    RetriesSyncStorage.storage_id: (RetriesSyncStorage, KNOWN_CAPABILITIES - {"multi_process"}),
 }
 
+LOCAL_BASED = frozenset({AcksBeforeSyncStorage, RetriesSyncStorage})
 LAZYFILE_DIR = ConfigOption("dstl.lazyfile.dir", OptionType.STRING, None, "directory of broken-loses-on-kill")
 
 
@@ -432,7 +471,7 @@ LAZYFILE_DIR = ConfigOption("dstl.lazyfile.dir", OptionType.STRING, None, "direc
 def dstl_register_storages(registry: StorageRegistry) -> None:
     for identifier, (cls, capabilities) in BROKEN.items():
         options = (LAZYFILE_DIR,) if cls is LosesOnKillStorage else ()
-        if cls is AcksBeforeSyncStorage:
+        if cls in LOCAL_BASED:
             options = LOCAL_OPTIONS
         registry.add(
             StorageSpec(
@@ -445,7 +484,7 @@ def dstl_register_storages(registry: StorageRegistry) -> None:
 def dstl_conformance_environment(identifier, workdir):
     if identifier not in BROKEN:
         return None
-    if identifier == AcksBeforeSyncStorage.storage_id:
+    if BROKEN[identifier][0] in LOCAL_BASED:
         return local_environment(workdir)
     config = {"dstl.memory.namespace": f"broken-{uuid.uuid4().hex}"}
     if identifier == LosesOnKillStorage.storage_id:
@@ -455,6 +494,6 @@ def dstl_conformance_environment(identifier, workdir):
 
 @hookimpl
 def dstl_conformance_backdoor(identifier):
-    if identifier == AcksBeforeSyncStorage.storage_id:
+    if identifier in BROKEN and BROKEN[identifier][0] in LOCAL_BASED:
         return LocalBackdoor()
     return MemoryBackdoor() if identifier in BROKEN else None

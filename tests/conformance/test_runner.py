@@ -97,6 +97,11 @@ def test_built_in_storage_conforms(tmp_path, identifier, backend):
             "broken-confirm-frees-unpersisted",
             "test_lifecycle.py::test_confirm_and_reset_never_free_what_is_not_persisted",
         ),
+        # Sync failure semantics (issue 34, class 6): a retried sync does not bring dropped pages back.
+        (
+            "broken-retries-sync",
+            "test_durability.py::test_a_sync_that_failed_is_not_made_good_by_a_later_one",
+        ),
         # Found by mutation testing: errors about forged change sets must say where they lie.
         (
             "broken-misplaces-damage",
