@@ -188,3 +188,26 @@ def test_fencing_orders_epochs_of_any_size(sut, order):
     assert handle.epoch == owner_epoch
     assert read_data(sut.open(), handle) == [str(owner_epoch).encode()]
     sut.close()
+
+
+@pytest.mark.parametrize(("older_epoch", "newer_epoch"), [(1, 2), (7, 7)], ids=["new-epoch", "retry"])
+def test_two_attempts_of_one_range_never_overwrite_each_other(sut, older_epoch, newer_epoch):
+    """A retry or a new epoch persists the same SQNs again: the older handle keeps its own bytes.
+
+    It may instead fail as fenced; it never returns the newer attempt's changes.
+    """
+    older = sut.open().create_writer("op", KG, epoch=older_epoch)
+    older.append(0, b"older attempt")
+    older_handle = persist(older, 0, 1, sut.timeout)
+    newer_storage = sut.open()
+    newer = newer_storage.create_writer("op", KG, epoch=newer_epoch)
+    newer.append(0, b"newer attempt")
+    newer_handle = persist(newer, 0, 1, sut.timeout)
+    assert older_handle.sqn_range == newer_handle.sqn_range
+    assert read_data(newer_storage, newer_handle) == [b"newer attempt"]
+    try:
+        older_data = read_data(sut.open(), older_handle)
+    except FencedError as exc:
+        assert_explained(exc)
+    else:
+        assert older_data == [b"older attempt"], "the older attempt's handle returned other bytes"

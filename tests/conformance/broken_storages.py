@@ -341,6 +341,23 @@ class ConfirmFreesUnpersistedStorage(MemoryStorage):
     writer_class = ConfirmFreesUnpersistedWriter
 
 
+class NamesByRangeWriter(MemoryWriter):
+    """Bug: an upload's object is named by its log and first SQN, so another attempt overwrites it."""
+
+    def _write_object(self, sqns, blobs, future):
+        ns = self._storage.namespace
+        tokens, ns.tokens = ns.tokens, iter([sqns[0]])  # the name's number: the first SQN
+        try:
+            super()._write_object(sqns, blobs, future)
+        finally:
+            ns.tokens = tokens
+
+
+class NamesByRangeStorage(MemoryStorage):
+    storage_id = "broken-names-by-range"
+    writer_class = NamesByRangeWriter
+
+
 class RestoreIgnoresFilterReader(MemoryStorageReader):
     """Bug: the bulk path hands over whole change sets and forgets the key-group filter."""
 
@@ -453,6 +470,7 @@ BROKEN = {
     EmptyIsNothingStorage.storage_id: (EmptyIsNothingStorage, MEMORY_CAPABILITIES),
     ItemsNotBytesStorage.storage_id: (ItemsNotBytesStorage, MEMORY_CAPABILITIES),
     ConfirmFreesUnpersistedStorage.storage_id: (ConfirmFreesUnpersistedStorage, MEMORY_CAPABILITIES),
+    NamesByRangeStorage.storage_id: (NamesByRangeStorage, MEMORY_CAPABILITIES),
     KeepsCallerBufferStorage.storage_id: (KeepsCallerBufferStorage, MEMORY_CAPABILITIES),
     RestoreIgnoresFilterStorage.storage_id: (RestoreIgnoresFilterStorage, MEMORY_CAPABILITIES),
     MisplacesDamageStorage.storage_id: (MisplacesDamageStorage, MEMORY_CAPABILITIES | {"forgery_injection"}),

@@ -102,6 +102,11 @@ def test_built_in_storage_conforms(tmp_path, identifier, backend):
             "broken-retries-sync",
             "test_durability.py::test_a_sync_that_failed_is_not_made_good_by_a_later_one",
         ),
+        # Attempt identity (issue 34, class 2): a retry's upload never replaces an earlier attempt's.
+        (
+            "broken-names-by-range",
+            "test_fencing.py::test_two_attempts_of_one_range_never_overwrite_each_other",
+        ),
         # Found by mutation testing: errors about forged change sets must say where they lie.
         (
             "broken-misplaces-damage",
