@@ -125,3 +125,11 @@ def test_orphan_collection_keeps_live_handles_and_frees_the_rest(storage, sut):
         with pytest.raises(StorageError):
             read_data(storage, handle)
     assert sut.require_backdoor().list_objects(storage) == []
+
+
+def test_longest_upload_is_a_duration_in_seconds(storage):
+    """What the checkpoint coordinator compares orphan collection's grace with: a number, never negative."""
+    longest = storage.longest_upload
+    number = isinstance(longest, int | float) and not isinstance(longest, bool)
+    assert number, f"longest_upload is {longest!r}, not a number of seconds"
+    assert longest >= 0
