@@ -68,3 +68,18 @@ def test_the_kit_names_moved_from_the_spi_still_import_with_a_warning():
     assert "ChangeSetWriter" not in dstl.spi.__all__
     with pytest.raises(AttributeError):
         _ = dstl.spi.NoSuchName
+
+
+#: A module longer than this does more than one job: split it by job (issue 31).
+MAX_MODULE_LINES = 500
+
+
+def test_no_product_module_is_over_the_line_budget():
+    folders = (*FORBIDDEN, "backend")
+    long = {
+        str(path.relative_to(ROOT)): lines
+        for folder in folders
+        for path in (ROOT / folder).rglob("*.py")
+        if (lines := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert not long, f"split these by job: {long}"

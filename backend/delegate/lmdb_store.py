@@ -1,11 +1,10 @@
 """Working state in an LMDB file: shared by the processes of a host, opened one after another.
 
-Spark reuses Python workers without making them sticky to partitions: with the
-state in an LMDB environment on local disk, whichever worker runs the next batch
-of a partition opens the same file instead of restoring from the DSTL.
-Durability is the DSTL's job, so transactions are committed without fsync;
-:meth:`LmdbDelegate.sync` flushes them when a caller must vouch for the file
-(the Spark working copy's stamp).
+Spark reuses Python workers without making them sticky to partitions: with the state in
+an LMDB environment on local disk, whichever worker runs the next batch of a partition
+opens the same file instead of restoring from the DSTL. Durability is the DSTL's job, so
+transactions are committed without fsync; :meth:`LmdbDelegate.sync` flushes them when a
+caller must vouch for the file (the Spark working copy's stamp).
 """
 
 from __future__ import annotations
@@ -293,13 +292,12 @@ class LmdbDelegate(StateDelegate):
             return view.state_names()
 
     def stored_rows(self) -> int:
-        """Records in the file (a collection's elements are records of their own), from LMDB's counters."""
+        """Records in the file (a collection's elements each), from LMDB's counters."""
         return int(self._env.stat()["entries"])
 
     def stored_bytes(self) -> int:
         """Pages in use times the page size: the file's data, whatever the map's size."""
-        info, stat = self._env.info(), self._env.stat()
-        return (int(info["last_pgno"]) + 1) * int(stat["psize"])
+        return (int(self._env.info()["last_pgno"]) + 1) * int(self._env.stat()["psize"])
 
     def clear(self) -> None:
         """Remove every entry (one write transaction; the file keeps its pages for reuse)."""
