@@ -57,8 +57,11 @@ class StatefulQuery:
     @property
     def last_progress(self) -> QueryProgress | None:
         """The newest of :attr:`recent_progress` (``None`` before the first batch)."""
-        recent = self.recent_progress
-        return recent[-1] if recent else None
+        for progress in reversed(self.query.recentProgress):  # joins only the one it returns
+            joined = self._bridge.joined(progress)
+            if joined is not None:
+                return joined
+        return None
 
     def add_listener(self, listener: Callable[[BatchProgress], None]) -> None:
         """Call ``listener`` after every completed batch (on the query's thread; keep it short)."""
