@@ -128,6 +128,20 @@ class Collected:
                 self._changed.wait(min(remaining, 0.5))
 
 
+def start_on_spark(frame, processor, output, time_mode, sink, checkpoint):
+    """The processor on Spark's own transformWithStateInPandas, a batch at least every second."""
+    return (
+        frame.groupBy("user")
+        .transformWithStateInPandas(
+            statefulProcessor=processor, outputStructType=output, outputMode="Update", timeMode=time_mode
+        )
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime="1 second")
+        .start()
+    )
+
+
 USERS = ["a", "a", "b", "c", "c", "c"]
 EXPECTED_COUNTS = [("a", 2), ("b", 1), ("c", 3)]
 
@@ -144,21 +158,8 @@ def test_sparks_engine_closes_the_sessions_of_an_idle_stream(spark, tmp_path):
     """The specification: Spark's own operator, one input file, then nothing."""
     write_file(tmp_path / "in", 0, [{"user": user} for user in USERS])
     out = Collected()
-    query = (
-        spark.readStream.schema("user string")
-        .json(str(tmp_path / "in"))
-        .groupBy("user")
-        .transformWithStateInPandas(
-            statefulProcessor=SessionTimeout(),
-            outputStructType=OUTPUT,
-            outputMode="Update",
-            timeMode="ProcessingTime",
-        )
-        .writeStream.foreachBatch(out)
-        .option("checkpointLocation", str(tmp_path / "chk"))
-        .trigger(processingTime="1 second")
-        .start()
-    )
+    frame = spark.readStream.schema("user string").json(str(tmp_path / "in"))
+    query = start_on_spark(frame, SessionTimeout(), OUTPUT, "ProcessingTime", out, tmp_path / "chk")
     try:
         out.wait_for(len(EXPECTED_COUNTS), query)
     finally:
@@ -224,18 +225,8 @@ def test_event_time_timers_fire_when_the_watermark_passes_them_without_new_rows(
         return frame.withWatermark("ts", "0 seconds")
 
     on_spark = Collected()
-    query = (
-        stream()
-        .groupBy("user")
-        .transformWithStateInPandas(
-            statefulProcessor=EventSession(),
-            outputStructType=EVENT_OUTPUT,
-            outputMode="Update",
-            timeMode="EventTime",
-        )
-        .writeStream.foreachBatch(on_spark)
-        .option("checkpointLocation", str(tmp_path / "spark-chk"))
-        .start()
+    query = start_on_spark(
+        stream(), EventSession(), EVENT_OUTPUT, "EventTime", on_spark, tmp_path / "spark-chk"
     )
     try:
         on_spark.wait_for(len(expected), query)

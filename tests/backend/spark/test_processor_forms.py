@@ -6,7 +6,15 @@ from dstl.backend.spark import StatefulProcessor, transform_with_state
 from dstl.backend.spark.demo.pipeline import DemoProcessor
 from dstl.spi import ConfigError
 from tests.backend.spark.test_query import assert_exact, local_config, run
-from tests.backend.spark.test_timers import BATCHES, INITIAL, ROCKSDB, SCHEMA, collecting, stream, write_batch
+from tests.backend.spark.test_timers import (
+    BATCHES,
+    INITIAL,
+    SCHEMA,
+    collecting,
+    run_on_spark,
+    stream,
+    write_batch,
+)
 
 
 class _Counting(StatefulProcessor):
@@ -138,28 +146,9 @@ def test_a_row_based_pyspark_processor_gives_sparks_output(spark, tmp_path, plac
     """Spark's row-based ``transformWithState`` and dstl with ``processor_api="row"``, batch by batch."""
     for index in range(len(BATCHES)):
         write_batch(tmp_path / "in", index)
-    expected: dict[int, list[tuple]] = {}
-    spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
-    try:
-        query = (
-            stream(spark, tmp_path / "in")
-            .groupBy("user")
-            .transformWithState(
-                statefulProcessor=RowCountWithTimeout(),
-                outputStructType=SCHEMA,
-                outputMode="Update",
-                timeMode="ProcessingTime",
-                initialState=spark.createDataFrame(INITIAL, "user string, count long").groupBy("user"),
-            )
-            .writeStream.foreachBatch(collecting(expected))
-            .option("checkpointLocation", str(tmp_path / "spark-chk"))
-            .trigger(availableNow=True)
-            .start()
-        )
-        query.awaitTermination(300)
-        assert query.exception() is None, query.exception()
-    finally:
-        spark.conf.unset("spark.sql.streaming.stateStore.providerClass")
+    expected = run_on_spark(
+        spark, tmp_path / "in", tmp_path / "spark-chk", RowCountWithTimeout(), "transformWithState"
+    )
     assert ("u0", 101, False) in expected[0]  # initial 100 + one row
     assert any(timed_out for _, _, timed_out in expected[1])
 

@@ -89,17 +89,17 @@ def collecting(into: dict[int, list[tuple]]):
     return sink
 
 
-def run_on_spark(spark, input_dir: Path, checkpoint: Path) -> dict[int, list[tuple]]:
-    """The processor on Spark's own transformWithStateInPandas (RocksDB store)."""
+def run_on_spark(
+    spark, input_dir: Path, checkpoint: Path, processor=None, api: str = "transformWithStateInPandas"
+) -> dict[int, list[tuple]]:
+    """A processor (CountWithTimeout by default) on Spark's own operator ``api`` (RocksDB store)."""
     out: dict[int, list[tuple]] = {}
     initial = spark.createDataFrame(INITIAL, "user string, count long").groupBy("user")
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
     try:
         query = (
-            stream(spark, input_dir)
-            .groupBy("user")
-            .transformWithStateInPandas(
-                statefulProcessor=CountWithTimeout(),
+            getattr(stream(spark, input_dir).groupBy("user"), api)(
+                statefulProcessor=processor or CountWithTimeout(),
                 outputStructType=SCHEMA,
                 outputMode="Update",
                 timeMode="ProcessingTime",
