@@ -80,7 +80,7 @@ class QueryShape:
                 for pair in columns
             )
             schemas_ok = isinstance(schemas, dict) and all(
-                isinstance(parts, dict) and all(isinstance(v, str) for v in parts.values())
+                isinstance(parts, dict) and all(_is_schema(v) for v in parts.values())
                 for parts in schemas.values()
             )
             if not pairs_ok or not schemas_ok or not isinstance(time_mode, str) or not isinstance(idle, bool):
@@ -203,6 +203,23 @@ _WIDENINGS = frozenset(
         ("float", "double"),
     }
 )
+
+
+def _is_schema(text: object) -> bool:
+    """Whether ``text`` is a struct schema in Spark's JSON form, as far as the checks here read it."""
+    if not isinstance(text, str) or len(text) > _MAX_RECORD:
+        return False
+    try:
+        fields = json.loads(text)["fields"]
+    except (ValueError, TypeError, KeyError):
+        return False
+    return isinstance(fields, list) and all(
+        isinstance(f, dict)
+        and isinstance(f.get("name"), str)
+        and isinstance(f.get("type"), str | dict)
+        and isinstance(f.get("nullable"), bool)
+        for f in fields
+    )
 
 
 def _simple(schema_json: str) -> str:

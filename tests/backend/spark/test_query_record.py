@@ -63,6 +63,17 @@ def test_other_key_columns_or_time_mode_are_refused_naming_both(tmp_path):
         b'{"key_columns": [], "time_mode": 3, "idle_batches": false}',
         b'{"key_columns": [], "time_mode": "none", "idle_batches": "no"}',
         b"\xff" * 10,
+        *(
+            json.dumps(
+                {
+                    "key_columns": [],
+                    "time_mode": "none",
+                    "idle_batches": False,
+                    "state_schemas": {"s": {"value": v}},
+                }
+            ).encode()
+            for v in ("{", "[]", json.dumps({"fields": [{"name": 1}]}), 7)
+        ),
     ],
 )
 def test_a_damaged_record_is_refused_with_the_fix(tmp_path, content):
