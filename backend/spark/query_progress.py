@@ -143,20 +143,20 @@ class ProgressBridge(StreamingQueryListener):
         self._parallelism = parallelism
         self._lock = threading.Lock()
         self._query_id: str | None = None
-        self._streams: Any = None
+        self._leave: Callable[[], None] | None = None
         self._early: list[Any] = []
         self.recent: deque[QueryProgress] = deque(maxlen=RECENT_PROGRESS)
         self.listeners: list[Callable[[QueryProgress], None]] = []
 
-    def bind(self, query_id: str, streams: Any = None) -> None:
+    def bind(self, query_id: str, leave: Callable[[], None] | None = None) -> None:
         """The Spark query (``StreamingQuery.id``) whose progress to join.
 
-        With ``streams`` (the session's ``StreamingQueryManager``) the bridge leaves
-        the bus by itself when the query terminates.
+        ``leave`` is called once the query terminated (the bridge leaves the
+        session's listener hub by itself).
         """
         with self._lock:
             self._query_id = query_id
-            self._streams = streams
+            self._leave = leave
             early, self._early = self._early, []
         for progress in early:
             self._join(progress)
@@ -177,19 +177,11 @@ class ProgressBridge(StreamingQueryListener):
         """No batch ran."""
 
     def onQueryTerminated(self, event: Any) -> None:
-        """Leave Spark's bus once the query ended (not from the bus's own thread)."""
+        """Leave once the query ended."""
         with self._lock:
-            ours = self._query_id is not None and str(event.id) == self._query_id
-            streams = self._streams
-        if ours and streams is not None:
-            leave = threading.Thread(target=self._leave, args=(streams,), name="dstl-bridge", daemon=True)
-            leave.start()
-
-    def _leave(self, streams: Any) -> None:
-        try:
-            streams.removeListener(self)
-        except Exception:
-            log.debug("dstl progress bridge could not leave the listener bus", exc_info=True)
+            leave = self._leave if self._query_id is not None and str(event.id) == self._query_id else None
+        if leave is not None:
+            leave()
 
     def joined(self, progress: Any) -> QueryProgress | None:
         """Spark's progress of a batch joined with its figures (``None``: the batch ran no state work)."""
