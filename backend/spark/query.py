@@ -25,16 +25,18 @@ from dstl.spi import ConfigError
 from ..options import CHECKPOINTS_DIR
 from ._private.call_checks import (
     adapted,
-    check_classic_session,
     check_columns,
     check_storage_for_spark,
     job_config,
-    session_conf,
     stream_watermark,
 )
 from ._private.idle_batches import NO_DATA_BATCHES_CONF, wants_idle_batches, with_heartbeat
+from ._private.ledgers import BatchLedger, RecordedLedger, RunnerLedger
+from ._private.listener_hub import hub_of
 from ._private.query_record import QueryShape, key_types, settled_shape
-from ._private.runner import BatchRunner, QuerySpec, Sink
+from ._private.runner import BatchRunner, QuerySpec, Sink, checked_layout
+from ._private.server_runner import ProgressRecords, ServerSideRunner
+from ._private.sessions import connect_config, is_connect, spark_conf
 from .job_identity import resolve_job_id
 from .processor import StatefulProcessor, TimeMode
 from .pyspark_compat import PySparkProcessorFactory
@@ -113,13 +115,12 @@ def transform_with_state(  # noqa: PLR0913 - the keywords of PySpark's transform
     check_columns(frame, key_columns, event_time_column)  # before anything is written
     processor = adapted(processor, processor_api)
     spark = frame.sparkSession
-    check_classic_session(spark)
-    cfg = job_config(
-        dict(spark.sparkContext.getConf().getAll()) | session_conf(spark), config, checkpoint_location
-    )
-    job_id = resolve_job_id(
-        checkpoint_location, job_id, cfg, legacy_state_dir=cfg.get(CHECKPOINTS_DIR)
-    )
+    connect = is_connect(spark)
+    cfg = job_config(spark_conf(spark), config, checkpoint_location)
+    if connect:
+        cfg = connect_config(cfg, initial_state)
+    parallelism, _, state_dir = checked_layout(cfg)
+    job_id = resolve_job_id(checkpoint_location, job_id, cfg, legacy_state_dir=cfg.get(CHECKPOINTS_DIR))
     schema = output_schema if isinstance(output_schema, StructType) else StructType.fromDDL(output_schema)
     mode = TimeMode.parse(time_mode if time_mode is not None else ("event" if event_time_column else "none"))
     if mode is TimeMode.EVENT and event_time_column is None:
@@ -133,34 +134,41 @@ def transform_with_state(  # noqa: PLR0913 - the keywords of PySpark's transform
         processor.schemas if isinstance(processor, PySparkProcessorFactory) else {},
     )
     heartbeat = settled_shape(checkpoint_location, wanted, cfg).idle_batches
-    runner = BatchRunner(
-        cfg,
-        QuerySpec(
-            job_id,
-            operator_id,
-            tuple(key_columns),
-            schema,
-            processor,
-            ParquetBatchSink(sink) if isinstance(sink, str) else sink,
-            mode,
-            event_time_column,
-            delay_ms,
-            initial_state,
-            heartbeat,
-        ),
+    spec = QuerySpec(
+        job_id,
+        operator_id,
+        tuple(key_columns),
+        schema,
+        processor,
+        ParquetBatchSink(sink) if isinstance(sink, str) else sink,
+        mode,
+        event_time_column,
+        delay_ms,
+        initial_state,
+        heartbeat,
     )
+    function: Sink
+    ledger: BatchLedger
+    if connect:  # the runner is built where Connect runs the function: on the server
+        function = ServerSideRunner(cfg, spec)
+        bridge = ProgressBridge(ProgressRecords(state_dir, job_id, cfg).read, parallelism)
+        ledger = RecordedLedger(bridge, state_dir, job_id, cfg)
+    else:
+        runner = BatchRunner(cfg, spec)
+        function, ledger = runner, RunnerLedger(runner)
+        bridge = ProgressBridge(runner.progress_of, parallelism)
     source = with_heartbeat(frame) if heartbeat else frame
-    writer = source.writeStream.foreachBatch(runner).option("checkpointLocation", checkpoint_location)
+    writer = source.writeStream.foreachBatch(function).option("checkpointLocation", checkpoint_location)
     if trigger:
         writer = writer.trigger(**trigger)
     if query_name:
         writer = writer.queryName(query_name)
-    bridge = ProgressBridge(runner.progress_of, runner.parallelism)
-    spark.streams.addListener(bridge)
+    hub = hub_of(spark)
+    hub.join(bridge)
     try:
         query = writer.start()
     except BaseException:
-        spark.streams.removeListener(bridge)
+        hub.leave(bridge)
         raise
-    bridge.bind(str(query.id), spark.streams)
-    return StatefulQuery(runner, query, bridge, spark.streams)
+    bridge.bind(str(query.id), lambda: hub.leave(bridge))
+    return StatefulQuery(ledger, query, bridge, lambda: hub.leave(bridge))

@@ -41,10 +41,11 @@ CHANGES_SCHEMA = (
 def _setup(
     spark: SparkSession, checkpoint_location: str, config: Mapping[str, Any] | None, job_id: str | None
 ) -> tuple[CheckpointLocation, list[CompletedCheckpoint], Config]:
-    from ._private.call_checks import job_config, session_conf
+    from ._private.call_checks import job_config
+    from ._private.sessions import require_classic, spark_conf
 
-    conf = dict(spark.sparkContext.getConf().getAll()) | session_conf(spark)
-    raw = job_config(conf, config, checkpoint_location).raw()
+    require_classic(spark, "reading a state checkpoint into a DataFrame")
+    raw = job_config(spark_conf(spark), config, checkpoint_location).raw()
     location = CheckpointLocation(checkpoint_location, job_id, raw)
     documents, _ = location.checkpoints()
     if not documents:

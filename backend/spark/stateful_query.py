@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -10,7 +9,7 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
     from ..checkpoints import CompletedCheckpoint
-    from ._private.runner import BatchRunner
+    from ._private.ledgers import BatchLedger
     from .progress import BatchProgress
     from .query_progress import ProgressBridge, QueryProgress
 
@@ -22,26 +21,28 @@ class StatefulQuery:
 
     def __init__(
         self,
-        runner: BatchRunner,
+        ledger: BatchLedger,
         query: StreamingQuery,
         bridge: ProgressBridge,
-        streams: Any,
+        leave: Callable[[], None],
     ) -> None:
-        self._runner = runner
+        self._ledger = ledger
         self._bridge = bridge
-        self._streams = streams  # the session's StreamingQueryManager, where the bridge listens
+        self._leave = leave  # the bridge leaves the session's listener hub
         self.query = query
 
     @property
     def progress(self) -> list[BatchProgress]:
-        """Figures of the batches completed by this run (the latest 1000), oldest first."""
-        with self._runner.completed:
-            return list(self._runner.progress)
+        """Figures of the batches completed by this run, oldest first.
+
+        The latest 1000; on Spark Connect the latest 100 (as Spark's ``recentProgress``).
+        """
+        return self._ledger.recent()
 
     @property
     def completed_batches(self) -> int:
         """How many batches this run completed."""
-        return self._runner.completed_batches
+        return self._ledger.completed_batches()
 
     @property
     def recent_progress(self) -> list[QueryProgress]:
@@ -65,7 +66,7 @@ class StatefulQuery:
 
     def add_listener(self, listener: Callable[[BatchProgress], None]) -> None:
         """Call ``listener`` after every completed batch (on the query's thread; keep it short)."""
-        self._runner.listeners.append(listener)
+        self._ledger.add_listener(listener)
 
     def add_progress_listener(self, listener: Callable[[QueryProgress], None]) -> None:
         """Call ``listener`` with Spark's progress of every batch joined with its state figures.
@@ -76,16 +77,9 @@ class StatefulQuery:
 
     def wait_for_batches(self, count: int, timeout: float) -> bool:
         """Wait until this run completed ``count`` batches; ``False`` on timeout or query failure."""
-        deadline = time.monotonic() + timeout
-        with self._runner.completed:
-            while self._runner.completed_batches < count:
-                if self.query.exception() is not None or not self.query.isActive:
-                    return False
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                self._runner.completed.wait(min(remaining, 0.5))
-        return True
+        return self._ledger.wait_for(
+            count, timeout, lambda: self.query.exception() is not None or not self.query.isActive
+        )
 
     def process_all_available(self) -> None:
         """Block until every input available now is processed (then :meth:`stop` ends between batches)."""
@@ -99,11 +93,11 @@ class StatefulQuery:
         return bool(ended)
 
     def stop(self) -> None:
-        """Stop the Spark query (its progress bridge leaves Spark's listener bus)."""
+        """Stop the Spark query (its progress bridge stops listening)."""
         try:
             self.query.stop()
         finally:
-            self._streams.removeListener(self._bridge)
+            self._leave()
 
     def exception(self) -> Exception | None:
         """The query's failure, if any."""
@@ -111,4 +105,4 @@ class StatefulQuery:
 
     def latest_checkpoint(self) -> CompletedCheckpoint | None:
         """The newest completed state checkpoint."""
-        return self._runner.coordinator.latest()
+        return self._ledger.latest_checkpoint()

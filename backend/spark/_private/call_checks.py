@@ -14,11 +14,9 @@ from .durations import duration_ms
 
 __all__ = [
     "adapted",
-    "check_classic_session",
     "check_columns",
     "check_storage_for_spark",
     "job_config",
-    "session_conf",
     "stream_watermark",
 ]
 
@@ -46,16 +44,6 @@ def check_storage_for_spark(cfg: Config) -> None:
             "with the 'multi_process' capability (dstl storages lists them)"
         )
         raise ConfigError(msg)
-
-
-def session_conf(spark: Any) -> dict[str, str]:
-    """``spark.dstl.*``/``spark.state.*`` keys set on the session (``spark.conf.set``)."""
-    try:
-        everything = spark.conf.getAll
-        items = everything() if callable(everything) else everything
-        return {k: v for k, v in dict(items).items() if k.startswith(("spark.dstl.", "spark.state."))}
-    except Exception:
-        return {}
 
 
 #: How a PySpark processor takes its rows: Spark's ``transformWithStateInPandas`` or ``transformWithState``.
@@ -163,18 +151,5 @@ def check_columns(frame: Any, key_columns: list[str], event_time_column: str | N
             f"the stream has no column {missing[0]!r} (its columns: {columns})"
             if missing
             else "key_columns is empty: name the columns that key the state"
-        )
-        raise ConfigError(msg)
-
-
-def check_classic_session(spark: Any) -> None:
-    """Refuse a Spark Connect session at the call (dstl needs the driver's JVM gateway).
-
-    :raises ConfigError: naming the difference and what to do.
-    """
-    if type(spark).__module__.startswith("pyspark.sql.connect"):
-        msg = (
-            "transform_with_state needs a classic SparkSession (SparkSession.builder.getOrCreate()): "
-            "Spark Connect sessions are not supported yet (see the README's differences from Spark)"
         )
         raise ConfigError(msg)

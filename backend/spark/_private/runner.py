@@ -45,7 +45,7 @@ from .working_copy import snapshot_digest
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["RECENT_BATCHES", "BatchRunner", "Phases", "QuerySpec"]
+__all__ = ["RECENT_BATCHES", "BatchRunner", "Phases", "QuerySpec", "checked_layout"]
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +73,26 @@ class QuerySpec:
     heartbeat: bool = False  # the stream carries heartbeat rows (batches run on an idle stream)
 
 
+def checked_layout(cfg: Config) -> tuple[int, int, str]:
+    """The instances, the key groups and the state directory a query runs with.
+
+    :raises ConfigError: when they cannot work together (checked at the call).
+    """
+    parallelism = cfg.get(SPARK_PARALLELISM)
+    max_parallelism = cfg.get(BACKEND_MAX_PARALLELISM)
+    if parallelism > max_parallelism:
+        msg = (
+            f"dstl.spark.parallelism={parallelism} exceeds state.backend.max-parallelism="
+            f"{max_parallelism}: raise the latter (only possible before the first checkpoint)"
+        )
+        raise ConfigError(msg)
+    directory = cfg.get(CHECKPOINTS_DIR)
+    if directory is None:  # job_config defaults it under the checkpoint location
+        msg = "state.checkpoints.dir is not set and the checkpoint location gives no default for it"
+        raise ConfigError(msg)
+    return parallelism, max_parallelism, directory
+
+
 class BatchRunner:
     """The ``foreachBatch`` function and the driver-side state it keeps between batches."""
 
@@ -80,18 +100,7 @@ class BatchRunner:
         self.cfg = cfg
         self.spec = spec
         job_id = spec.job_id
-        self.parallelism = cfg.get(SPARK_PARALLELISM)
-        self.max_parallelism = cfg.get(BACKEND_MAX_PARALLELISM)
-        if self.parallelism > self.max_parallelism:
-            msg = (
-                f"dstl.spark.parallelism={self.parallelism} exceeds state.backend.max-parallelism="
-                f"{self.max_parallelism}: raise the latter (only possible before the first checkpoint)"
-            )
-            raise ConfigError(msg)
-        directory = cfg.get(CHECKPOINTS_DIR)
-        if directory is None:  # job_config defaults it under the checkpoint location
-            msg = "state.checkpoints.dir is not set and the checkpoint location gives no default for it"
-            raise ConfigError(msg)
+        self.parallelism, self.max_parallelism, directory = checked_layout(cfg)
         self.state_dir = directory
         # A replayed batch restarts from checkpoint batch_id - 1, which must therefore be retained.
         self.coordinator = CheckpointCoordinator(

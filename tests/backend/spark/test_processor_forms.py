@@ -94,14 +94,20 @@ def test_an_unreachable_kafka_storage_is_refused_at_the_call(spark, tmp_path):
     assert not any(spark.streams.active)
 
 
-def test_a_spark_connect_session_is_refused_at_the_call_naming_the_difference():
-    from dstl.backend.spark._private.call_checks import check_classic_session
+def test_on_a_connect_session_sticky_placement_falls_back_to_sparks_and_an_initial_state_is_refused(caplog):
+    from dstl.backend.spark._private.sessions import connect_config, is_connect
+    from dstl.spi import Config
 
-    connect_session = type("SparkSession", (), {"__module__": "pyspark.sql.connect.session"})()
-    with pytest.raises(ConfigError, match="Spark Connect sessions are not supported yet"):
-        check_classic_session(connect_session)
-    classic = type("SparkSession", (), {"__module__": "pyspark.sql.session"})()
-    check_classic_session(classic)  # no error
+    assert is_connect(type("SparkSession", (), {"__module__": "pyspark.sql.connect.session"})())
+    assert not is_connect(type("SparkSession", (), {"__module__": "pyspark.sql.session"})())
+    with caplog.at_level("WARNING"):
+        cfg = connect_config(Config({"dstl.spark.placement": "sticky"}), None)
+    assert cfg.raw()["dstl.spark.placement"] == "spark"
+    assert "needs the driver's JVM gateway" in caplog.text
+    spark_placement = Config({"dstl.spark.placement": "spark"})
+    assert connect_config(spark_placement, None) is spark_placement
+    with pytest.raises(ConfigError, match="initial_state is not supported on a Spark Connect session"):
+        connect_config(Config({}), object())
 
 
 pyspark_api = pytest.importorskip("pyspark.sql.streaming.stateful_processor")
