@@ -424,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engines", default=",".join(ENGINES))
     parser.add_argument("--json", metavar="PATH", help="write the figures as JSON")
     args = parser.parse_args(argv)
-    console = Console()
+    console = Console(width=160)  # the table stays readable when piped to a file
     spark = spark_session("dstl-spark-stores")
     spark.sparkContext.setLogLevel("ERROR")
     try:

@@ -140,3 +140,15 @@ def pinned_instances(sc: Any, groups: Any, homes: ExecutorHomes) -> Any:
             exc,
         )
         return None
+
+
+def arrow_batches(frame: Any) -> Any:
+    """``frame``'s rows as a Python RDD of Arrow record batch messages (the JVM converts them).
+
+    Each element is one IPC message without its schema (``pyarrow.ipc.read_record_batch``
+    reads it with the schema of ``frame``).
+    """
+    from pyspark.rdd import RDD
+    from pyspark.serializers import NoOpSerializer
+
+    return RDD(frame._jdf.toArrowBatchRdd().toJavaRDD(), frame.sparkSession.sparkContext, NoOpSerializer())

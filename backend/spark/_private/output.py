@@ -7,7 +7,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["check_output_types", "output_columns"]
+__all__ = ["check_output_types", "output_batch", "output_columns"]
 
 
 def output_columns(result: Any, columns: tuple[str, ...]) -> dict[str, list[Any]]:
@@ -52,13 +52,19 @@ def output_columns(result: Any, columns: tuple[str, ...]) -> dict[str, list[Any]
 
 
 @functools.lru_cache(maxsize=16)
-def _arrow_types(schema_json: str) -> tuple[tuple[str, str, Any], ...]:
-    """``(column, Spark type, Arrow type)`` of an output schema (Spark's JSON form)."""
+def _arrow_types(schema_json: str, timezone: str = "UTC") -> tuple[tuple[str, str, Any], ...]:
+    """``(column, Spark type, Arrow type)`` of an output schema (Spark's JSON form).
+
+    :param timezone: the zone of timestamp columns (Spark's session time zone).
+    """
     from pyspark.sql.pandas.types import to_arrow_type
     from pyspark.sql.types import StructType
 
     schema = StructType.fromJson(json.loads(schema_json))
-    return tuple((f.name, f.dataType.simpleString(), to_arrow_type(f.dataType)) for f in schema.fields)
+    return tuple(
+        (f.name, f.dataType.simpleString(), to_arrow_type(f.dataType, timezone=timezone))
+        for f in schema.fields
+    )
 
 
 def check_output_types(output: Mapping[str, list[Any]], schema_json: str) -> None:
@@ -80,3 +86,41 @@ def check_output_types(output: Mapping[str, list[Any]], schema_json: str) -> Non
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
             msg = f"output column {name!r} is {spark_type} in output_schema, but a processor returned: {exc}"
             raise TypeError(msg) from exc
+
+
+def output_batch(
+    output: Mapping[str, list[Any]], schema_json: str, timezone: str, *, report: str | None = None
+) -> Any:
+    """Checked output columns as one Arrow record batch of the output schema plus the report column.
+
+    Converted as Spark's Arrow conversion of pandas output does: nulls from ``None``
+    and NaN, naive timestamps as times of the session's ``timezone``. Without
+    ``output`` columns: one row carrying ``report`` (the instance's report).
+    """
+    import pyarrow as pa
+
+    from .columns import REPORT_COLUMN
+
+    types = _arrow_types(schema_json, timezone)
+    count = len(next(iter(output.values()), [])) if output else 1
+    arrays, fields = [], []
+    for name, _, arrow_type in types:
+        values = output.get(name, [None] * count)
+        arrays.append(pa.array(_localized(values, arrow_type, timezone), type=arrow_type, from_pandas=True))
+        fields.append(pa.field(name, arrow_type))
+    arrays.append(pa.array([report] * count if report is not None else [None] * count, type=pa.string()))
+    fields.append(pa.field(REPORT_COLUMN, pa.string()))
+    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def _localized(values: list[Any], arrow_type: Any, timezone: str) -> Any:
+    """Timestamps with a zone: naive values are session-local times (Spark's reading of pandas output)."""
+    import pandas as pd
+    import pyarrow as pa
+
+    if not values or not pa.types.is_timestamp(arrow_type) or arrow_type.tz is None:
+        return values
+    series = pd.to_datetime(pd.Series(values))
+    if series.dt.tz is None:
+        series = series.dt.tz_localize(timezone)
+    return series

@@ -21,6 +21,7 @@ from ..processor import BatchClock
 
 __all__ = ["InstancePlan", "InstanceReport", "InstanceStats", "Restore", "TaskPlan"]
 
+
 class Restore(enum.StrEnum):
     """How a task brought its instance's working copy to the base checkpoint (one decision)."""
 

@@ -34,12 +34,13 @@ from ..placement import (
 )
 from ..processor import BatchClock, StatefulProcessor, TimeMode
 from ..progress import BatchProgress
-from .adapters import cogroup_function, instance_function, pinned_function
+from .adapters import cogroup_function, instance_function
 from .affinity import ExecutorHomes, pinned_instances
+from .arrow_pinning import CARRIER_SCHEMA, arrow_groups, pinned_arrow_function
 from .columns import INSTANCE_COLUMN, REPORT_COLUMN
 from .idle_batches import without_heartbeat
 from .protocol import InstancePlan, InstanceReport, InstanceStats, TaskPlan
-from .routing import instance_partition, routed, with_wake_rows
+from .routing import routed, with_wake_rows
 from .working_copy import snapshot_digest
 
 if TYPE_CHECKING:
@@ -231,29 +232,21 @@ class BatchRunner:
     def _pinned(self, rows: DataFrame, plan: TaskPlan, schema: Any) -> DataFrame | None:
         """The instances' results with sticky placement (one partition per instance, on its home).
 
-        ``None`` when placement is Spark's (by config, or the gateway cannot pin).
+        Rows reach each instance as Arrow and its results return as Arrow
+        (:mod:`.arrow_pinning`). ``None`` when placement is Spark's (by config, or
+        the gateway cannot pin).
         """
         if self.homes is None:
             return None
-        columns = tuple(rows.columns)
-        index = columns.index(INSTANCE_COLUMN)
-        groups = (
-            rows.rdd.map(lambda row: (row[index], row))
-            .partitionBy(self.parallelism, instance_partition)
-            .values()
-            .glom()
-        )
         spark = rows.sparkSession
+        timezone = str(spark.conf.get("spark.sql.session.timeZone"))
+        groups = arrow_groups(rows, self.parallelism, timezone)
         pairs = pinned_instances(spark.sparkContext, groups, self.homes)
         if pairs is None:
             return None
-        from pyspark.sql.types import DoubleType, FloatType
-
-        floats = frozenset(
-            f.name for f in self.spec.output_schema.fields if isinstance(f.dataType, DoubleType | FloatType)
-        )
-        results = pairs.mapPartitions(pinned_function(plan, self.spec.make_processor, columns, floats))
-        return spark.createDataFrame(results, schema, verifySchema=False)
+        carriers = spark.createDataFrame(pairs, CARRIER_SCHEMA)
+        work = pinned_arrow_function(plan, self.spec.make_processor, tuple(rows.columns), timezone)
+        return carriers.mapInArrow(work, schema)
 
     def _clock(self, base: CompletedCheckpoint | None) -> tuple[BatchClock, frozenset[int]]:
         """The batch's clocks (the watermark comes from the base checkpoint), and the instances to wake."""

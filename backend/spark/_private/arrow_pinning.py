@@ -1,0 +1,136 @@
+"""Sticky placement with the rows as Arrow, both ways: no pickled ``Row`` crosses to or from Python.
+
+1. The routed batch leaves the JVM as Arrow record batches (``toArrowBatchRdd``);
+   each is split by instance, vectorized, into one Arrow IPC stream per instance
+   present in it, and the streams are shuffled to their instance's partition
+   (:func:`arrow_groups`, bytes only).
+2. Those partitions are zipped with one preferring its instance's home executor
+   (:func:`~.affinity.pinned_instances`) and become a DataFrame of one row per
+   instance: its index and its streams.
+3. ``mapInArrow`` runs each instance there (a narrow step: the partition keeps its
+   preferred location) and returns the output and the report as Arrow
+   (:func:`pinned_arrow_function`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from ..processor import StatefulProcessor
+from .affinity import arrow_batches
+from .columns import INSTANCE_COLUMN
+from .output import output_batch
+from .protocol import TaskPlan
+from .routing import instance_partition
+from .task import process_instance
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+__all__ = ["CARRIER_SCHEMA", "arrow_groups", "pinned_arrow_function"]
+
+#: One row per instance: its index and its rows as Arrow IPC streams.
+CARRIER_SCHEMA = f"{INSTANCE_COLUMN} int, streams array<binary>"
+
+
+def arrow_groups(rows: DataFrame, parallelism: int, timezone: str) -> Any:
+    """The routed rows as an RDD of one partition per instance, each one element: its IPC streams.
+
+    The JVM converts the rows to Arrow; Python splits each record batch by instance
+    (vectorized) and only bytes are shuffled.
+
+    :param timezone: Spark's session time zone (the JVM's Arrow timestamps carry it).
+    """
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    schema = to_arrow_schema(rows.schema, timezone=timezone)
+    batches = arrow_batches(rows)
+
+    def split(messages: Iterable[bytes]) -> Iterator[tuple[int, bytes]]:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        for message in messages:
+            batch = pa.ipc.read_record_batch(pa.py_buffer(message), schema)
+            instances = batch.column(INSTANCE_COLUMN)
+            for instance in pc.unique(instances).to_pylist():
+                yield instance, _ipc_stream(batch.filter(pc.equal(instances, instance)))
+
+    return batches.mapPartitions(split).partitionBy(parallelism, instance_partition).values().glom()
+
+
+def _ipc_stream(batch: Any) -> bytes:
+    import pyarrow as pa
+
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return sink.getvalue().to_pybytes()
+
+
+def _frame(streams: list[bytes], timezone: str) -> Any:
+    """An instance's rows as one pandas frame, converted as Spark's ``applyInPandas`` converts them."""
+    import pyarrow as pa
+
+    table = pa.concat_tables(pa.ipc.open_stream(pa.py_buffer(stream)).read_all() for stream in streams)
+    frame = table.to_pandas()
+    for field in table.schema:  # Spark hands pandas its timestamps as naive session-local times
+        if pa.types.is_timestamp(field.type) and field.type.tz is not None:
+            frame[field.name] = frame[field.name].dt.tz_convert(timezone).dt.tz_localize(None)
+    return frame
+
+
+def pinned_arrow_function(
+    plan: TaskPlan,
+    make_processor: Callable[[], StatefulProcessor],
+    columns: tuple[str, ...],
+    timezone: str,
+) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """The ``mapInArrow`` function of sticky placement: carrier rows in, output and report rows out.
+
+    :param columns: the routed rows' columns (an instance woken without rows gets none of them).
+    :param timezone: Spark's session time zone (``spark.sql.session.timeZone``).
+    """
+
+    def process(carriers: Iterator[Any]) -> Iterator[Any]:
+        for carrier in carriers:
+            instances = carrier.column(INSTANCE_COLUMN).to_pylist()
+            for instance, streams in zip(instances, carrier.column("streams").to_pylist(), strict=True):
+                if streams or instance in plan.wake:  # else its snapshot carries forward (driver side)
+                    began = time.perf_counter()
+                    frame = _frame(streams, timezone) if streams else _empty(columns)
+                    decode_ms = round((time.perf_counter() - began) * 1000, 3)
+                    yield from _run(plan, make_processor, instance, frame, timezone, decode_ms)
+
+    return process
+
+
+def _empty(columns: tuple[str, ...]) -> Any:
+    import pandas as pd
+
+    return pd.DataFrame(columns=list(columns))
+
+
+def _run(
+    plan: TaskPlan,
+    make_processor: Callable[[], StatefulProcessor],
+    instance: int,
+    frame: Any,
+    timezone: str,
+    decode_ms: float,
+) -> Iterator[Any]:
+    """One instance's batch: its output rows, then the row carrying its report (both as Arrow)."""
+    output, report = process_instance(plan, make_processor, frame, instance)
+    encoding = time.perf_counter()
+    batch = output_batch(output, plan.output_schema, timezone)
+    phases = {
+        "decode": decode_ms,
+        **report.stats.phases_ms,
+        "encode": round((time.perf_counter() - encoding) * 1000, 3),
+    }
+    report = replace(report, stats=replace(report.stats, phases_ms=phases))
+    yield batch
+    yield output_batch({}, plan.output_schema, timezone, report=report.to_json())
