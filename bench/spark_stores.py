@@ -137,9 +137,9 @@ def _count_processors() -> tuple[type, type]:
             self.count = context.get_value_state("n")
 
         def handle_input_rows(self, key: Any, rows: Any) -> Any:
-            out = _counts(key, rows, self.count.value() or 0)
-            self.count.update(int(out["n"].iloc[0]))
-            return out
+            total = (self.count.value() or 0) + len(rows)
+            self.count.update(total)
+            return [{"k": key, "n": total}]  # a row dict, the per-key API's idiom (README)
 
     class CountBatch(CountPerKey):
         def handle_batch(self, batch: Any, context: Any) -> Any:
