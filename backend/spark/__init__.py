@@ -17,6 +17,10 @@ Reducing) lives in the changelog backend, with the storage chosen by
     query.add_listener(print)               # BatchProgress after every batch
     query.last_progress.to_json()           # Spark's lastProgress with a "dstl" section
 
+:func:`stateful_stream` gives the same step as a stream to transform further
+(``select``, ``where``, ``withColumn``...) and write with Spark's ``writeStream``
+shape (``format``, ``outputMode``, ``option``, ``trigger``, ``queryName``, ``start``).
+
 Timers (``context.register_timer``, fired through ``handle_expired_timer``) follow
 ``time_mode``: processing time, or event time with ``event_time_column`` and
 ``watermark_delay`` (Spark's watermark rule, checkpointed). An unmodified PySpark
@@ -40,6 +44,7 @@ if TYPE_CHECKING:
     from .query_progress import QueryProgress
     from .sinks import ParquetBatchSink
     from .state_reader import read_changes, read_state
+    from .stateful_stream import StatefulStream, stateful_stream
 
 #: public name -> its module: imported on first use, so that importing a module of this package
 #: (its options, for one) does not import PySpark.
@@ -53,12 +58,14 @@ _LAZY = {
     "StateContext": ".processor",
     "StatefulProcessor": ".processor",
     "StatefulQuery": ".query",
+    "StatefulStream": ".stateful_stream",
     "TimeMode": ".processor",
     "instance_for_key_group": ".placement",
     "pyspark_processor": ".pyspark_compat",
     "read_changes": ".state_reader",
     "read_state": ".state_reader",
     "routing_exprs": ".placement",
+    "stateful_stream": ".stateful_stream",
     "transform_with_state": ".query",
 }
 
@@ -87,11 +94,13 @@ __all__ = [
     "StateContext",
     "StatefulProcessor",
     "StatefulQuery",
+    "StatefulStream",
     "TimeMode",
     "instance_for_key_group",
     "pyspark_processor",
     "read_changes",
     "read_state",
     "routing_exprs",
+    "stateful_stream",
     "transform_with_state",
 ]

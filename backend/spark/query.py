@@ -28,6 +28,7 @@ from ._private.call_checks import (
     check_columns,
     check_storage_for_spark,
     job_config,
+    output_struct,
     stream_watermark,
 )
 from ._private.idle_batches import NO_DATA_BATCHES_CONF, wants_idle_batches, with_heartbeat
@@ -109,8 +110,6 @@ def transform_with_state(  # noqa: PLR0913 - the keywords of PySpark's transform
         (the row-based ``transformWithState``: ``Row`` objects in and out, initial
         state one ``Row`` at a time).
     """
-    from pyspark.sql.types import StructType
-
     event_time_column, delay_ms = stream_watermark(frame, event_time_column, watermark_delay)
     check_columns(frame, key_columns, event_time_column)  # before anything is written
     processor = adapted(processor, processor_api)
@@ -121,7 +120,7 @@ def transform_with_state(  # noqa: PLR0913 - the keywords of PySpark's transform
         cfg = connect_config(cfg, initial_state)
     parallelism, _, state_dir = checked_layout(cfg)
     job_id = resolve_job_id(checkpoint_location, job_id, cfg, legacy_state_dir=cfg.get(CHECKPOINTS_DIR))
-    schema = output_schema if isinstance(output_schema, StructType) else StructType.fromDDL(output_schema)
+    schema = output_struct(output_schema)
     mode = TimeMode.parse(time_mode if time_mode is not None else ("event" if event_time_column else "none"))
     if mode is TimeMode.EVENT and event_time_column is None:
         msg = "time_mode='event' needs an event_time_column (the watermark follows it)"

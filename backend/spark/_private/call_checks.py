@@ -17,6 +17,7 @@ __all__ = [
     "check_columns",
     "check_storage_for_spark",
     "job_config",
+    "output_struct",
     "stream_watermark",
 ]
 
@@ -153,3 +154,10 @@ def check_columns(frame: Any, key_columns: list[str], event_time_column: str | N
             else "key_columns is empty: name the columns that key the state"
         )
         raise ConfigError(msg)
+
+
+def output_struct(output_schema: Any) -> Any:
+    """``output_schema`` as a ``StructType`` (given as one or as a DDL string)."""
+    from pyspark.sql.types import StructType
+
+    return output_schema if isinstance(output_schema, StructType) else StructType.fromDDL(output_schema)
