@@ -101,6 +101,48 @@ def test_read_change_sets_reports_corruption(storage, sut, key_groups):
     assert_explained(info.value)
 
 
+@requires("corruption_injection")
+@pytest.mark.parametrize("path", ["read", "read_change_sets"])
+@pytest.mark.parametrize("key_groups", FILTERS, ids=lambda r: "all" if r is None else f"{r.start}-{r.end}")
+@pytest.mark.parametrize("ranged", [False, True], ids=["whole", "ranged"])
+def test_every_read_path_verifies_what_it_returns(storage, sut, path, key_groups, ranged):
+    """Reads verify on every path: whole, filtered by key group, streamed, or a partial SQN range.
+
+    Every change set spans every key group, so each filter meets the damaged one (the
+    first); whatever the path, it is a :class:`CorruptedError` and none of its changes
+    are returned (a restore served from a cache of what was written, or a fast path
+    that skips the checksum, returns them).
+    """
+    writer = storage.create_writer("verified", KG)
+    written = []
+    for round_ in range(4):
+        sqn = writer.next_sqn()
+        for key_group in KG:
+            data = change_bytes(f"v{round_}", key_group, 64)
+            writer.append(key_group, data)
+            written.append((sqn, key_group, data))
+    handle = persist(writer, writer.initial_sqn(), 1, sut.timeout)
+    if ranged:  # a partial read: all but the last change set
+        handle = _handle_like(handle, sqn_range=SequenceNumberRange(handle.sqn_range.start, written[-1][0]))
+    sut.require_backdoor().corrupt(storage, handle)
+    reader = sut.open().create_reader()
+    returned = []
+    try:
+        with pytest.raises(CorruptedError) as info:
+            if path == "read":
+                for change in reader.read(handle, key_groups):
+                    returned.append((change.sqn, change.key_group, bytes(change.data)))
+            else:
+                for sqn, changes in reader.read_change_sets(handle, key_groups):
+                    returned.extend((sqn, key_group, bytes(data)) for key_group, data in changes)
+    finally:
+        reader.close()
+    damaged = written[0][0]
+    assert not [change for change in returned if change[0] == damaged], "the damaged change set was returned"
+    assert all(change in written for change in returned), "bytes nobody wrote were returned"
+    assert_explained(info.value)
+
+
 @requires("physical_truncation")
 def test_read_change_sets_of_a_discarded_handle_is_an_error_not_empty(storage, sut):
     writer = storage.create_writer("paths", KG)

@@ -370,6 +370,54 @@ class RestoreIgnoresFilterStorage(MemoryStorage):
     reader_class = RestoreIgnoresFilterReader
 
 
+#: What caching writers uploaded, decoded, per (job, log, SQN): a process-wide "hot" cache.
+_WRITTEN: dict[tuple[str, str, int], list[tuple[int, bytes]]] = {}
+
+
+class CachingWriter(MemoryWriter):
+    """Keeps every change set it uploads decoded in a process-wide cache, for restores."""
+
+    def _upload(self, change_sets, checkpoint_id):
+        for cs in change_sets:
+            _WRITTEN[(self._storage.job_id, self.log_id, cs.sqn)] = decode_body(cs.body, cs.count)
+        return super()._upload(change_sets, checkpoint_id)
+
+
+class CachedFilterReader(MemoryStorageReader):
+    """Bug: a key-group filtered ``read`` (a restore) is served from the writers' cache when it
+    holds every change set: the stored bytes are neither read nor verified."""
+
+    def read(self, handle, key_groups=None):
+        keys = self._cached(handle) if key_groups is not None else None
+        if not keys:
+            yield from super().read(handle, key_groups)
+            return
+        for key in keys:
+            for key_group, data in _WRITTEN[key]:
+                if key_group < 0 or key_group in key_groups:
+                    yield StateChange(key_group, data, key[2])
+
+    def read_change_sets(self, handle, key_groups=None):
+        return MemoryStorageReader(self._storage).read_change_sets(handle, key_groups)  # not cached
+
+    def _cached(self, handle):
+        """The cache's keys of the handle's change sets, when it has them all and they still exist."""
+        locations = handle.location_dicts
+        objects = self._storage.namespace.objects
+        if not all(isinstance(loc.get("sqn"), int) and loc.get("object") in objects for loc in locations):
+            return None
+        start, end = handle.sqn_range.start, handle.sqn_range.end
+        sqns = sorted({loc["sqn"] for loc in locations if start <= loc["sqn"] < end})
+        keys = [(self._storage.job_id, handle.log_id, sqn) for sqn in sqns]
+        return keys if keys and all(key in _WRITTEN for key in keys) else None
+
+
+class CachedFilterStorage(MemoryStorage):
+    storage_id = "broken-cached-filter"
+    writer_class = CachingWriter
+    reader_class = CachedFilterReader
+
+
 class SlicingReader(MemoryStorageReader):
     """Hands the decoder only the change set's own bytes, and forgets where they lie."""
 
@@ -473,6 +521,7 @@ BROKEN = {
     NamesByRangeStorage.storage_id: (NamesByRangeStorage, MEMORY_CAPABILITIES),
     KeepsCallerBufferStorage.storage_id: (KeepsCallerBufferStorage, MEMORY_CAPABILITIES),
     RestoreIgnoresFilterStorage.storage_id: (RestoreIgnoresFilterStorage, MEMORY_CAPABILITIES),
+    CachedFilterStorage.storage_id: (CachedFilterStorage, MEMORY_CAPABILITIES),
     MisplacesDamageStorage.storage_id: (MisplacesDamageStorage, MEMORY_CAPABILITIES | {"forgery_injection"}),
     AcksBeforeSyncStorage.storage_id: (
         AcksBeforeSyncStorage,

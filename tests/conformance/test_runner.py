@@ -107,6 +107,8 @@ def test_built_in_storage_conforms(tmp_path, identifier, backend):
             "broken-names-by-range",
             "test_fencing.py::test_two_attempts_of_one_range_never_overwrite_each_other",
         ),
+        # Reads verify on every path (issue 34, class 4): a filtered read served unverified from a cache.
+        ("broken-cached-filter", "test_read_paths.py::test_every_read_path_verifies_what_it_returns"),
         # Found by mutation testing: errors about forged change sets must say where they lie.
         (
             "broken-misplaces-damage",
