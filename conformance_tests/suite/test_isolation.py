@@ -59,6 +59,33 @@ def test_a_handle_naming_another_logs_change_sets_frees_none_of_them(storage, su
     assert read_data(sut.open(), live) == [b"the victim's live change set"]
 
 
+def test_logs_whose_ids_prefix_each_other_stay_apart(storage, sut):
+    """Discarding (and orphan-collecting) ``op.kg0-4`` leaves ``op.kg0-43`` and ``op.kg0-4.kg0-8`` whole.
+
+    A storage that names a log's objects or files by its id and cleans up by prefix,
+    without a separator, takes the longer ids' data with it (key-group ranges make
+    such ids: an operator rescaled from 43 key groups to 4, or an operator named so).
+    """
+    logs = [("op", KeyGroupRange(0, 4)), ("op", KeyGroupRange(0, 43)), ("op.kg0-4", KG)]
+    handles = []
+    for name, key_groups in logs:
+        writer = storage.create_writer(name, key_groups)
+        writer.append(0, f"data of {writer.log_id}".encode())
+        handles.append((writer.log_id, persist(writer, 0, 1, sut.timeout)))
+        writer.close()
+    (gone, handle), kept = handles[0], handles[1:]
+    assert all(log_id.startswith(gone) for log_id, _ in kept)
+    storage.discard([handle])
+    for log_id, handle in kept:
+        assert read_data(storage, handle) == [f"data of {log_id}".encode()], (
+            f"discarding {gone} took {log_id}"
+        )
+    if "orphan_collection" in sut.capabilities:
+        storage.collect_orphans([handle for _, handle in kept], older_than=time.time() + 3600)
+        for log_id, handle in kept:
+            assert read_data(sut.open(), handle) == [f"data of {log_id}".encode()], f"collected {log_id}"
+
+
 def test_another_jobs_discards_and_orphan_collection_never_touch_this_jobs_data(storage, sut):
     writer = storage.create_writer("op", KG)
     writer.append(0, b"live data of this job")

@@ -418,6 +418,25 @@ class CachedFilterStorage(MemoryStorage):
     reader_class = CachedFilterReader
 
 
+class PrefixCleanupStorage(MemoryStorage):
+    """Bug: once a log has nothing live, its objects are cleaned up by the prefix ``job/log`` with no
+    separator (a ``rm log*``), taking the objects of every log whose id starts with it."""
+
+    storage_id = "broken-prefix-cleanup"
+
+    def discard(self, handles):
+        handles = list(handles)
+        super().discard(handles)
+        namespace = self.namespace
+        with namespace.lock:
+            for handle in handles:
+                prefix = f"{self.job_id}/{handle.log_id}"
+                if not any(name.startswith(f"{prefix}/") for name in namespace.live):
+                    for name in [name for name in namespace.objects if name.startswith(prefix)]:
+                        namespace.objects.pop(name)
+                        namespace.live.pop(name, None)
+
+
 class SlicingReader(MemoryStorageReader):
     """Hands the decoder only the change set's own bytes, and forgets where they lie."""
 
@@ -522,6 +541,7 @@ BROKEN = {
     KeepsCallerBufferStorage.storage_id: (KeepsCallerBufferStorage, MEMORY_CAPABILITIES),
     RestoreIgnoresFilterStorage.storage_id: (RestoreIgnoresFilterStorage, MEMORY_CAPABILITIES),
     CachedFilterStorage.storage_id: (CachedFilterStorage, MEMORY_CAPABILITIES),
+    PrefixCleanupStorage.storage_id: (PrefixCleanupStorage, MEMORY_CAPABILITIES),
     MisplacesDamageStorage.storage_id: (MisplacesDamageStorage, MEMORY_CAPABILITIES | {"forgery_injection"}),
     AcksBeforeSyncStorage.storage_id: (
         AcksBeforeSyncStorage,

@@ -109,6 +109,8 @@ def test_built_in_storage_conforms(tmp_path, identifier, backend):
         ),
         # Reads verify on every path (issue 34, class 4): a filtered read served unverified from a cache.
         ("broken-cached-filter", "test_read_paths.py::test_every_read_path_verifies_what_it_returns"),
+        # Orphan collection, precisely (issue 34, class 1): ids that prefix others stay apart.
+        ("broken-prefix-cleanup", "test_isolation.py::test_logs_whose_ids_prefix_each_other_stay_apart"),
         # Found by mutation testing: errors about forged change sets must say where they lie.
         (
             "broken-misplaces-damage",
