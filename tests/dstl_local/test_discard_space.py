@@ -2,8 +2,11 @@
 
 import os
 import random
+import uuid
 
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 from dstl.conformance.testing import persist, read_data
 from dstl.local._private.holes import merged, punch_holes
@@ -135,3 +138,71 @@ def test_a_frame_hidden_in_change_data_cannot_be_discarded_or_freed(config):
         assert storage.metrics.counter("refused_discards") == 1
         assert allocated(path) == before, "blocks inside a live change set were freed"
         assert read_data(storage, live) == [noise(100, 8) + inner + noise(100, 9)]
+
+
+def _holes(path, end: int) -> set[int]:
+    """The block indexes of ``path`` below ``end`` that are holes (``SEEK_HOLE``/``SEEK_DATA``)."""
+    block = os.stat(path).st_blksize
+    found: set[int] = set()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        position = 0
+        while position < end:
+            try:
+                hole = os.lseek(fd, position, os.SEEK_HOLE)
+            except OSError:
+                break
+            if hole >= end:
+                break
+            try:
+                data = os.lseek(fd, hole, os.SEEK_DATA)
+            except OSError:  # ENXIO: a hole to the end of the file
+                data = end
+            found.update(range(hole // block, min(data, end) // block))
+            position = data
+    finally:
+        os.close(fd)
+    return found
+
+
+def _blocks_inside(intervals, block: int) -> set[int]:
+    return {index for start, end in intervals for index in range(-(-start // block), end // block)}
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(layout=st.lists(st.tuples(st.integers(1, 3 * 4096 + 7), st.booleans()), min_size=2, max_size=9))
+@example(layout=[(5000, True), (4096, False), (9000, True)])  # a live change set between two dropped
+@example(layout=[(3 * 4096, True), (3 * 4096, True), (10, False)])  # neighbours merge into one run
+def test_holes_are_exactly_the_whole_blocks_of_the_discarded_change_sets(config, layout):
+    """Hole punching frees the whole blocks inside discarded extents, and nothing of a live one."""
+    own = {**config, "dstl.local.dir": f"{config['dstl.local.dir']}-{uuid.uuid4().hex}"}  # one per example
+    with load_storage(own, job_id="job") as storage:
+        handles = []
+        for index, (size, drop) in enumerate(layout):
+            writer = storage.create_writer(f"log{index}", KG)
+            writer.append(0, noise(size, index))
+            handles.append(persist(writer, 0, 1))
+            if drop:
+                writer.truncate(1)  # no writer reuses it any more
+        (segment,) = storage.list_objects()
+        path = storage.segments_dir / segment
+        extents = [(loc["offset"], loc["length"]) for h in handles for loc in h.location_dicts]
+        dropped = [h for h, (_, drop) in zip(handles, layout, strict=True) if drop]
+        kept = [
+            (index, h) for index, (h, (_, drop)) in enumerate(zip(handles, layout, strict=True)) if not drop
+        ]
+        block = os.stat(path).st_blksize
+        storage.discard(dropped)
+        end = max(offset + length for offset, length in extents)
+        gone = merged((loc["offset"], loc["length"]) for h in dropped for loc in h.location_dicts)
+        live = merged((loc["offset"], loc["length"]) for _, h in kept for loc in h.location_dicts)
+        if not kept:
+            assert not path.exists(), "a segment with nothing live stays"
+        else:
+            assert _holes(path, end) == _blocks_inside(gone, block) - _blocks_touched(live, block)
+            for index, handle in kept:
+                assert read_data(storage, handle) == [noise(layout[index][0], index)]
+
+
+def _blocks_touched(intervals, block: int) -> set[int]:
+    return {index for start, end in intervals for index in range(start // block, -(-end // block))}
