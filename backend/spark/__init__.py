@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from .pyspark_compat import PySparkProcessor, pyspark_processor
     from .query import StatefulQuery, transform_with_state
     from .query_progress import QueryProgress
-    from .sinks import ParquetBatchSink
+    from .sinks import DirectoryPerBatchSink, ParquetBatchSink
     from .state_reader import read_changes, read_state
     from .stateful_stream import StatefulStream, stateful_stream
 
@@ -51,6 +51,7 @@ if TYPE_CHECKING:
 _LAZY = {
     "BatchClock": ".processor",
     "BatchProgress": ".progress",
+    "DirectoryPerBatchSink": ".sinks",
     "ParquetBatchSink": ".sinks",
     "PrometheusExporter": ".prometheus",
     "PySparkProcessor": ".pyspark_compat",
@@ -87,6 +88,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "BatchClock",
     "BatchProgress",
+    "DirectoryPerBatchSink",
     "ParquetBatchSink",
     "PrometheusExporter",
     "PySparkProcessor",

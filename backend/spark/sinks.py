@@ -2,23 +2,34 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["ParquetBatchSink"]
+__all__ = ["DirectoryPerBatchSink", "ParquetBatchSink"]
 
 
-class ParquetBatchSink:
-    """Parquet under ``<path>/batch_id=<id>``; a replayed batch overwrites its own directory.
+class DirectoryPerBatchSink:
+    """Files of ``fmt`` under ``<path>/batch_id=<id>``; a replayed batch overwrites its own directory.
 
-    Read it back with ``spark.read.parquet(path)`` (``batch_id`` becomes a column).
+    Read them back with ``spark.read.format(fmt).load(path)`` (``batch_id`` becomes a column).
     """
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, fmt: str, path: str, options: Mapping[str, str] | None = None) -> None:
+        self.fmt = fmt
         self.path = path.rstrip("/")
+        self.options = dict(options or {})
 
     def __call__(self, output: DataFrame, batch_id: int) -> None:
         """Write the batch's rows."""
-        output.write.mode("overwrite").parquet(f"{self.path}/batch_id={batch_id}")
+        target = f"{self.path}/batch_id={batch_id}"
+        output.write.format(self.fmt).options(**self.options).mode("overwrite").save(target)
+
+
+class ParquetBatchSink(DirectoryPerBatchSink):
+    """Parquet under ``<path>/batch_id=<id>``; read it back with ``spark.read.parquet(path)``."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__("parquet", path)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from dstl.spi import ConfigError
 
+from ..sinks import DirectoryPerBatchSink
 from .sessions import is_connect
 
 if TYPE_CHECKING:
@@ -65,7 +66,7 @@ def batch_writer(
     if fmt == "delta":  # Delta's idempotent writes: one table version per (application, batch)
         return DeltaWriter(path, options)
     if fmt in _FILE_FORMATS:
-        return DirectoryPerBatchWriter(fmt, path, options)
+        return DirectoryPerBatchSink(fmt, path, options)
     msg = (
         f"format({fmt!r}) is not one dstl writes batch by batch: use console, memory, noop, kafka, delta, "
         f"{', '.join(_FILE_FORMATS)}, or foreachBatch(fn) to write each batch yourself"
@@ -104,22 +105,6 @@ class MemoryWriter:
             self._batches[batch_id] = rows
             everything = [row for batch in sorted(self._batches) for row in self._batches[batch]]
         self._session.createDataFrame(everything, frame.schema).createOrReplaceTempView(self.name)
-
-
-class DirectoryPerBatchWriter:
-    """Files of ``fmt`` under ``<path>/batch_id=<id>``: a replayed batch overwrites its own directory.
-
-    ``spark.read.format(fmt).load(path)`` reads them back with a ``batch_id`` column.
-    """
-
-    def __init__(self, fmt: str, path: str, options: Mapping[str, str]) -> None:
-        self.fmt = fmt
-        self.path = path.rstrip("/")
-        self.options = dict(options)
-
-    def __call__(self, frame: DataFrame, batch_id: int) -> None:
-        target = f"{self.path}/batch_id={batch_id}"
-        frame.write.format(self.fmt).options(**self.options).mode("overwrite").save(target)
 
 
 class DeltaWriter:
