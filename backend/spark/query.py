@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 from dstl.spi import ConfigError
 
-from ..options import CHECKPOINTS_DIR
 from ._private.call_checks import (
     adapted,
     check_columns,
@@ -119,7 +118,7 @@ def transform_with_state(  # noqa: PLR0913 - the keywords of PySpark's transform
     if connect:
         cfg = connect_config(cfg, initial_state)
     parallelism, _, state_dir = checked_layout(cfg)
-    job_id = resolve_job_id(checkpoint_location, job_id, cfg, legacy_state_dir=cfg.get(CHECKPOINTS_DIR))
+    job_id = resolve_job_id(checkpoint_location, job_id, cfg, legacy_state_dir=state_dir)
     schema = output_struct(output_schema)
     mode = TimeMode.parse(time_mode if time_mode is not None else ("event" if event_time_column else "none"))
     if mode is TimeMode.EVENT and event_time_column is None:

@@ -47,13 +47,16 @@ class ProgressRecords:
         self._fs, root = checkpoint_fs(state_dir, config)
         self.directory = f"{root}/{job_id}/{PROGRESS_DIR}"
         self._read: OrderedDict[int, BatchProgress] = OrderedDict()
+        self._made = False  # the directory exists (created by the first write)
 
     def _path(self, batch_id: int) -> str:
         return f"{self.directory}/{batch_id}.json"
 
     def write(self, progress: BatchProgress) -> None:
         """Record ``progress`` (a replayed batch's record is replaced); forget the one 100 batches older."""
-        self._fs.makedirs(self.directory, exist_ok=True)
+        if not self._made:
+            self._fs.makedirs(self.directory, exist_ok=True)
+            self._made = True
         put_atomically(self._fs, self.directory, self._path(progress.batch_id), progress.to_json().encode())
         with contextlib.suppress(FileNotFoundError):
             self._fs.rm_file(self._path(progress.batch_id - KEPT_RECORDS))
