@@ -39,29 +39,27 @@ class ListenerHub(StreamingQueryListener):
             if listener in self._members:
                 self._members.remove(listener)
 
-    def _members_now(self) -> list[StreamingQueryListener]:
+    def _forward(self, hook: str, event: Any) -> None:
         with self._lock:
-            return list(self._members)
+            members = list(self._members)  # a member may leave while the hub forwards
+        for member in members:
+            getattr(member, hook)(event)
 
     def onQueryStarted(self, event: Any) -> None:
         """Forwarded."""
-        for member in self._members_now():
-            member.onQueryStarted(event)
+        self._forward("onQueryStarted", event)
 
     def onQueryProgress(self, event: Any) -> None:
         """Forwarded."""
-        for member in self._members_now():
-            member.onQueryProgress(event)
+        self._forward("onQueryProgress", event)
 
     def onQueryIdle(self, event: Any) -> None:
         """Forwarded."""
-        for member in self._members_now():
-            member.onQueryIdle(event)
+        self._forward("onQueryIdle", event)
 
     def onQueryTerminated(self, event: Any) -> None:
         """Forwarded."""
-        for member in self._members_now():
-            member.onQueryTerminated(event)
+        self._forward("onQueryTerminated", event)
 
 
 def hub_of(spark: Any) -> ListenerHub:
