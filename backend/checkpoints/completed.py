@@ -37,6 +37,8 @@ class TimeProgress:
     """Where an operator's clocks stood at a checkpoint: restored with it, like its state.
 
     :ivar watermark_ms: the event-time watermark the next batch uses (``None``: no event time).
+    :ivar late_watermark_ms: the watermark the next batch judges late rows by: Spark's rule,
+        the one the batch before it used (``None``: as ``watermark_ms``, checkpoints before it).
     :ivar next_timers: per operator instance, its earliest registered timer (epoch ms);
         instances without timers are left out. The driver runs an instance whose
         timer is due even when the batch has no rows for it.
@@ -44,10 +46,15 @@ class TimeProgress:
 
     watermark_ms: int | None = None
     next_timers: Mapping[str, int] = field(default_factory=dict)
+    late_watermark_ms: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The document form."""
-        return {"watermark_ms": self.watermark_ms, "next_timers": dict(sorted(self.next_timers.items()))}
+        return {
+            "watermark_ms": self.watermark_ms,
+            "next_timers": dict(sorted(self.next_timers.items())),
+            "late_watermark_ms": self.late_watermark_ms,
+        }
 
     @classmethod
     def from_dict(cls, doc: Any, source: str) -> TimeProgress:
@@ -58,19 +65,25 @@ class TimeProgress:
         fields: dict[str, type | tuple[type, ...]] = {"watermark_ms": (int, type(None)), "next_timers": dict}
         doc = check_fields(doc, f"{source} field 'time'", fields)
         watermark = doc["watermark_ms"]
+        late = doc.get("late_watermark_ms")  # optional: older checkpoints judged late rows by watermark_ms
         timers = doc["next_timers"]
         bad = [
             name
             for name, expiry in timers.items()
             if not name or len(name) > _MAX_NAME or type(expiry) is not int or abs(expiry) > _MAX_TIME_MS
         ]
-        if (watermark is not None and abs(watermark) > _MAX_TIME_MS) or bad:
+        out_of_range = [
+            mark
+            for mark in (watermark, late)
+            if mark is not None and (type(mark) is not int or abs(mark) > _MAX_TIME_MS)
+        ]
+        if out_of_range or bad:
             msg = (
                 f"{source} field 'time' holds a watermark or timers out of range (instances {bad[:3]}): "
                 f"epoch milliseconds within +-2^62 by instance names of 1 to {_MAX_NAME} characters"
             )
             raise InvalidHandleError(msg)
-        return cls(watermark, dict(timers))
+        return cls(watermark, dict(timers), late)
 
 
 @dataclass(frozen=True)

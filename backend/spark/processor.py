@@ -67,11 +67,20 @@ class BatchClock:
     :ivar watermark_ms: the event-time watermark of the batch (``None`` without event time, or
         before any event time was seen).
     :ivar mode: the clock timers follow.
+    :ivar late_watermark_ms: in event time, rows at or below it are late and dropped: Spark's
+        rule, the watermark of the batch before (``None``: as ``watermark_ms``).
     """
 
     processing_time_ms: int
     watermark_ms: int | None = None
     mode: TimeMode = TimeMode.PROCESSING
+    late_watermark_ms: int | None = None
+
+    def late_before(self) -> int | None:
+        """Rows at or below this event time are late (``None``: none is): only in event time, as on Spark."""
+        if self.mode is not TimeMode.EVENT:
+            return None
+        return self.watermark_ms if self.late_watermark_ms is None else self.late_watermark_ms
 
     def timer_domain(self) -> TimeDomain | None:
         """The clock timers follow (``None``: the query has no timers)."""

@@ -163,9 +163,12 @@ def test_a_full_checkpoint_directory_is_a_storage_error(small_tmpfs):
 def test_time_progress_round_trips_and_documents_without_it_still_read():
     from dstl.backend.checkpoints import TimeProgress
 
-    completed = CompletedCheckpoint(3, {}, TimeProgress(36_000, {"kg0-64": 41_000}))
+    completed = CompletedCheckpoint(3, {}, TimeProgress(36_000, {"kg0-64": 41_000}, 30_000))
     again = CompletedCheckpoint.from_json(completed.to_json())
-    assert again.time == TimeProgress(36_000, {"kg0-64": 41_000})
+    assert again.time == TimeProgress(36_000, {"kg0-64": 41_000}, 30_000)
+    before_late = json.loads(completed.to_json())
+    del before_late["time"]["late_watermark_ms"]  # a release before Spark's late-row rule: reads as None
+    assert CompletedCheckpoint.from_json(json.dumps(before_late)).time.late_watermark_ms is None
     earlier = json.loads(completed.to_json())
     del earlier["time"]  # written by a release before timers
     assert CompletedCheckpoint.from_json(json.dumps(earlier)).time == TimeProgress()
@@ -183,6 +186,9 @@ def test_time_progress_round_trips_and_documents_without_it_still_read():
         {"watermark_ms": 0, "next_timers": {"kg0-64": -(1 << 63)}},
         {"watermark_ms": 0},
         {"next_timers": {}},  # no watermark_ms: was a KeyError in recover(), inspect and savepoints
+        {"watermark_ms": 0, "next_timers": {}, "late_watermark_ms": "0"},
+        {"watermark_ms": 0, "next_timers": {}, "late_watermark_ms": False},
+        {"watermark_ms": 0, "next_timers": {}, "late_watermark_ms": 1 << 63},
     ],
 )
 def test_a_forged_time_field_is_refused_naming_it(time_doc):

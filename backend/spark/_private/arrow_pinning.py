@@ -76,7 +76,7 @@ def _frame(streams: list[bytes], timezone: str) -> Any:
     import pyarrow as pa
 
     table = pa.concat_tables(pa.ipc.open_stream(pa.py_buffer(stream)).read_all() for stream in streams)
-    frame = table.to_pandas()
+    frame = table.to_pandas(coerce_temporal_nanoseconds=True)  # Spark hands pandas datetime64[ns]
     for field in table.schema:  # Spark hands pandas its timestamps as naive session-local times
         if pa.types.is_timestamp(field.type) and field.type.tz is not None:
             frame[field.name] = frame[field.name].dt.tz_convert(timezone).dt.tz_localize(None)

@@ -251,9 +251,14 @@ class BatchRunner:
     def _clock(self, base: CompletedCheckpoint | None) -> tuple[BatchClock, frozenset[int]]:
         """The batch's clocks (the watermark comes from the base checkpoint), and the instances to wake."""
         spec = self.spec
-        # none until an event time was seen: nothing is late, no event-time timer fires yet
-        watermark = base.time.watermark_ms if base is not None else None
-        clock = BatchClock(int(time.time() * 1000), watermark, spec.time_mode)
+        # Spark's: a query with event time starts at watermark 0; late rows are judged by the
+        # watermark of the batch before (checkpoints without it: by this batch's)
+        start = 0 if spec.event_time_column is not None else None
+        watermark = base.time.watermark_ms if base is not None else start
+        late = base.time.late_watermark_ms if base is not None else start
+        if watermark is None:
+            watermark = start
+        clock = BatchClock(int(time.time() * 1000), watermark, spec.time_mode, late)
         up_to = clock.fire_up_to()
         if up_to is None or base is None:
             return clock, frozenset()
@@ -282,7 +287,7 @@ class BatchRunner:
         if seen:  # Spark's rule: the largest event time seen minus the delay, never moving back
             advanced = max(seen) - self.spec.watermark_delay_ms
             watermark = advanced if watermark is None else max(watermark, advanced)
-        return TimeProgress(watermark, next_timers)
+        return TimeProgress(watermark, next_timers, clock.watermark_ms)
 
     def _bases(self, base: CompletedCheckpoint | None) -> dict[str, BackendSnapshot | None]:
         """Each instance's own base snapshot (scoped to its key groups: after a rescale, parts)."""

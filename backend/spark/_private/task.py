@@ -226,7 +226,7 @@ def _load_initial_state(processor: StatefulProcessor, context: StateContext, ini
 
 
 def _on_time(rows: Any, clock: BatchClock, *, woken: bool) -> tuple[Any, dict[str, Any]]:
-    """The rows the processor gets: no wake rows, and in event time none at or below the watermark.
+    """The rows the processor gets: no wake rows, and in event time none at or below the late watermark.
 
     Returns them (without dstl's columns) and the batch's figures: the data rows,
     the largest event time seen (late rows count, as in Spark) and how many were late.
@@ -236,9 +236,10 @@ def _on_time(rows: Any, clock: BatchClock, *, woken: bool) -> tuple[Any, dict[st
     if EVENT_TIME_COLUMN in data.columns:
         event = data[EVENT_TIME_COLUMN]
         stats["max_event_ms"] = int(event.max()) if event.notna().any() else None
-        if clock.watermark_ms is not None:
+        late_before = clock.late_before()
+        if late_before is not None:
             # Spark's rule: a row whose event time is at or below the watermark is late, and dropped
-            on_time = event.isna() | (event > clock.watermark_ms)
+            on_time = event.isna() | (event > late_before)
             stats["late_rows"] = int(len(data) - int(on_time.sum()))
             data = data[on_time]
         data = data.drop(columns=[EVENT_TIME_COLUMN])

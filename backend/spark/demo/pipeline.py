@@ -59,12 +59,14 @@ OUTPUT_SCHEMA = (
     "start long, end long, count long, watermark long"
 )
 # The same columns in Spark SQL (stream and batch recomputation) and in Python (tests, docs).
+#: the first event's time (epoch s): after Spark's initial watermark 0, so no event is late at the start
+FIRST_EVENT_S = 1_700_000_000
 EVENT_COLUMNS = {
     "user": f"concat('u', cast(pmod(id * 7919, {USERS}) as string))",
     "page": f"concat('p', cast(pmod(id * 31, {PAGES}) as string))",
     "amount": "pmod(id * 13, 100) + 1",
-    "event_time": f"div(id, {EVENTS_PER_SECOND})",
-    "event_ms": f"div(id, {EVENTS_PER_SECOND}) * 1000",
+    "event_time": f"{FIRST_EVENT_S} + div(id, {EVENTS_PER_SECOND})",
+    "event_ms": f"({FIRST_EVENT_S} + div(id, {EVENTS_PER_SECOND})) * 1000",
 }
 _FIGURES = ("total", "events", "recent", "pages", "last_event")
 _EMPTY_ROW = dict.fromkeys(column.split()[0] for column in OUTPUT_SCHEMA.split(","))

@@ -194,11 +194,16 @@ class EventWindows(StatefulProcessor):
 
 
 def test_event_time_windows_close_when_the_watermark_passes_them(spark, tmp_path):
-    """Spark's rule: a batch uses the watermark of the batches before it; late rows are dropped."""
+    """Spark's rules: a batch's timers fire by the watermark of the batches before it (starting at
+    0), and its late rows are judged by the watermark the batch before it used."""
     batches = [
         [("a", 1_000), ("b", 2_000), ("a", 12_000)],
-        [("a", 13_000), ("b", 25_000), ("a", 3_000)],  # watermark 12 000 - 5 000: 3 000 is late
-        [("a", 40_000)],  # watermark 20 000: closes [0, 10 000) and [10 000, 20 000)
+        # watermark 12 000 - 5 000 = 7 000 fires timers; late rows are judged by batch 0's, 0: 3 000 counts
+        [("a", 13_000), ("b", 25_000), ("a", 3_000)],
+        [
+            ("a", 40_000),
+            ("a", 6_000),
+        ],  # watermark 20 000: closes [0, 10 000) and [10 000, 20 000); 6 000 is late
         [("c", 41_000)],  # watermark 35 000: closes b's [20 000, 30 000) (b has no rows: woken)
     ]
     directory = tmp_path / "in"
@@ -230,11 +235,11 @@ def test_event_time_windows_close_when_the_watermark_passes_them(spark, tmp_path
     assert out == {
         0: [],
         1: [],
-        2: [("a", 0, 1), ("a", 10_000, 2), ("b", 0, 1)],
+        2: [("a", 0, 2), ("a", 10_000, 2), ("b", 0, 1)],
         3: [("b", 20_000, 1)],
     }
-    assert [p.late_rows for p in query.progress] == [0, 1, 0, 0]
-    assert [p.watermark_ms for p in query.progress] == [None, 7_000, 20_000, 35_000]
+    assert [p.late_rows for p in query.progress] == [0, 0, 1, 0]
+    assert [p.watermark_ms for p in query.progress] == [0, 7_000, 20_000, 35_000]
     watermark = query.latest_checkpoint().time.watermark_ms
     assert watermark == 36_000
 
