@@ -24,7 +24,7 @@ __all__ = ["OUTPUT_MODES", "batch_writer"]
 
 #: Spark's output modes for transformWithState: each row the processor returns is emitted once.
 OUTPUT_MODES = ("append", "update")
-#: Formats written through ``DataFrame.write`` into one directory per batch (replays overwrite it).
+#: Formats written through ``DataFrame.write``, their files published into the path (replays replace them).
 _FILE_FORMATS = ("parquet", "json", "csv", "orc", "text", "avro")
 
 BatchWriter = Callable[["DataFrame", int], None]
@@ -66,12 +66,43 @@ def batch_writer(
     if fmt == "delta":  # Delta's idempotent writes: one table version per (application, batch)
         return DeltaWriter(path, options)
     if fmt in _FILE_FORMATS:
-        return DirectoryPerBatchSink(fmt, path, options)
+        return PublishedFilesWriter(fmt, path, options)
     msg = (
         f"format({fmt!r}) is not one dstl writes batch by batch: use console, memory, noop, kafka, delta, "
         f"{', '.join(_FILE_FORMATS)}, or foreachBatch(fn) to write each batch yourself"
     )
     raise ConfigError(msg)
+
+
+class PublishedFilesWriter:
+    """Spark's file sink layout: every batch's files directly under ``path``, no extra column.
+
+    Read back with ``spark.read.format(fmt).load(path)``.
+
+    A batch is written whole to a hidden staging directory (``_dstl_staging``, which
+    Spark's readers skip), then its files are moved into ``path`` named by the batch
+    (``part-b<batch>-...``); a replayed batch first removes the files it published
+    before, so each batch's rows are there once.
+    """
+
+    def __init__(self, fmt: str, path: str, options: Mapping[str, str]) -> None:
+        self.staging = DirectoryPerBatchSink(fmt, f"{path.rstrip('/')}/_dstl_staging", options)
+        self.path = path
+
+    def __call__(self, frame: DataFrame, batch_id: int) -> None:
+        from ...filesystems import checkpoint_fs
+
+        self.staging(frame, batch_id)
+        fs, root = checkpoint_fs(self.path)
+        staged = f"{root}/_dstl_staging/batch_id={batch_id}"
+        prefix = f"part-b{batch_id:012d}-"
+        for old in fs.glob(f"{root}/{prefix}*"):
+            fs.rm(old)
+        for written in fs.ls(staged, detail=False):
+            name = written.rstrip("/").rsplit("/", 1)[-1]
+            if not name.startswith(("_", ".")):  # Spark's markers (_SUCCESS) and checksums stay behind
+                fs.mv(written, f"{root}/{prefix}{name}")
+        fs.rm(staged, recursive=True)
 
 
 class ConsoleWriter:

@@ -75,8 +75,8 @@ def test_a_file_format_writes_each_batch_once_and_console_prints_as_spark(spark,
     )
     query.await_termination(timeout=300)
     assert query.exception() is None, query.exception()
-    written = spark.read.json(str(tmp_path / "out"))
-    assert sorted(tuple(row) for row in written.select("batch_id", "user").collect()) == [(0, "a"), (0, "b")]
+    written = spark.read.json(str(tmp_path / "out"))  # Spark's layout: the rows, no extra column
+    assert written.columns == ["user"] and sorted(row.user for row in written.collect()) == ["a", "b"]
     query = (
         counts(spark, tmp_path)
         .writeStream.format("console")
@@ -108,3 +108,15 @@ def test_what_cannot_follow_or_start_is_refused_at_the_call(spark, tmp_path):
     with pytest.raises(ConfigError, match="not one dstl writes"):
         stream.writeStream.format("socket").option("checkpointLocation", str(tmp_path / "c")).start("x")
     assert not any(spark.streams.active)
+
+
+def test_a_replayed_batch_replaces_the_files_it_published(spark, tmp_path):
+    from dstl.backend.spark._private.stream_sinks import batch_writer
+
+    out = tmp_path / "out"
+    writer = batch_writer("parquet", {}, str(out), None, spark)
+    writer(spark.createDataFrame([("a",), ("b",)], "user string"), 3)
+    writer(spark.createDataFrame([("a",), ("b",)], "user string"), 3)  # the same batch again, after a crash
+    writer(spark.createDataFrame([("c",)], "user string"), 4)
+    assert sorted(row.user for row in spark.read.parquet(str(out)).collect()) == ["a", "b", "c"]
+    assert not list((out / "_dstl_staging").glob("batch_id=*"))  # nothing left staged
