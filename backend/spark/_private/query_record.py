@@ -53,6 +53,16 @@ class QueryShape:
     idle_batches: bool
     #: state name -> {"value": schema JSON, "key": ...}: what a PySpark processor declares
     state_schemas: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    #: state name -> every value schema it had, oldest first: a stored value names its
+    #: schema by its index here (Spark's schema ids), so it reads by name under a newer one
+    value_versions: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def versions_of(self, state: str) -> tuple[str, ...]:
+        """The value schemas ``state`` had (records before versions: its current one)."""
+        if state in self.value_versions:
+            return tuple(self.value_versions[state])
+        current = self.state_schemas.get(state, {}).get("value")
+        return () if current is None else (current,)
 
     def to_json(self) -> bytes:
         """The record's bytes."""
@@ -61,6 +71,7 @@ class QueryShape:
             "time_mode": self.time_mode,
             "idle_batches": self.idle_batches,
             "state_schemas": {name: dict(parts) for name, parts in self.state_schemas.items()},
+            "value_versions": {name: list(versions) for name, versions in self.value_versions.items()},
         }
         return json.dumps(document).encode()
 
@@ -75,6 +86,7 @@ class QueryShape:
             columns, time_mode = document["key_columns"], document["time_mode"]
             idle = document["idle_batches"]
             schemas = document.get("state_schemas", {})
+            versions = document.get("value_versions", {})
             pairs_ok = isinstance(columns, list) and all(
                 isinstance(pair, list) and len(pair) == 2 and all(isinstance(part, str) for part in pair)
                 for pair in columns
@@ -83,7 +95,15 @@ class QueryShape:
                 isinstance(parts, dict) and all(_is_schema(v) for v in parts.values())
                 for parts in schemas.values()
             )
-            if not pairs_ok or not schemas_ok or not isinstance(time_mode, str) or not isinstance(idle, bool):
+            versions_ok = isinstance(versions, dict) and all(
+                isinstance(listed, list) and listed and all(_is_schema(v) for v in listed)
+                for listed in versions.values()
+            )
+            if (
+                not (pairs_ok and schemas_ok and versions_ok)
+                or not isinstance(time_mode, str)
+                or not isinstance(idle, bool)
+            ):
                 raise TypeError(document)
         except (ValueError, KeyError, TypeError) as exc:
             msg = (
@@ -92,7 +112,8 @@ class QueryShape:
                 "the query as it is then, unchecked)"
             )
             raise ConfigError(msg) from exc
-        return cls(tuple((name, kind) for name, kind in columns), time_mode, idle, schemas)
+        history = {name: tuple(listed) for name, listed in versions.items()}
+        return cls(tuple((name, kind) for name, kind in columns), time_mode, idle, schemas, history)
 
 
 def settled_shape(
@@ -111,13 +132,16 @@ def settled_shape(
     recorded = _read(fs, path)
     if recorded is None:
         shape = replace(wanted, idle_batches=False) if _spark_started(fs, root) else wanted
+        shape = replace(shape, value_versions=_versions_with(shape, shape.state_schemas))
         fs.makedirs(root, exist_ok=True)
         fs.pipe_file(path, shape.to_json())
         return shape
     _check(recorded, wanted, checkpoint_location)
     evolved = {**recorded.state_schemas, **wanted.state_schemas}
-    if evolved != recorded.state_schemas:  # compatible (checked): the newer schemas hold from now on
-        recorded = replace(recorded, state_schemas=evolved)
+    versions = _versions_with(recorded, wanted.state_schemas)
+    if evolved != recorded.state_schemas or versions != recorded.value_versions:
+        # compatible (checked): the newer schemas hold from now on, the older ones still read
+        recorded = replace(recorded, state_schemas=evolved, value_versions=versions)
         fs.pipe_file(path, recorded.to_json())
     if recorded.idle_batches != wanted.idle_batches:
         log.warning(
@@ -130,6 +154,18 @@ def settled_shape(
             else "timers fire and the watermark takes effect only when rows arrive",
         )
     return recorded
+
+
+def _versions_with(
+    recorded: QueryShape, declared: Mapping[str, Mapping[str, str]]
+) -> dict[str, tuple[str, ...]]:
+    """Every state's value schemas, with each newly declared one appended (a known one keeps its index)."""
+    versions = {state: recorded.versions_of(state) for state in {*recorded.state_schemas, *declared}}
+    for state, parts in declared.items():
+        value = parts.get("value")
+        if value is not None and value not in versions[state]:
+            versions[state] = (*versions[state], value)
+    return {state: listed for state, listed in versions.items() if listed}
 
 
 def _check(recorded: QueryShape, wanted: QueryShape, location: str) -> None:
@@ -155,28 +191,41 @@ def _check(recorded: QueryShape, wanted: QueryShape, location: str) -> None:
 
 
 def _check_schemas(recorded: QueryShape, wanted: QueryShape, fix: str) -> None:
-    """Each state's schemas evolve compatibly (see :func:`schema_change_problem`)."""
+    """Each state's schemas evolve compatibly (see :func:`schema_change_problem`).
+
+    A value schema is checked against every schema the state's values were written
+    with (they stay stored until rewritten); a map's key schema against its current one.
+    """
     for state, parts in wanted.state_schemas.items():
         for part, schema in parts.items():
-            before = recorded.state_schemas.get(state, {}).get(part)
-            if before is None or before == schema:
-                continue
-            problem = schema_change_problem(before, schema)
-            if problem is not None:
-                msg = (
-                    f"state {state!r} now declares the {part} schema {_simple(schema)}, incompatible with "
-                    f"{_simple(before)}, which its stored values have: {problem}. {fix}"
-                )
-                raise ConfigError(msg)
+            befores = recorded.versions_of(state) if part == "value" else ()
+            if not befores:
+                current = recorded.state_schemas.get(state, {}).get(part)
+                befores = () if current is None else (current,)
+            for before in befores:
+                if before == schema:
+                    continue
+                problem = schema_change_problem(before, schema, by_name=part == "value")
+                if problem is not None:
+                    msg = (
+                        f"state {state!r} now declares the {part} schema {_simple(schema)}, incompatible "
+                        f"with {_simple(before)}, which its stored values have: {problem}. {fix}"
+                    )
+                    raise ConfigError(msg)
 
 
-def schema_change_problem(before_json: str, after_json: str) -> str | None:
+def schema_change_problem(before_json: str, after_json: str, *, by_name: bool = False) -> str | None:
     """Why values of schema ``before`` cannot be read by ``after`` (``None``: they can).
 
-    Compatible: the same fields in the same order, a number widened (int to bigint,
-    float to double), a field made nullable, and nullable fields added at the end.
+    ``by_name`` (values, which record their schema: Spark's Avro evolution): fields
+    match by name, so fields may be added (nullable), removed and reordered; a field
+    kept may be widened (int to bigint, float to double), never narrowed or changed.
+    Otherwise (map keys, compared as they are stored): the same fields in the same
+    order, widened, made nullable, and nullable fields added at the end.
     """
     before, after = json.loads(before_json)["fields"], json.loads(after_json)["fields"]
+    if by_name:
+        return _by_name_problem(before, after)
     if len(after) < len(before):
         removed = [f["name"] for f in before[len(after) :]]
         return f"fields {removed} were removed"
@@ -189,6 +238,27 @@ def schema_change_problem(before_json: str, after_json: str) -> str | None:
             return f"field {old['name']!r} is no longer nullable"
     added = [f["name"] for f in after[len(before) :] if not f["nullable"]]
     return f"fields {added} were added without being nullable" if added else None
+
+
+def _by_name_problem(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> str | None:
+    """:func:`schema_change_problem` of fields matched by name."""
+    old_fields = {f["name"]: f for f in before}
+    for new in after:
+        old = old_fields.get(new["name"])
+        if old is None:
+            if not new["nullable"]:
+                return f"fields {[new['name']]} were added without being nullable"
+            continue
+        if old["type"] != new["type"] and (old["type"], new["type"]) not in _WIDENINGS:
+            narrowed = (new["type"], old["type"]) in _WIDENINGS
+            return f"field {old['name']!r} changed from {old['type']} to {new['type']}" + (
+                ": a stored value cannot narrow (Spark's STATE_STORE_INVALID_VALUE_SCHEMA_EVOLUTION)"
+                if narrowed
+                else ""
+            )
+        if old["nullable"] and not new["nullable"]:
+            return f"field {old['name']!r} is no longer nullable"
+    return None
 
 
 #: Type changes every stored value survives (Spark's widening).

@@ -14,25 +14,58 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from dstl.spi import ConfigError
 
-__all__ = ["StateSchemas", "TypedValues", "declared_schemas"]
+__all__ = ["DeclaredStates", "StateSchemas", "TypedValues", "declared_schemas", "declared_states"]
 
 #: state name -> {"value": schema JSON, "key": schema JSON (map states)}
 StateSchemas = dict[str, dict[str, str]]
 
 
+@dataclass(frozen=True)
+class DeclaredStates:
+    """What a processor's ``init`` declares: each state's schemas and kind, and the states it deletes.
+
+    :ivar schemas: state name -> its schemas (:data:`StateSchemas`).
+    :ivar kinds: state name -> ``value``, ``list`` or ``map``.
+    :ivar deleted: the states ``init`` removes with ``deleteIfExists``.
+    """
+
+    schemas: StateSchemas = field(default_factory=dict)
+    kinds: dict[str, str] = field(default_factory=dict)
+    deleted: frozenset[str] = frozenset()
+
+    def metrics(self) -> dict[str, int]:
+        """Spark's state-variable counts of ``transformWithState`` (its ``customMetrics`` names)."""
+        kinds = list(self.kinds.values())
+        return {
+            "numValueStateVars": kinds.count("value"),
+            "numListStateVars": kinds.count("list"),
+            "numMapStateVars": kinds.count("map"),
+            "numDeletedStateVars": len(self.deleted),
+        }
+
+
 def declared_schemas(make: Callable[[], Any]) -> StateSchemas:
+    """The schemas of :func:`declared_states`."""
+    return declared_states(make).schemas
+
+
+def declared_states(make: Callable[[], Any]) -> DeclaredStates:
     """Run a fresh PySpark processor's ``init`` with a recording handle: the states it declares.
 
-    :raises ConfigError: when ``init`` fails or declares a schema Spark cannot parse
-        (known at the call, as on Spark, instead of in every task).
+    :raises ConfigError: when ``init`` fails or declares a schema Spark cannot parse or
+        a field that is not nullable (known at the call, as on Spark, instead of in
+        every task).
     """
     from pyspark.sql.streaming import stateful_processor as api
 
     schemas: StateSchemas = {}
+    kinds: dict[str, str] = {}
+    deleted: set[str] = set()
     base: Any = api.StatefulProcessorHandle  # PySpark's class, found at run time
 
     class Recording(base):
@@ -41,9 +74,11 @@ def declared_schemas(make: Callable[[], Any]) -> StateSchemas:
 
         def getValueState(self, stateName: str, schema: Any, ttlDurationMs: int | None = None) -> None:
             schemas[stateName] = {"value": _schema_json(schema, stateName)}
+            kinds[stateName] = "value"
 
         def getListState(self, stateName: str, schema: Any, ttlDurationMs: int | None = None) -> None:
             schemas[stateName] = {"value": _schema_json(schema, stateName)}
+            kinds[stateName] = "list"
 
         def getMapState(
             self, stateName: str, userKeySchema: Any, valueSchema: Any, ttlDurationMs: int | None = None
@@ -52,6 +87,7 @@ def declared_schemas(make: Callable[[], Any]) -> StateSchemas:
                 "value": _schema_json(valueSchema, stateName),
                 "key": _schema_json(userKeySchema, stateName),
             }
+            kinds[stateName] = "map"
 
         def registerTimer(self, expiryTimestampMs: int) -> None:
             pass
@@ -63,7 +99,7 @@ def declared_schemas(make: Callable[[], Any]) -> StateSchemas:
             return iter(())
 
         def deleteIfExists(self, stateName: str) -> None:
-            pass
+            deleted.add(stateName)
 
     processor = make()
     try:
@@ -73,7 +109,7 @@ def declared_schemas(make: Callable[[], Any]) -> StateSchemas:
     except Exception as exc:
         msg = f"{type(processor).__name__}.init failed on the driver, where its states are declared: {exc!r}"
         raise ConfigError(msg) from exc
-    return schemas
+    return DeclaredStates(schemas, kinds, frozenset(deleted))
 
 
 def _schema_json(schema: Any, state: str) -> str:
@@ -85,13 +121,30 @@ def _schema_json(schema: Any, state: str) -> str:
     except Exception as exc:
         msg = f"state {state!r} declares the schema {schema!r:.80}, which Spark cannot parse: {exc}"
         raise ConfigError(msg) from exc
+    fields = parsed.fields if isinstance(parsed, StructType) else []  # fromDDL of fields: a struct
+    required = [item.name for item in fields if not item.nullable]
+    if required:  # Spark's TRANSFORM_WITH_STATE_SCHEMA_MUST_BE_NULLABLE
+        msg = (
+            f"state {state!r} declares fields {required} not nullable: a state's schema must be nullable "
+            "(as on Spark: a value is absent until written); declare them with nullable=True"
+        )
+        raise ConfigError(msg)
     return parsed.json()
 
 
 class TypedValues:
-    """One state's values by its declared schema: checked on write, ``Row`` objects on read."""
+    """One state's values by its declared schema: checked on write, ``Row`` objects on read.
 
-    def __init__(self, state: str, schema_json: str, what: str = "value") -> None:
+    With ``versions`` (every value schema the state had, the declared one among them),
+    a value is stored as a list ``[version, field, ...]`` naming the schema it was
+    written with, and read by field name: fields added since read as null, fields
+    removed are dropped, reordered ones land by name (Spark's Avro evolution). A
+    stored tuple is a value written before versions: read by position.
+    """
+
+    def __init__(
+        self, state: str, schema_json: str, what: str = "value", versions: tuple[str, ...] = ()
+    ) -> None:
         from pyspark.sql import Row
         from pyspark.sql.types import StructType, _make_type_verifier
 
@@ -104,14 +157,13 @@ class TypedValues:
         self._verifiers = tuple(
             _make_type_verifier(field.dataType, field.nullable, name=field.name) for field in schema.fields
         )
-        self._nested = tuple(
-            (index, field.dataType)
-            for index, field in enumerate(schema.fields)
-            if isinstance(field.dataType, StructType)
-        )
+        self._readers = tuple(_reader(field.dataType) for field in schema.fields)
+        self._versions = tuple(versions)
+        self._version = self._versions.index(schema_json) if schema_json in self._versions else None
+        self._written_names: dict[int, tuple[str, ...]] = {}
 
-    def write(self, values: tuple[Any, ...]) -> tuple[Any, ...]:
-        """``values`` if they fit the schema.
+    def write(self, values: tuple[Any, ...]) -> tuple[Any, ...] | list[Any]:
+        """``values`` if they fit the schema, as stored (with the schema's version when versioned).
 
         :raises TypeError: naming the state, the field, its type and the value.
         """
@@ -130,14 +182,34 @@ class TypedValues:
                     f"({self.schema.simpleString()}) cannot hold {value!r:.60}: {exc}"
                 )
                 raise TypeError(msg) from exc
-        return values
+        return values if self._version is None else [self._version, *values]
 
-    def read(self, stored: tuple[Any, ...]) -> Any:
-        """A stored value as a ``Row`` of the schema; fields added since it was written read as null.
+    def read(self, stored: tuple[Any, ...] | list[Any]) -> Any:
+        """A stored value as a ``Row`` of the schema (structs inside it as ``Row`` too).
 
-        :raises TypeError: when it has more fields than the schema (fields were removed:
-            an incompatible change).
+        :raises TypeError: when a value's recorded schema is unknown, or an unversioned
+            value has more fields than the schema (fields were removed from it).
         """
+        values = self._by_name(stored) if isinstance(stored, list) else self._by_position(stored)
+        return self._make(*(read(value) for read, value in zip(self._readers, values, strict=True)))
+
+    def _by_name(self, stored: list[Any]) -> list[Any]:
+        version = stored[0] if stored else None
+        if type(version) is not int or not 0 <= version < len(self._versions):
+            msg = (
+                f"state {self.state!r} holds a {self.what} written with schema version {version!r:.20}, "
+                f"which the checkpoint location's record does not list ({len(self._versions)} versions): "
+                "the record was replaced or damaged. Restore it, or migrate the state through a savepoint"
+            )
+            raise TypeError(msg)
+        names = self._written_names.get(version)
+        if names is None:
+            names = tuple(f["name"] for f in json.loads(self._versions[version])["fields"])
+            self._written_names[version] = names
+        found = dict(zip(names, stored[1:], strict=False))
+        return [found.get(name) for name in self._names]
+
+    def _by_position(self, stored: tuple[Any, ...]) -> list[Any]:
         if len(stored) > len(self._names):
             msg = (
                 f"state {self.state!r} holds a {self.what} of {len(stored)} fields, more than its schema's "
@@ -145,18 +217,44 @@ class TypedValues:
                 "change. Keep them, or migrate the state through a savepoint"
             )
             raise TypeError(msg)
-        values = list(stored) + [None] * (len(self._names) - len(stored))
-        for index, nested in self._nested:
-            values[index] = _as_row(values[index], nested)
-        return self._make(*values)
+        return list(stored) + [None] * (len(self._names) - len(stored))
 
 
-def _as_row(value: Any, schema: Any) -> Any:
-    """A struct field's value (a dict, tuple or ``Row``) as a ``Row`` of its schema."""
+def _reader(kind: Any) -> Callable[[Any], Any]:
+    """How a stored field of type ``kind`` reads back: structs (also in arrays and maps) as ``Row``."""
     from pyspark.sql import Row
+    from pyspark.sql.types import ArrayType, MapType, StructType
 
-    if value is None or (isinstance(value, Row) and hasattr(value, "__fields__")):
-        return value
-    if isinstance(value, dict):
-        return Row(**{name: value.get(name) for name in schema.names})
-    return Row(*schema.names)(*value)
+    if isinstance(kind, StructType):
+        names = tuple(kind.names)
+        make = Row(*names)
+        inner = tuple(_reader(field.dataType) for field in kind.fields)
+
+        def struct(value: Any) -> Any:
+            if value is None:
+                return None
+            if isinstance(value, dict):
+                fields = [value.get(name) for name in names]
+            elif isinstance(value, Row) and hasattr(value, "__fields__"):
+                fields = [value[name] if name in value.__fields__ else None for name in names]
+            else:
+                fields = list(value)
+            fields += [None] * (len(names) - len(fields))
+            return make(*(read(item) for read, item in zip(inner, fields, strict=False)))
+
+        return struct
+    if isinstance(kind, ArrayType):
+        element = _reader(kind.elementType)
+        if element is _as_is:
+            return _as_is
+        return lambda value: None if value is None else [element(item) for item in value]
+    if isinstance(kind, MapType):
+        key, item = _reader(kind.keyType), _reader(kind.valueType)
+        if key is _as_is and item is _as_is:
+            return _as_is
+        return lambda value: None if value is None else {key(k): item(v) for k, v in value.items()}
+    return _as_is
+
+
+def _as_is(value: Any) -> Any:
+    return value

@@ -165,13 +165,48 @@ def test_schema_changes_follow_sparks_evolution_rules(after, problem):
     assert found == problem if problem is None else problem in found
 
 
+@pytest.mark.parametrize(
+    ("after", "problem"),
+    [
+        (_schema([("count", "long", True)]), None),  # widened
+        (_schema([("extra", "string", True), ("count", "integer", True)]), None),  # added before, reordered
+        (_schema([("total", "integer", True)]), None),  # count removed, total added: both allowed
+        (_schema([]), None),  # every field removed
+        (_schema([("count", "string", True)]), "field 'count' changed from integer to string"),
+        (_schema([("count", "short", True)]), "a stored value cannot narrow"),
+        (_schema([("count", "integer", False)]), "field 'count' is no longer nullable"),
+        (_schema([("x", "long", False)]), "fields ['x'] were added without"),
+    ],
+)
+def test_value_schemas_evolve_by_field_name_as_sparks_avro_encoding(after, problem):
+    found = schema_change_problem(COUNT, after, by_name=True)
+    assert found == problem if problem is None else problem in found
+
+
+def test_a_value_schema_is_checked_against_every_schema_its_values_were_written_with(tmp_path):
+    """int, then long (widened), then int again: the values written as long cannot narrow."""
+    location = str(tmp_path)
+    wide = {"count": {"value": _schema([("count", "long", True)])}}
+    settled_shape(location, QueryShape(USER_KEY, "none", False, {"count": {"value": COUNT}}))
+    recorded = settled_shape(location, QueryShape(USER_KEY, "none", False, wide))
+    assert recorded.versions_of("count") == (COUNT, wide["count"]["value"])
+    with pytest.raises(ConfigError, match="changed from long to integer: a stored value cannot narrow"):
+        settled_shape(location, QueryShape(USER_KEY, "none", False, {"count": {"value": COUNT}}))
+    # a schema declared again keeps its version: values name it by index
+    removed = {"count": {"value": _schema([("other", "string", True)])}}
+    again = settled_shape(location, QueryShape(USER_KEY, "none", False, removed))
+    assert (
+        again.versions_of("count")[-1] == removed["count"]["value"] and len(again.versions_of("count")) == 3
+    )
+
+
 def test_a_state_schema_is_evolved_or_refused_at_restart(tmp_path):
     location = str(tmp_path)
     settled_shape(location, QueryShape(USER_KEY, "none", False, {"count": {"value": COUNT}}))
     widened = {"count": {"value": _schema([("count", "long", True)])}}
     assert settled_shape(location, QueryShape(USER_KEY, "none", False, widened)).state_schemas == widened
     with pytest.raises(
-        ConfigError, match="state 'count' now declares the value schema .* changed from long to string"
+        ConfigError, match="state 'count' now declares the value schema .* changed from integer to string"
     ):
         settled_shape(
             location,

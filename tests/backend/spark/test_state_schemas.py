@@ -80,7 +80,7 @@ def test_values_are_checked_on_write_and_typed_on_read(spark):
         typed.write(("many", None))
     with pytest.raises(TypeError, match="a value of 1 fields for its schema's 2"):
         typed.write((3,))
-    # a value written before a field was added reads it as null; one with a removed field is refused
+    # unversioned (a tuple): a value without a field added since reads it as null; one with more is refused
     assert typed.read((5,)).profile is None
     with pytest.raises(TypeError, match="removing fields is not a compatible change"):
         typed.read((1, None, "extra"))
@@ -146,3 +146,37 @@ def test_a_value_that_does_not_fit_fails_the_batch_naming_state_and_field(spark,
     _write(tmp_path / "in", 0, ["a"])
     failure = str(_run(spark, tmp_path, WrongType, {}))
     assert "state 'state': field 'count'" in failure and "cannot hold 'many'" in failure, failure[:2000]
+
+
+def _json(*fields):
+    from pyspark.sql.types import StructType
+
+    return StructType.fromDDL(", ".join(fields)).json()
+
+
+def test_versioned_values_read_by_field_name_under_a_newer_schema(spark):
+    """Spark's Avro evolution: a value names its schema; fields are added, removed and reordered by name."""
+    first = _json("id int", "name string", "tags array<struct<k: string, v: string>>")
+    later = _json("name string", "score double", "id bigint", "tags array<struct<k: string, v: string>>")
+    versions = (first, later)
+    old = TypedValues("state", first, versions=versions)
+    stored = old.write((1, "a", [{"k": "env", "v": "prod"}]))
+    assert stored == [0, 1, "a", [{"k": "env", "v": "prod"}]]  # a list: the version, then the fields
+    value = TypedValues("state", later, versions=versions).read(stored)
+    assert (value.name, value.score, value.id) == ("a", None, 1)
+    assert value.tags == [Row(k="env", v="prod")]  # structs inside arrays read as Row too
+    assert TypedValues("state", later, versions=versions).write(("b", 0.5, 2, None))[0] == 1
+    # a tuple: a value stored before versions, read by position
+    assert TypedValues("state", first, versions=versions).read((7,)).id == 7
+    with pytest.raises(
+        TypeError, match="schema version 5, which the checkpoint location's record does not list"
+    ):
+        TypedValues("state", later, versions=versions).read([5, "x"])
+
+
+def test_a_state_schema_with_fields_not_nullable_is_refused_at_the_call(spark):
+    class Strict(Profiles):
+        schema = "count long not null, profile struct<name string, age int>"
+
+    with pytest.raises(ConfigError, match=r"state 'state' declares fields \['count'\] not nullable"):
+        declared_schemas(Strict)
