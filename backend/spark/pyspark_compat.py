@@ -26,9 +26,10 @@ from __future__ import annotations
 import copy
 import functools
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ._private.input_chunks import InputChunks
 from ._private.state_schemas import TypedValues
 from .processor import StateContext, StatefulProcessor, plain
 
@@ -57,7 +58,9 @@ def is_pyspark_processor(processor: Any) -> bool:
     return isinstance(processor, base) or (isinstance(processor, type) and issubclass(processor, base))
 
 
-def pyspark_processor(processor: Any, *, row_based: bool = False) -> Callable[[], StatefulProcessor]:
+def pyspark_processor(
+    processor: Any, *, row_based: bool = False, chunks: InputChunks | None = None
+) -> Callable[[], StatefulProcessor]:
     """A factory of dstl processors that each run a fresh copy of the PySpark ``processor``.
 
     Runs the processor's ``init`` once here, as Spark does on the driver, to learn the
@@ -67,12 +70,17 @@ def pyspark_processor(processor: Any, *, row_based: bool = False) -> Callable[[]
         arguments) or an instance (copied for each task, as Spark ships its own copy).
     :param row_based: written for the row-based ``transformWithState`` (rows in and
         out as ``Row`` objects), not for ``transformWithStateInPandas``.
+    :param chunks: Spark's Arrow batch limits: a key's rows reach ``handleInputRows`` in
+        frames of at most that size, as on Spark (Spark's defaults when not given).
     :raises ConfigError: when ``init`` fails or declares a schema Spark cannot parse.
     """
-    from ._private.state_schemas import declared_schemas
+    from ._private.state_schemas import declared_states
 
     make = processor if isinstance(processor, type) else functools.partial(copy.deepcopy, processor)
-    return PySparkProcessorFactory(make, row_based, declared_schemas(make))
+    declared = declared_states(make)
+    return PySparkProcessorFactory(
+        make, row_based, declared.schemas, chunks or InputChunks(), declared.metrics()
+    )
 
 
 @dataclass(frozen=True)
@@ -80,15 +88,27 @@ class PySparkProcessorFactory:
     """Makes a :class:`PySparkProcessor` per task; knows the states the processor declares.
 
     :ivar schemas: state name -> ``{"value": schema JSON, "key": schema JSON}`` (map states).
+    :ivar chunks: Spark's Arrow batch limits, which cut a key's input into frames.
     """
 
     make: Callable[[], Any]
     row_based: bool
     schemas: Mapping[str, Mapping[str, str]]
+    chunks: InputChunks = InputChunks()
+    #: Spark's state-variable counts of the processor (``numValueStateVars``...), for ``customMetrics``
+    state_counts: Mapping[str, int] = field(default_factory=dict)
+    #: state name -> every value schema its values were written with (the checkpoint's record)
+    value_versions: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def __call__(self) -> PySparkProcessor:
         """A fresh processor (a fresh copy of the user's) for one task."""
-        return PySparkProcessor(self.make, row_based=self.row_based, schemas=self.schemas)
+        return PySparkProcessor(
+            self.make,
+            row_based=self.row_based,
+            schemas=self.schemas,
+            chunks=self.chunks,
+            value_versions=self.value_versions,
+        )
 
 
 def _key(key: Any) -> tuple[Any, ...]:
@@ -150,16 +170,22 @@ class PySparkProcessor(StatefulProcessor):
         *,
         row_based: bool = False,
         schemas: Mapping[str, Mapping[str, str]] | None = None,
+        chunks: InputChunks | None = None,
+        value_versions: Mapping[str, tuple[str, ...]] | None = None,
     ) -> None:
         self._user = make()
+        self._value_versions = dict(value_versions or {})
         self._row_based = row_based
+        self._chunks = chunks or InputChunks()
         self._schemas = dict(schemas or {})
         self._context: StateContext | None = None
+        self._handle: Any = None
 
     def init(self, context: StateContext) -> None:
         """Give the PySpark processor its handle (it registers its states in ``init``)."""
         self._context = context
-        self._user.init(_handle_class()(context, self._schemas))
+        self._handle = _handle_class()(context, self._schemas, self._value_versions)
+        self._user.init(self._handle)
 
     def _timer_values(self) -> Any:
         context = self._context
@@ -173,20 +199,26 @@ class PySparkProcessor(StatefulProcessor):
         return _rows_frame(result) if self._row_based else _frames(result)
 
     def handle_input_rows(self, key: Any, rows: pd.DataFrame) -> pd.DataFrame | None:
-        """``handleInputRows(key, iter([rows]), timerValues)`` (row-based: an iterator of ``Row``)."""
-        given = _as_rows(rows) if self._row_based else iter([rows])
+        """``handleInputRows(key, frames, timerValues)``, cut as Spark cuts them (row-based: ``Row``s)."""
+        given = _as_rows(rows) if self._row_based else self._chunks.split(rows)
         return self._output(self._user.handleInputRows(_key(key), given, self._timer_values()))
 
     def handle_expired_timer(self, key: Any, expiry_ms: int, context: StateContext) -> pd.DataFrame | None:
         """``handleExpiredTimer(key, timerValues, ExpiredTimerInfo(expiry_ms))``."""
         info = _pyspark_api().ExpiredTimerInfo(expiry_ms)
-        return self._output(self._user.handleExpiredTimer(_key(key), self._timer_values(), info))
+        handle = self._handle
+        assert handle is not None
+        handle.firing = expiry_ms
+        try:
+            return self._output(self._user.handleExpiredTimer(_key(key), self._timer_values(), info))
+        finally:
+            handle.firing = None
 
     def handle_initial_state(self, key: Any, rows: pd.DataFrame, context: StateContext) -> None:
         """``handleInitialState(key, rows, timerValues)`` (row-based: once per ``Row``, as Spark does)."""
         timer_values = self._timer_values()
-        if not self._row_based:
-            self._user.handleInitialState(_key(key), rows, timer_values)
+        if not self._row_based:  # a fresh 0-based index, as Spark hands the key's initial rows
+            self._user.handleInitialState(_key(key), rows.reset_index(drop=True), timer_values)
             return
         for row in _as_rows(rows):
             self._user.handleInitialState(_key(key), row, timer_values)
@@ -201,31 +233,47 @@ def _ttl(ttl_duration_ms: int | None) -> float | None:
 
 
 @functools.cache
-def _handle_class() -> type:
+def _handle_class() -> type:  # noqa: C901 - PySpark's handle, one short method per call
     """PySpark's ``StatefulProcessorHandle`` over a :class:`StateContext` (built on first use)."""
     api = _pyspark_api()
 
     base: Any = api.StatefulProcessorHandle  # PySpark's class, found at run time
 
     class Handle(base):
-        def __init__(self, context: StateContext, schemas: Mapping[str, Mapping[str, str]]) -> None:
+        def __init__(
+            self,
+            context: StateContext,
+            schemas: Mapping[str, Mapping[str, str]],
+            value_versions: Mapping[str, tuple[str, ...]],
+        ) -> None:
             super().__init__(None)  # no API client: every call below is served by dstl
             self._context = context
             self._schemas = schemas
+            self._value_versions = value_versions
+            self._made: dict[str, list[Any]] = {}
+            #: the timer whose handler runs: Spark removes it after the handler, so it lists it
+            self.firing: int | None = None
+
+        def _made_as(self, name: str, adapter: Any) -> Any:
+            self._made.setdefault(name, []).append(adapter)
+            return adapter
 
         def _typed(self, state: str, part: str = "value") -> TypedValues | None:
             declared = self._schemas.get(state, {}).get(part)
-            return None if declared is None else TypedValues(state, declared, part)
+            if declared is None:
+                return None
+            versions = self._value_versions.get(state, ()) if part == "value" else ()
+            return TypedValues(state, declared, part, versions)
 
         def getValueState(self, stateName: str, schema: Any, ttlDurationMs: int | None = None) -> Any:
             ttl = _ttl(ttlDurationMs)
             state = self._context.get_value_state(stateName, ttl=ttl, serializer=_SERIALIZER)
-            return _states()[0](state, self._typed(stateName))
+            return self._made_as(stateName, _states()[0](state, self._typed(stateName)))
 
         def getListState(self, stateName: str, schema: Any, ttlDurationMs: int | None = None) -> Any:
             ttl = _ttl(ttlDurationMs)
             state = self._context.get_list_state(stateName, ttl=ttl, serializer=_SERIALIZER)
-            return _states()[1](state, self._typed(stateName))
+            return self._made_as(stateName, _states()[1](state, self._typed(stateName)))
 
         def getMapState(
             self,
@@ -236,19 +284,28 @@ def _handle_class() -> type:
         ) -> Any:
             ttl = _ttl(ttlDurationMs)
             state = self._context.get_map_state(stateName, ttl=ttl, serializer=_SERIALIZER)
-            return _states()[2](state, self._typed(stateName), self._typed(stateName, "key"))
+            made = _states()[2](state, self._typed(stateName), self._typed(stateName, "key"))
+            return self._made_as(stateName, made)
 
         def registerTimer(self, expiryTimestampMs: int) -> None:
             self._context.register_timer(int(expiryTimestampMs))
 
         def deleteTimer(self, expiryTimestampMs: int) -> None:
+            if self.firing == int(expiryTimestampMs):
+                self.firing = None
             self._context.delete_timer(int(expiryTimestampMs))
 
         def listTimers(self) -> Iterator[int]:
-            return iter(self._context.list_timers())
+            listed = set(self._context.list_timers())
+            if self.firing is not None:
+                listed.add(self.firing)
+            return iter(sorted(listed))
 
         def deleteIfExists(self, stateName: str) -> None:
+            """Spark's: the state's data goes, and its variables fail from now on (get it again to use it)."""
             self._context.delete_state(stateName)
+            for adapter in self._made.pop(stateName, ()):
+                adapter.mark_deleted(stateName)
 
     return Handle
 
@@ -262,7 +319,14 @@ def _states() -> tuple[type, type, type]:  # noqa: C901 - three adapter classes 
     list_base: Any = api.ListState
     map_base: Any = api.MapState
 
-    class Value(value_base):
+    class Deletable:
+        _state: Any
+
+        def mark_deleted(self, name: str) -> None:
+            """``deleteIfExists`` dropped this state: every later call fails, as on Spark."""
+            self._state = _DeletedState(name)
+
+    class Value(Deletable, value_base):
         def __init__(self, state: ValueState, typed: TypedValues | None) -> None:  # no super(): an API client
             self._state = state
             self._in, self._out = _converters(typed)
@@ -280,7 +344,7 @@ def _states() -> tuple[type, type, type]:  # noqa: C901 - three adapter classes 
         def clear(self) -> None:
             self._state.clear()
 
-    class List(list_base):
+    class List(Deletable, list_base):
         def __init__(self, state: ListState, typed: TypedValues | None) -> None:
             self._state = state
             self._in, self._out = _converters(typed)
@@ -303,7 +367,7 @@ def _states() -> tuple[type, type, type]:  # noqa: C901 - three adapter classes 
         def clear(self) -> None:
             self._state.clear()
 
-    class Map(map_base):
+    class Map(Deletable, map_base):
         def __init__(self, state: MapState, typed: TypedValues | None, typed_key: TypedValues | None) -> None:
             self._state = state
             self._in, self._out = _converters(typed)
@@ -340,7 +404,49 @@ def _states() -> tuple[type, type, type]:  # noqa: C901 - three adapter classes 
     return Value, List, Map
 
 
-def _converters(typed: TypedValues | None) -> tuple[Callable[[Any], tuple], Callable[[Any], Any]]:
+#: what Spark's client says when a call on a deleted state fails, by the dstl call it makes
+_DELETED_CALLS = {
+    "exists": "Error checking value state exists",
+    "value": "Error getting value state",
+    "update": "Error updating value state",
+    "clear": "Error clearing state",
+    "get": "Error getting state",
+    "add": "Error appending value",
+    "add_all": "Error appending list",
+    "is_empty": "Error checking map state exists",
+    "contains": "Error checking if map state contains key",
+    "put": "Error updating map state value",
+    "items": "Error getting map state iterator",
+    "keys": "Error getting map state keys",
+    "values": "Error getting map state values",
+    "remove": "Error removing key from map state",
+}
+
+
+class _DeletedState:
+    """A state variable after ``deleteIfExists``: every call fails as on Spark (a ``PySparkRuntimeError``)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, call: str) -> Callable[..., Any]:
+        from pyspark.errors import PySparkRuntimeError
+
+        prefix = _DELETED_CALLS.get(call, "Error using state")
+
+        def fail(*_: Any) -> Any:
+            msg = (
+                f"{prefix}: state {self._name!r} was deleted by deleteIfExists; get it again "
+                "(getValueState/getListState/getMapState) to use it"
+            )
+            raise PySparkRuntimeError(msg)
+
+        return fail
+
+
+def _converters(
+    typed: TypedValues | None,
+) -> tuple[Callable[[Any], tuple[Any, ...] | list[Any]], Callable[[Any], Any]]:
     """How values go in (checked by the schema) and come out (``Row`` objects of it); plain without one."""
     if typed is None:
         return _row, _identity

@@ -18,6 +18,7 @@ as long as the sink overwrites a replayed batch (:class:`ParquetBatchSink` does)
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from dstl.spi import ConfigError
@@ -31,6 +32,7 @@ from ._private.call_checks import (
     stream_watermark,
 )
 from ._private.idle_batches import NO_DATA_BATCHES_CONF, wants_idle_batches, with_heartbeat
+from ._private.input_chunks import InputChunks
 from ._private.ledgers import BatchLedger, RecordedLedger, RunnerLedger
 from ._private.listener_hub import hub_of
 from ._private.query_record import QueryShape, key_types, settled_shape
@@ -111,8 +113,8 @@ def transform_with_state(  # noqa: PLR0913 - the keywords of PySpark's transform
     """
     event_time_column, delay_ms = stream_watermark(frame, event_time_column, watermark_delay)
     check_columns(frame, key_columns, event_time_column)  # before anything is written
-    processor = adapted(processor, processor_api)
     spark = frame.sparkSession
+    processor = adapted(processor, processor_api, InputChunks.of(spark))
     connect = is_connect(spark)
     cfg = job_config(spark_conf(spark), config, checkpoint_location)
     if connect:
@@ -131,7 +133,13 @@ def transform_with_state(  # noqa: PLR0913 - the keywords of PySpark's transform
         wants_idle_batches(mode, trigger, no_data_batches=no_data_batches),
         processor.schemas if isinstance(processor, PySparkProcessorFactory) else {},
     )
-    heartbeat = settled_shape(checkpoint_location, wanted, cfg).idle_batches
+    settled = settled_shape(checkpoint_location, wanted, cfg)
+    heartbeat = settled.idle_batches
+    if isinstance(processor, PySparkProcessorFactory):  # values name the schema they were written with
+        processor = replace(
+            processor, value_versions={name: settled.versions_of(name) for name in processor.schemas}
+        )
+    declared = processor.state_counts if isinstance(processor, PySparkProcessorFactory) else {}
     spec = QuerySpec(
         job_id,
         operator_id,
@@ -149,12 +157,12 @@ def transform_with_state(  # noqa: PLR0913 - the keywords of PySpark's transform
     ledger: BatchLedger
     if connect:  # the runner is built where Connect runs the function: on the server
         function = ServerSideRunner(cfg, spec)
-        bridge = ProgressBridge(ProgressRecords(state_dir, job_id, cfg).read, parallelism)
+        bridge = ProgressBridge(ProgressRecords(state_dir, job_id, cfg).read, parallelism, declared)
         ledger = RecordedLedger(bridge, state_dir, job_id, cfg)
     else:
         runner = BatchRunner(cfg, spec)
         function, ledger = runner, RunnerLedger(runner)
-        bridge = ProgressBridge(runner.progress_of, parallelism)
+        bridge = ProgressBridge(runner.progress_of, parallelism, declared)
     source = with_heartbeat(frame) if heartbeat else frame
     writer = source.writeStream.foreachBatch(function).option("checkpointLocation", checkpoint_location)
     if trigger:

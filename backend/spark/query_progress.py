@@ -24,7 +24,7 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pyspark.sql.streaming import StreamingQueryListener
@@ -58,6 +58,8 @@ class QueryProgress(Mapping[str, Any]):
     state: BatchProgress
     #: operator instances (Spark's ``numShufflePartitions`` and ``numStateStoreInstances``)
     parallelism: int = 0
+    #: figures known at the call (the processor's state-variable counts), added to ``customMetrics``
+    declared: Mapping[str, int] = field(default_factory=dict)
 
     @functools.cached_property
     def document(self) -> dict[str, Any]:
@@ -66,10 +68,25 @@ class QueryProgress(Mapping[str, Any]):
         spark_operators = [
             op for op in document.get("stateOperators") or () if op.get("operatorName") != OPERATOR_NAME
         ]
-        document["stateOperators"] = [*spark_operators, state_operator(self.state, self.parallelism)]
+        operator = state_operator(self.state, self.parallelism)
+        operator["customMetrics"] = {**self.declared, **operator["customMetrics"]}
+        document["stateOperators"] = [*spark_operators, operator]
         document["sink"] = {**(document.get("sink") or {}), "numOutputRows": self.state.output_rows}
         document["dstl"] = asdict(self.state)
         return document
+
+    @functools.cached_property
+    def as_spark(self) -> Any:
+        """The document as PySpark's own ``StreamingQueryProgress`` (``.stateOperators[0].customMetrics``)."""
+        from pyspark.sql.streaming.listener import StreamingQueryProgress
+
+        return StreamingQueryProgress.fromJson(self.document)
+
+    def __getattr__(self, name: str) -> Any:
+        # Spark's attribute names (batchId, stateOperators, sink...) read as on Spark's progress
+        if name.startswith("_") or name in {"batch_id", "spark", "state", "parallelism", "declared"}:
+            raise AttributeError(name)
+        return getattr(self.as_spark, name)
 
     def __getitem__(self, name: str) -> Any:
         return self.document[name]
@@ -107,6 +124,7 @@ def state_operator(state: BatchProgress, parallelism: int) -> dict[str, Any]:
         "numRowsUpdated": state.rows_updated,
         "allUpdatesTimeMs": round(state.task_phases_ms.get("process", 0.0)),
         "numRowsRemoved": state.rows_removed,
+        "allRemovalsTimeMs": 0,  # removals are part of the process phase (allUpdatesTimeMs)
         "commitTimeMs": round(state.checkpoint_ms),
         "memoryUsedBytes": state.memory_bytes,
         "numRowsDroppedByWatermark": state.late_rows,
@@ -122,6 +140,7 @@ def state_operator(state: BatchProgress, parallelism: int) -> dict[str, Any]:
             "restoreTimeMs": round(state.restore_ms),
             "materializedInstances": len(state.materialized),
             "timersFired": state.timers_fired,
+            "numExpiredTimers": state.timers_fired,  # Spark's name of the same figure
             "wokenInstances": state.woken_instances,
             "expiredRemoved": state.expired_removed,
         },
@@ -138,9 +157,15 @@ class ProgressBridge(StreamingQueryListener):
     known (:meth:`bind`) waits for it.
     """
 
-    def __init__(self, state_of: Callable[[int], BatchProgress | None], parallelism: int = 0) -> None:
+    def __init__(
+        self,
+        state_of: Callable[[int], BatchProgress | None],
+        parallelism: int = 0,
+        declared: Mapping[str, int] | None = None,
+    ) -> None:
         self._state_of = state_of
         self._parallelism = parallelism
+        self._declared = dict(declared or {})
         self._lock = threading.Lock()
         self._query_id: str | None = None
         self._leave: Callable[[], None] | None = None
@@ -188,7 +213,9 @@ class ProgressBridge(StreamingQueryListener):
         state = self._state_of(int(progress.batchId))
         if state is None:
             return None
-        return QueryProgress(int(progress.batchId), json.loads(progress.json), state, self._parallelism)
+        return QueryProgress(
+            int(progress.batchId), json.loads(progress.json), state, self._parallelism, self._declared
+        )
 
     def _join(self, progress: Any) -> None:
         if str(progress.id) != self._query_id:  # another query's (also among the early ones)

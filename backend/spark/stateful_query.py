@@ -103,6 +103,56 @@ class StatefulQuery:
         """The query's failure, if any."""
         return self.query.exception()
 
+    # Spark's StreamingQuery names, so that code written for Spark's query runs unchanged
+
+    @property
+    def id(self) -> str:
+        """Spark's query id (stable across restarts of one checkpoint location)."""
+        return str(self.query.id)
+
+    @property
+    def runId(self) -> str:
+        """Spark's id of this run."""
+        return str(self.query.runId)
+
+    @property
+    def name(self) -> str | None:
+        """The query's name (``queryName``)."""
+        return self.query.name
+
+    @property
+    def isActive(self) -> bool:
+        """Whether the query runs."""
+        return bool(self.query.isActive)
+
+    @property
+    def status(self) -> dict[str, Any]:
+        """Spark's ``status``."""
+        return dict(self.query.status)
+
+    @property
+    def lastProgress(self) -> QueryProgress | None:
+        """:attr:`last_progress`, by Spark's name."""
+        return self.last_progress
+
+    @property
+    def recentProgress(self) -> list[QueryProgress]:
+        """:attr:`recent_progress`, by Spark's name."""
+        return self.recent_progress
+
+    def processAllAvailable(self) -> None:
+        """:meth:`process_all_available`, by Spark's name."""
+        self.process_all_available()
+
+    def awaitTermination(self, timeout: float | None = None) -> bool | None:
+        """Spark's ``awaitTermination``: ``None`` without a timeout, else whether the query ended."""
+        ended = self.await_termination(timeout)
+        return ended if timeout is not None else None
+
+    def explain(self, extended: bool = False) -> None:
+        """Spark's plan of the query's latest batch."""
+        self.query.explain(extended)
+
     def latest_checkpoint(self) -> CompletedCheckpoint | None:
         """The newest completed state checkpoint."""
         return self._ledger.latest_checkpoint()

@@ -11,6 +11,7 @@ from dstl.spi import STORAGE_OPTION, Config, ConfigError
 
 from ..processor import StatefulProcessor
 from .durations import duration_ms
+from .input_chunks import InputChunks
 
 __all__ = [
     "adapted",
@@ -51,13 +52,16 @@ def check_storage_for_spark(cfg: Config) -> None:
 PROCESSOR_APIS = ("pandas", "row")
 
 
-def adapted(processor: Any, processor_api: str = "pandas") -> Callable[[], StatefulProcessor]:
+def adapted(
+    processor: Any, processor_api: str = "pandas", chunks: InputChunks | None = None
+) -> Callable[[], StatefulProcessor]:
     """``processor`` as a factory of dstl processors, however the user gave it.
 
     A PySpark ``StatefulProcessor`` (class or instance) is wrapped, for the pandas or
     the row-based API as ``processor_api`` says; a dstl processor instance is copied
     for each task (Spark's idiom: each task runs its own copy); a dstl class or a
-    zero-argument factory is used as it is.
+    zero-argument factory is used as it is. ``chunks``: Spark's Arrow batch limits, for
+    a PySpark processor's input frames.
 
     :raises ConfigError: at the call, for anything else (or a factory that makes no
         processor), or ``processor_api="row"`` for a processor that is not PySpark's.
@@ -69,7 +73,7 @@ def adapted(processor: Any, processor_api: str = "pandas") -> Callable[[], State
         raise ConfigError(msg)
     row_based = processor_api == "row"
     if is_pyspark_processor(processor):
-        return pyspark_processor(processor, row_based=row_based)
+        return pyspark_processor(processor, row_based=row_based, chunks=chunks)
     dstl_made: Callable[[], StatefulProcessor] | None = None
     if isinstance(processor, StatefulProcessor):
         dstl_made = functools.partial(copy.deepcopy, processor)
@@ -78,7 +82,7 @@ def adapted(processor: Any, processor_api: str = "pandas") -> Callable[[], State
     elif callable(processor):
         made = processor()  # once, on the driver: a factory of something else fails here, not in a task
         if is_pyspark_processor(made):
-            return pyspark_processor(made, row_based=row_based)
+            return pyspark_processor(made, row_based=row_based, chunks=chunks)
         if isinstance(made, StatefulProcessor):
             dstl_made = processor
     if dstl_made is not None and row_based:
