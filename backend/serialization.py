@@ -8,6 +8,8 @@ name and never chosen implicitly.
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import pickle
 from abc import ABC, abstractmethod
 from typing import Any
@@ -20,6 +22,7 @@ __all__ = [
     "MsgpackSerializer",
     "PickleSerializer",
     "Serializer",
+    "SparkValueSerializer",
     "SizeOnlySerializer",
     "serializer_for",
     "untrusted_serializer_for",
@@ -61,6 +64,68 @@ class MsgpackSerializer(Serializer):
         return msgpack.unpackb(data, raw=False, strict_map_key=False)
 
 
+class SparkValueSerializer(MsgpackSerializer):
+    """The Python values of Spark SQL types, without pickle.
+
+    msgpack's plain data, and datetimes, dates, decimals and durations as msgpack
+    extensions: decoding builds only those, so no code runs.
+    """
+
+    name = "spark"
+
+    def dumps(self, value: Any) -> bytes:
+        """Encode ``value`` (rows and tuples as lists)."""
+        try:
+            return msgpack.packb(value, use_bin_type=True, default=_spark_extension)
+        except (TypeError, ValueError, OverflowError) as exc:
+            msg = f"state value of type {type(value).__name__} is not a value of a Spark SQL type ({exc})"
+            raise TypeError(msg) from exc
+
+    def loads(self, data: bytes) -> Any:
+        """Decode; an extension that does not parse is a ``ValueError`` naming it."""
+        return msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=_spark_value)
+
+
+#: msgpack extension codes of :class:`SparkValueSerializer`: text forms, parsed on read
+_DATETIME, _DATE, _DECIMAL, _DURATION = 1, 2, 3, 4
+
+
+def _spark_extension(value: Any) -> msgpack.ExtType:
+    if isinstance(value, datetime.datetime):
+        return msgpack.ExtType(_DATETIME, value.isoformat().encode())
+    if isinstance(value, datetime.date):
+        return msgpack.ExtType(_DATE, value.isoformat().encode())
+    if isinstance(value, decimal.Decimal):
+        return msgpack.ExtType(_DECIMAL, str(value).encode())
+    if isinstance(value, datetime.timedelta):
+        return msgpack.ExtType(_DURATION, str(value // datetime.timedelta(microseconds=1)).encode())
+    msg = f"{type(value).__name__} is not a Spark SQL value"
+    raise TypeError(msg)
+
+
+_MAX_EXTENSION = 64  # the text of a datetime, date, decimal (38 digits) or duration fits
+
+
+def _spark_value(code: int, data: bytes) -> Any:
+    try:
+        if len(data) > _MAX_EXTENSION:
+            raise ValueError(len(data))
+        text = data.decode("ascii")
+        if code == _DATETIME:
+            return datetime.datetime.fromisoformat(text)
+        if code == _DATE:
+            return datetime.date.fromisoformat(text)
+        if code == _DECIMAL:
+            return decimal.Decimal(text)
+        if code == _DURATION:
+            return datetime.timedelta(microseconds=int(text))
+    except (ValueError, decimal.InvalidOperation) as exc:
+        msg = f"a stored Spark value of extension {code} does not parse: {data[:_MAX_EXTENSION]!r}"
+        raise ValueError(msg) from exc
+    msg = f"a stored value has msgpack extension {code}, which no Spark SQL type uses"
+    raise ValueError(msg)
+
+
 class PickleSerializer(Serializer):
     """Any picklable value. Loading runs code: use only with storage you trust."""
 
@@ -75,11 +140,17 @@ class PickleSerializer(Serializer):
         return pickle.loads(data)
 
 
-_SERIALIZERS: dict[str, type[Serializer]] = {"msgpack": MsgpackSerializer, "pickle": PickleSerializer}
+_SERIALIZERS: dict[str, type[Serializer]] = {
+    "msgpack": MsgpackSerializer,
+    "pickle": PickleSerializer,
+    "spark": SparkValueSerializer,
+}
+#: serializers whose decoding runs no code: read-only tools decode them
+_SAFE = frozenset({MsgpackSerializer.name, SparkValueSerializer.name})
 
 
 def serializer_for(name: str) -> Serializer:
-    """The serializer called ``name`` (``msgpack`` or ``pickle``)."""
+    """The serializer called ``name`` (``msgpack``, ``spark`` or ``pickle``)."""
     try:
         return _SERIALIZERS[name]()
     except KeyError:
@@ -109,4 +180,4 @@ class SizeOnlySerializer(Serializer):
 
 def untrusted_serializer_for(name: str) -> Serializer:
     """:func:`serializer_for` for reading an untrusted checkpoint: pickle values show their size only."""
-    return serializer_for(name) if name == MsgpackSerializer.name else SizeOnlySerializer(name)
+    return serializer_for(name) if name in _SAFE else SizeOnlySerializer(name)

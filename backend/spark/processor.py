@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from ..keyed import TimeDomain
+from ..keyed import TTL_SUFFIX, TimeDomain
 from ._private.collected import Collected
 
 if TYPE_CHECKING:
@@ -148,6 +148,11 @@ class StateContext:
     def list_timers(self) -> list[int]:
         """The current key's timers, earliest first."""
         return self._backend.timers().list(self._domain())
+
+    def restored_serializer(self, name: str) -> str | None:
+        """The serializer state ``name`` was checkpointed with (``None``: not in the restored checkpoint)."""
+        restored = self._backend.registry.restored.get(name)
+        return None if restored is None else restored[1].partition(TTL_SUFFIX)[0]
 
     def delete_state(self, name: str) -> None:
         """Remove state ``name`` of every key of this instance (PySpark's ``deleteIfExists``)."""

@@ -16,9 +16,10 @@ A job moves by changing one call: the processor class stays as it is, and
 
 The processor gets a handle whose ``getValueState``/``getListState``/``getMapState``,
 ``registerTimer``/``deleteTimer``/``listTimers`` and ``deleteIfExists`` work on
-dstl's keyed state and timers; values are tuples as in PySpark (stored with
-pickle, so any Python value round-trips; map keys must be plain data: numbers,
-strings, bytes and tuples of them). ``ttlDurationMs`` becomes the state's TTL.
+dstl's keyed state and timers; values are tuples as in PySpark, typed by the
+declared schemas and stored as values of Spark SQL types (no pickle: reading a
+checkpoint runs no code; map keys must be plain data: numbers, strings, bytes and
+tuples of them). ``ttlDurationMs`` becomes the state's TTL.
 """
 
 from __future__ import annotations
@@ -40,7 +41,11 @@ if TYPE_CHECKING:
 
 __all__ = ["PySparkProcessor", "PySparkProcessorFactory", "is_pyspark_processor", "pyspark_processor"]
 
-_SERIALIZER = "pickle"  # PySpark's state values are tuples of any Spark type's Python value
+#: PySpark's state values are Python values of Spark SQL types: stored without pickle, so restoring
+#: or reading a checkpoint runs no code of whoever could write it
+_SERIALIZER = "spark"
+#: states checkpointed before (with pickle) keep it until migrated through a savepoint
+_LEGACY_SERIALIZER = "pickle"
 
 
 def _pyspark_api() -> Any:
@@ -254,6 +259,10 @@ def _handle_class() -> type:  # noqa: C901 - PySpark's handle, one short method 
             #: the timer whose handler runs: Spark removes it after the handler, so it lists it
             self.firing: int | None = None
 
+        def _serializer(self, name: str) -> str:
+            legacy = self._context.restored_serializer(name) == _LEGACY_SERIALIZER
+            return _LEGACY_SERIALIZER if legacy else _SERIALIZER
+
         def _made_as(self, name: str, adapter: Any) -> Any:
             self._made.setdefault(name, []).append(adapter)
             return adapter
@@ -267,12 +276,12 @@ def _handle_class() -> type:  # noqa: C901 - PySpark's handle, one short method 
 
         def getValueState(self, stateName: str, schema: Any, ttlDurationMs: int | None = None) -> Any:
             ttl = _ttl(ttlDurationMs)
-            state = self._context.get_value_state(stateName, ttl=ttl, serializer=_SERIALIZER)
+            state = self._context.get_value_state(stateName, ttl=ttl, serializer=self._serializer(stateName))
             return self._made_as(stateName, _states()[0](state, self._typed(stateName)))
 
         def getListState(self, stateName: str, schema: Any, ttlDurationMs: int | None = None) -> Any:
             ttl = _ttl(ttlDurationMs)
-            state = self._context.get_list_state(stateName, ttl=ttl, serializer=_SERIALIZER)
+            state = self._context.get_list_state(stateName, ttl=ttl, serializer=self._serializer(stateName))
             return self._made_as(stateName, _states()[1](state, self._typed(stateName)))
 
         def getMapState(
@@ -283,7 +292,7 @@ def _handle_class() -> type:  # noqa: C901 - PySpark's handle, one short method 
             ttlDurationMs: int | None = None,
         ) -> Any:
             ttl = _ttl(ttlDurationMs)
-            state = self._context.get_map_state(stateName, ttl=ttl, serializer=_SERIALIZER)
+            state = self._context.get_map_state(stateName, ttl=ttl, serializer=self._serializer(stateName))
             made = _states()[2](state, self._typed(stateName), self._typed(stateName, "key"))
             return self._made_as(stateName, made)
 
@@ -448,11 +457,11 @@ def _converters(
     typed: TypedValues | None,
 ) -> tuple[Callable[[Any], tuple[Any, ...] | list[Any]], Callable[[Any], Any]]:
     """How values go in (checked by the schema) and come out (``Row`` objects of it); plain without one."""
-    if typed is None:
-        return _row, _identity
+    if typed is None:  # no declared schema: tuples in, tuples out (the store keeps lists)
+        return _row, _as_tuple
     check = typed.write
     return (lambda value: check(_row(value))), typed.read
 
 
-def _identity(value: Any) -> Any:
-    return value
+def _as_tuple(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value

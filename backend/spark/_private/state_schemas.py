@@ -135,9 +135,9 @@ def _schema_json(schema: Any, state: str) -> str:
 class TypedValues:
     """One state's values by its declared schema: checked on write, ``Row`` objects on read.
 
-    With ``versions`` (every value schema the state had, the declared one among them),
-    a value is stored as a list ``[version, field, ...]`` naming the schema it was
-    written with, and read by field name: fields added since read as null, fields
+    ``versions`` lists every value schema the state had (the checkpoint location's
+    record); a value is stored as a list ``[version, field, ...]`` naming the schema it
+    was written with, and read by field name: fields added since read as null, fields
     removed are dropped, reordered ones land by name (Spark's Avro evolution). A
     stored tuple is a value written before versions: read by position.
     """
@@ -158,12 +158,14 @@ class TypedValues:
             _make_type_verifier(field.dataType, field.nullable, name=field.name) for field in schema.fields
         )
         self._readers = tuple(_reader(field.dataType) for field in schema.fields)
-        self._versions = tuple(versions)
-        self._version = self._versions.index(schema_json) if schema_json in self._versions else None
+        # without a record (a processor run outside a query), the declared schema is version 0;
+        # a map's keys are looked up as they are stored: plain tuples, never versioned
+        self._versions = tuple(versions) if schema_json in versions else (*versions, schema_json)
+        self._version = None if what == "key" else self._versions.index(schema_json)
         self._written_names: dict[int, tuple[str, ...]] = {}
 
     def write(self, values: tuple[Any, ...]) -> tuple[Any, ...] | list[Any]:
-        """``values`` if they fit the schema, as stored (with the schema's version when versioned).
+        """``values`` if they fit the schema, as stored: ``[version, field, ...]`` (a map key: the tuple).
 
         :raises TypeError: naming the state, the field, its type and the value.
         """
@@ -190,7 +192,10 @@ class TypedValues:
         :raises TypeError: when a value's recorded schema is unknown, or an unversioned
             value has more fields than the schema (fields were removed from it).
         """
-        values = self._by_name(stored) if isinstance(stored, list) else self._by_position(stored)
+        if isinstance(stored, list) and self._version is not None:
+            values = self._by_name(stored)
+        else:
+            values = self._by_position(tuple(stored))
         return self._make(*(read(value) for read, value in zip(self._readers, values, strict=True)))
 
     def _by_name(self, stored: list[Any]) -> list[Any]:

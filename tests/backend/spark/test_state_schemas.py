@@ -180,3 +180,31 @@ def test_a_state_schema_with_fields_not_nullable_is_refused_at_the_call(spark):
 
     with pytest.raises(ConfigError, match=r"state 'state' declares fields \['count'\] not nullable"):
         declared_schemas(Strict)
+
+
+def test_a_pyspark_processors_state_is_stored_without_pickle(spark, tmp_path):
+    """Its values are Spark SQL values: read-only tools decode them, no code of the checkpoint runs."""
+    from dstl.backend.spark import read_state
+
+    (tmp_path / "in").mkdir()
+    _write(tmp_path / "in", 0, ["a", "a"])
+    assert _run(spark, tmp_path, Profiles, {}) is None
+    rows = read_state(spark, str(tmp_path / "chk"), config=local_config(tmp_path)).collect()
+    stored = {row["state"]: json.loads(row["value"]) for row in rows if json.loads(row["key"]) == "a"}
+    assert stored["state"] == [0, 2, ["a", 2]]  # [schema version, count, profile], not {"bytes": n}
+
+
+def test_a_state_checkpointed_with_pickle_keeps_it_until_migrated():
+    from dstl.backend.spark.pyspark_compat import _handle_class
+
+    class Restored:
+        def __init__(self, serializer):
+            self.serializer = serializer
+
+        def restored_serializer(self, name):
+            return self.serializer if name == "old" else None
+
+    handle = _handle_class()(Restored("pickle"), {}, {})
+    assert handle._serializer("old") == "pickle"  # what the checkpoint holds reads as it was written
+    assert handle._serializer("new") == "spark"
+    assert _handle_class()(Restored("spark"), {}, {})._serializer("old") == "spark"

@@ -1,0 +1,58 @@
+"""Value serializers: Spark SQL values round-trip without pickle, and hostile bytes build nothing else."""
+
+import datetime
+import decimal
+
+import msgpack
+import pytest
+
+from dstl.backend.serialization import SizeOnlySerializer, SparkValueSerializer, untrusted_serializer_for
+
+SPARK_VALUES = [
+    None,
+    True,
+    -(2**63),
+    1.5,
+    "text",
+    b"\x00bytes",
+    datetime.datetime(2024, 2, 29, 23, 59, 59, 999_999),
+    datetime.datetime(2024, 1, 1, tzinfo=datetime.timezone(datetime.timedelta(hours=-5))),
+    datetime.date(1970, 1, 1),
+    decimal.Decimal("-12345678901234567890.123456789012345678"),
+    datetime.timedelta(days=-3, microseconds=7),
+    [1, [2, {"k": [3]}]],
+    {"nested": {"e1": 5}},
+]
+
+
+def test_spark_values_round_trip_with_their_types():
+    serializer = SparkValueSerializer()
+    assert serializer.loads(serializer.dumps(SPARK_VALUES)) == SPARK_VALUES
+    assert serializer.loads(serializer.dumps((1, "a"))) == [1, "a"]  # tuples and rows come back as lists
+
+
+def test_a_value_of_no_spark_type_is_refused_on_write():
+    with pytest.raises(TypeError, match="set is not a value of a Spark SQL type|not a Spark SQL value"):
+        SparkValueSerializer().dumps({1, 2})
+
+
+@pytest.mark.parametrize(
+    ("code", "data", "complaint"),
+    [
+        (1, b"not a time", "extension 1 does not parse"),
+        (2, b"2024-13-01", "extension 2 does not parse"),
+        (3, b"NaNx", "extension 3 does not parse"),
+        (4, b"1.5", "extension 4 does not parse"),
+        (3, b"9" * 10_000, "extension 3 does not parse"),  # bounded: a huge number is not parsed
+        (9, b"", "extension 9, which no Spark SQL type uses"),
+    ],
+)
+def test_hostile_extensions_are_a_named_error(code, data, complaint):
+    forged = msgpack.packb([0, msgpack.ExtType(code, data)], use_bin_type=True)
+    with pytest.raises(ValueError, match=complaint):
+        SparkValueSerializer().loads(forged)
+
+
+def test_read_only_tools_decode_spark_values_but_never_pickle():
+    assert isinstance(untrusted_serializer_for("spark"), SparkValueSerializer)
+    assert isinstance(untrusted_serializer_for("pickle"), SizeOnlySerializer)
