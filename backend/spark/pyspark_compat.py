@@ -84,7 +84,12 @@ def pyspark_processor(
     make = processor if isinstance(processor, type) else functools.partial(copy.deepcopy, processor)
     declared = declared_states(make)
     return PySparkProcessorFactory(
-        make, row_based, declared.schemas, chunks or InputChunks(), declared.metrics()
+        make,
+        row_based,
+        declared.schemas,
+        chunks or InputChunks(),
+        declared.metrics(),
+        state_kinds=declared.kinds,
     )
 
 
@@ -102,6 +107,8 @@ class PySparkProcessorFactory:
     chunks: InputChunks = InputChunks()
     #: Spark's state-variable counts of the processor (``numValueStateVars``...), for ``customMetrics``
     state_counts: Mapping[str, int] = field(default_factory=dict)
+    #: state name -> ``value``, ``list`` or ``map``
+    state_kinds: Mapping[str, str] = field(default_factory=dict)
     #: state name -> every value schema its values were written with (the checkpoint's record)
     value_versions: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 

@@ -132,6 +132,7 @@ def transform_with_state(  # noqa: PLR0913 - the keywords of PySpark's transform
         mode.value,
         wants_idle_batches(mode, trigger, no_data_batches=no_data_batches),
         processor.schemas if isinstance(processor, PySparkProcessorFactory) else {},
+        state_kinds=processor.state_kinds if isinstance(processor, PySparkProcessorFactory) else {},
     )
     settled = settled_shape(checkpoint_location, wanted, cfg)
     heartbeat = settled.idle_batches

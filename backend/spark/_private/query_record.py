@@ -22,13 +22,21 @@ from dstl.spi import Config, ConfigError, DstlError
 from ...documents import read_regular_file
 from ...filesystems import checkpoint_fs
 
-__all__ = ["QUERY_RECORD_FILE", "QueryShape", "key_types", "schema_change_problem", "settled_shape"]
+__all__ = [
+    "QUERY_RECORD_FILE",
+    "QueryShape",
+    "key_types",
+    "recorded_shape",
+    "schema_change_problem",
+    "settled_shape",
+]
 
 log = logging.getLogger(__name__)
 
 #: The record, in the checkpoint location (Spark ignores the file).
 QUERY_RECORD_FILE = "dstl-query.json"
-_MAX_RECORD = 64 * 1024
+_MAX_RECORD = 1024 * 1024
+_KINDS = ("value", "list", "map")
 #: Key types that hash alike (the driver widens them before routing): a change among them is compatible.
 _WIDENED = {"tinyint": "bigint", "smallint": "bigint", "int": "bigint", "float": "double"}
 
@@ -56,6 +64,8 @@ class QueryShape:
     #: state name -> every value schema it had, oldest first: a stored value names its
     #: schema by its index here (Spark's schema ids), so it reads by name under a newer one
     value_versions: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: state name -> ``value``, ``list`` or ``map``: what its declaration made it
+    state_kinds: Mapping[str, str] = field(default_factory=dict)
 
     def versions_of(self, state: str) -> tuple[str, ...]:
         """The value schemas ``state`` had (records before versions: its current one)."""
@@ -72,6 +82,7 @@ class QueryShape:
             "idle_batches": self.idle_batches,
             "state_schemas": {name: dict(parts) for name, parts in self.state_schemas.items()},
             "value_versions": {name: list(versions) for name, versions in self.value_versions.items()},
+            "state_kinds": dict(self.state_kinds),
         }
         return json.dumps(document).encode()
 
@@ -87,6 +98,7 @@ class QueryShape:
             idle = document["idle_batches"]
             schemas = document.get("state_schemas", {})
             versions = document.get("value_versions", {})
+            kinds = document.get("state_kinds", {})
             pairs_ok = isinstance(columns, list) and all(
                 isinstance(pair, list) and len(pair) == 2 and all(isinstance(part, str) for part in pair)
                 for pair in columns
@@ -99,8 +111,9 @@ class QueryShape:
                 isinstance(listed, list) and listed and all(_is_schema(v) for v in listed)
                 for listed in versions.values()
             )
+            kinds_ok = isinstance(kinds, dict) and all(kind in _KINDS for kind in kinds.values())
             if (
-                not (pairs_ok and schemas_ok and versions_ok)
+                not (pairs_ok and schemas_ok and versions_ok and kinds_ok)
                 or not isinstance(time_mode, str)
                 or not isinstance(idle, bool)
             ):
@@ -113,7 +126,8 @@ class QueryShape:
             )
             raise ConfigError(msg) from exc
         history = {name: tuple(listed) for name, listed in versions.items()}
-        return cls(tuple((name, kind) for name, kind in columns), time_mode, idle, schemas, history)
+        keys = tuple((name, kind) for name, kind in columns)
+        return cls(keys, time_mode, idle, schemas, history, {str(name): kind for name, kind in kinds.items()})
 
 
 def settled_shape(
@@ -139,9 +153,10 @@ def settled_shape(
     _check(recorded, wanted, checkpoint_location)
     evolved = {**recorded.state_schemas, **wanted.state_schemas}
     versions = _versions_with(recorded, wanted.state_schemas)
-    if evolved != recorded.state_schemas or versions != recorded.value_versions:
+    kinds = {**recorded.state_kinds, **wanted.state_kinds}
+    if (evolved, versions, kinds) != (recorded.state_schemas, recorded.value_versions, recorded.state_kinds):
         # compatible (checked): the newer schemas hold from now on, the older ones still read
-        recorded = replace(recorded, state_schemas=evolved, value_versions=versions)
+        recorded = replace(recorded, state_schemas=evolved, value_versions=versions, state_kinds=kinds)
         fs.pipe_file(path, recorded.to_json())
     if recorded.idle_batches != wanted.idle_batches:
         log.warning(
@@ -154,6 +169,17 @@ def settled_shape(
             else "timers fire and the watermark takes effect only when rows arrive",
         )
     return recorded
+
+
+def recorded_shape(
+    checkpoint_location: str, config: Config | Mapping[str, Any] | None = None
+) -> QueryShape | None:
+    """The location's record, read only (``None``: no query recorded there).
+
+    :raises ConfigError: when it is damaged.
+    """
+    fs, root = checkpoint_fs(checkpoint_location, config)
+    return _read(fs, f"{root}/{QUERY_RECORD_FILE}")
 
 
 def _versions_with(

@@ -180,3 +180,21 @@ def run_to_end(writer: Any) -> Any:
 
 def rows_of(collected: Collected) -> dict[int, set[Any]]:
     return {batch: set(rows) for batch, rows in sorted(collected.items())}
+
+
+def read_state_variable(
+    session: Any, flavour: Flavour, checkpoint: Path, name: str, *, flatten: bool = True
+) -> Any:
+    """One state of a checkpoint as Spark's ``statestore`` reader gives it (dstl: ``read_state_variable``)."""
+    if flavour.engine == "spark":
+        return (
+            session.read.format("statestore")
+            .option("path", str(checkpoint))
+            .option("stateVarName", name)
+            .option("flattenCollectionTypes", flatten)
+            .load()
+        )
+    from dstl.backend.spark import read_state_variable as read
+
+    working = {"dstl.storage": "local", "dstl.spark.working-dir": str(checkpoint.parent / "working")}
+    return read(session, str(checkpoint), name, flatten_collection_types=flatten, config=working)

@@ -169,11 +169,11 @@ class InitialListAppender(InitialSum):
 
     def init(self, handle) -> None:
         super().init(handle)
-        self.initial_values = handle.getListState("list_state", ONE_INT)
+        self.appended = handle.getListState("list_state", ONE_INT)
 
     def handleInitialState(self, key, initialState, timerValues) -> None:
         for value in self.initial_values(initialState, "initVal"):
-            self.initial_values.appendValue((value,))
+            self.appended.appendValue((value,))
 
 
 class MaxEventTime(Dual):

@@ -74,6 +74,16 @@ def test_other_key_columns_or_time_mode_are_refused_naming_both(tmp_path):
             ).encode()
             for v in ("{", "[]", json.dumps({"fields": [{"name": 1}]}), 7)
         ),
+        *(
+            json.dumps({"key_columns": [], "time_mode": "none", "idle_batches": False, field: value}).encode()
+            for field, value in (
+                ("value_versions", {"s": []}),  # a state with no schema version
+                ("value_versions", {"s": ["{"]}),
+                ("value_versions", ["x"]),
+                ("state_kinds", {"s": "set"}),  # no such kind
+                ("state_kinds", {"s": 3}),
+            )
+        ),
     ],
 )
 def test_a_damaged_record_is_refused_with_the_fix(tmp_path, content):

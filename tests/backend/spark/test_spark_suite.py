@@ -29,6 +29,7 @@ from tests.backend.spark.spark_suite import (
     FLAVOURS,
     SUITE_CONF,
     collect_into,
+    read_state_variable,
     rows_of,
     run_to_end,
     session_conf,
@@ -663,3 +664,109 @@ def test_init_state_timers_single_partition(suite, flavour, tmp_path):
     """``test_transform_with_state_with_timers_single_partition`` (state-variable suite), its timer half."""
     with session_conf(suite, {"spark.sql.shuffle.partitions": "1"}):
         _init_state_with_timers(suite, flavour, tmp_path)
+
+
+@pytest.mark.parametrize("with_initial_state", [False, True], ids=["plain", "initial-state"])
+def test_map_state_metadata(suite, flavour, tmp_path, with_initial_state):
+    """``test_transform_with_map_state_metadata`` (and ``..._with_init_state``): a map with TTL and an
+    unused list, in one batch (Spark's checks of its readers sit in a branch of later batches, which
+    one batch never reaches; ``test_list_state_metadata`` reads them)."""
+    initial = None
+    if with_initial_state:  # a no-op initial state: the processor has no handleInitialState
+        initial = suite.createDataFrame([("0", 789), ("3", 987)], "id string, temperature int")
+    got = _basic(
+        suite,
+        flavour,
+        tmp_path,
+        processors.MapStatesWithTTL(flavour.row_based),
+        single_batch=True,
+        time_mode="processingTime",
+        initial_state=initial,
+    )
+    assert got == {0: _counts(("0", "2"), ("1", "2"))}
+
+
+def test_list_state_metadata(suite, flavour, tmp_path):
+    """``test_transform_with_list_state_metadata``: during batch 1, the list states of batch 0's
+    checkpoint, flattened and not. Spark's ``state-metadata`` half runs on Spark's engine only: dstl has
+    no such reader (see the README's differences)."""
+    checkpoint = tmp_path / "checkpoint"
+    read: dict = {}
+
+    def check(frame, batch_id):
+        if batch_id == 0:
+            return
+        session = frame.sparkSession
+        first = read_state_variable(session, flavour, checkpoint, "listState1", flatten=True)
+        read["first"] = sorted(
+            tuple(row) for row in first.selectExpr("key.id", "list_element.temperature").collect()
+        )
+        second = read_state_variable(session, flavour, checkpoint, "listState2", flatten=False)
+        read["second"] = sorted(
+            (row.id, sorted(row.values))
+            for row in second.selectExpr("key.id AS id", "list_value.temperature AS values").collect()
+        )
+        if flavour.engine == "spark":
+            metadata = session.read.format("state-metadata").load(str(checkpoint))
+            properties = json.loads(metadata.select("operatorProperties").collect()[0][0])
+            read["variables"] = sorted(v["stateName"] for v in properties["stateVariables"])
+
+    got = _basic(
+        suite,
+        flavour,
+        tmp_path,
+        processors.ListStates(flavour.row_based),
+        time_mode="processingTime",
+        check=check,
+    )
+    assert got == {0: _counts(("0", "2"), ("1", "2")), 1: _counts(("0", "3"), ("1", "2"))}
+    assert read["first"] == [(key, value) for key in ("0", "1") for value in (20, 20, 111, 120, 120)]
+    assert read["second"] == [(key, [20, 20, 120, 120, 222]) for key in ("0", "1")]
+    if flavour.engine == "spark":
+        assert read["variables"] == [
+            "$procTimers_keyToTimestamp",
+            "listState1",
+            "listState2",
+            "listStateTimestamp",
+        ]
+
+
+def _restart_with_list_initial_state(suite, flavour, tmp_path):
+    first_checkpoint = tmp_path / "first" / "checkpoint"
+    got = _basic(
+        suite, flavour, tmp_path / "first", processors.ListStates(flavour.row_based), single_batch=True
+    )
+    assert got == {0: _counts(("0", "2"), ("1", "2"))}
+    listed = read_state_variable(suite, flavour, first_checkpoint, "listState1").selectExpr(
+        "key.id AS id", "list_element.temperature AS initVal"
+    )
+    second = tmp_path / "second"
+    read: dict = {}
+    got = _init_state(
+        suite, flavour, second, processors.InitialListAppender(flavour.row_based), initial_state=listed
+    )
+    assert got == {
+        0: _values(("0", 123 + 46), ("1", 146 + 346)),
+        1: _values(("0", 123 + 46 + 67), ("3", 12)),
+    }
+    appended = read_state_variable(suite, flavour, second / "checkpoint", "list_state").selectExpr(
+        "key.id AS id", "list_element.value AS value"
+    )
+    for row in appended.collect():
+        read.setdefault(row.id, []).append(row.value)
+    assert {key: sorted(values) for key, values in read.items()} == {
+        "0": [20, 20, 111, 120, 120],
+        "1": [20, 20, 111, 120, 120],
+    }
+
+
+def test_restart_with_multiple_rows_init_state(suite, flavour, tmp_path):
+    """``test_transform_with_state_restart_with_multiple_rows_init_state``: a query's list state, read
+    from its checkpoint, is the initial state of a new query (several rows per key)."""
+    _restart_with_list_initial_state(suite, flavour, tmp_path)
+
+
+def test_restart_with_multiple_rows_init_state_single_partition(suite, flavour, tmp_path):
+    """``test_transform_with_state_with_timers_single_partition`` (state-variable suite), its second half."""
+    with session_conf(suite, {"spark.sql.shuffle.partitions": "1"}):
+        _restart_with_list_initial_state(suite, flavour, tmp_path)

@@ -208,3 +208,30 @@ def test_a_state_checkpointed_with_pickle_keeps_it_until_migrated():
     assert handle._serializer("old") == "pickle"  # what the checkpoint holds reads as it was written
     assert handle._serializer("new") == "spark"
     assert _handle_class()(Restored("spark"), {}, {})._serializer("old") == "spark"
+
+
+def test_a_declared_state_reads_typed_as_sparks_statestore_reader_gives_it(spark, tmp_path):
+    from dstl.backend.spark import read_state_variable
+
+    (tmp_path / "in").mkdir()
+    _write(tmp_path / "in", 0, ["a", "a", "b"])
+    assert _run(spark, tmp_path, Profiles, {}) is None
+    location, config = str(tmp_path / "chk"), local_config(tmp_path)
+    values = read_state_variable(spark, location, "state", config=config)
+    assert values.columns == ["key", "value", "partition_id"]
+    got = sorted((row.key.user, row.value["count"], row.value.profile.age) for row in values.collect())
+    assert got == [("a", 2, 2), ("b", 1, 1)]
+    visits = read_state_variable(spark, location, "visits", config=config)
+    assert visits.columns == ["key", "user_map_key", "user_map_value", "partition_id"]
+    assert sorted(
+        tuple(r) for r in visits.selectExpr("key.user", "user_map_key.day", "user_map_value.n").collect()
+    ) == [
+        ("a", "mon", 2),
+        ("b", "mon", 1),
+    ]
+    nested = read_state_variable(spark, location, "visits", flatten_collection_types=False, config=config)
+    assert {row.key.user: row.map_value for row in nested.collect()}["a"] == {Row(day="mon"): Row(n=2)}
+    with pytest.raises(
+        ConfigError, match=r"records no declared state 'total' \(declared: \['state', 'visits'\]\)"
+    ):
+        read_state_variable(spark, location, "total", config=config)
