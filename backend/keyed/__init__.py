@@ -21,7 +21,7 @@ from .state import (
     map_key_from_bytes,
 )
 from .timers import RESERVED_PREFIX, TimeDomain, TimerService
-from .ttl import TTL_SUFFIX, purge_expired
+from .ttl import TTL_SUFFIX, purge_expired, unstamp
 
 __all__ = [
     "REPLACING",
@@ -42,4 +42,5 @@ __all__ = [
     "map_key_bytes",
     "map_key_from_bytes",
     "purge_expired",
+    "unstamp",
 ]

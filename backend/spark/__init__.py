@@ -43,7 +43,8 @@ if TYPE_CHECKING:
     from .query import StatefulQuery, transform_with_state
     from .query_progress import QueryProgress
     from .sinks import DirectoryPerBatchSink, ParquetBatchSink
-    from .state_reader import read_changes, read_state, read_state_variable
+    from .state_reader import read_changes, read_state
+    from .state_variables import read_state_metadata, read_state_variable
     from .stateful_stream import StatefulStream, stateful_stream
 
 #: public name -> its module: imported on first use, so that importing a module of this package
@@ -65,7 +66,8 @@ _LAZY = {
     "pyspark_processor": ".pyspark_compat",
     "read_changes": ".state_reader",
     "read_state": ".state_reader",
-    "read_state_variable": ".state_reader",
+    "read_state_metadata": ".state_variables",
+    "read_state_variable": ".state_variables",
     "routing_exprs": ".placement",
     "stateful_stream": ".stateful_stream",
     "transform_with_state": ".query",
@@ -103,6 +105,7 @@ __all__ = [
     "pyspark_processor",
     "read_changes",
     "read_state",
+    "read_state_metadata",
     "read_state_variable",
     "routing_exprs",
     "stateful_stream",

@@ -89,7 +89,8 @@ def pyspark_processor(
         declared.schemas,
         chunks or InputChunks(),
         declared.metrics(),
-        state_kinds=declared.kinds,
+        declared.kinds,
+        declared.expiring,
     )
 
 
@@ -109,6 +110,8 @@ class PySparkProcessorFactory:
     state_counts: Mapping[str, int] = field(default_factory=dict)
     #: state name -> ``value``, ``list`` or ``map``
     state_kinds: Mapping[str, str] = field(default_factory=dict)
+    #: the states declared with a TTL
+    expiring_states: frozenset[str] = frozenset()
     #: state name -> every value schema its values were written with (the checkpoint's record)
     value_versions: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 

@@ -133,6 +133,9 @@ def transform_with_state(  # noqa: PLR0913 - the keywords of PySpark's transform
         wants_idle_batches(mode, trigger, no_data_batches=no_data_batches),
         processor.schemas if isinstance(processor, PySparkProcessorFactory) else {},
         state_kinds=processor.state_kinds if isinstance(processor, PySparkProcessorFactory) else {},
+        expiring_states=processor.expiring_states
+        if isinstance(processor, PySparkProcessorFactory)
+        else frozenset(),
     )
     settled = settled_shape(checkpoint_location, wanted, cfg)
     heartbeat = settled.idle_batches

@@ -66,6 +66,8 @@ class QueryShape:
     value_versions: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     #: state name -> ``value``, ``list`` or ``map``: what its declaration made it
     state_kinds: Mapping[str, str] = field(default_factory=dict)
+    #: the states declared with a TTL (the newest declaration)
+    expiring_states: frozenset[str] = frozenset()
 
     def versions_of(self, state: str) -> tuple[str, ...]:
         """The value schemas ``state`` had (records before versions: its current one)."""
@@ -83,6 +85,7 @@ class QueryShape:
             "state_schemas": {name: dict(parts) for name, parts in self.state_schemas.items()},
             "value_versions": {name: list(versions) for name, versions in self.value_versions.items()},
             "state_kinds": dict(self.state_kinds),
+            "expiring_states": sorted(self.expiring_states),
         }
         return json.dumps(document).encode()
 
@@ -99,6 +102,7 @@ class QueryShape:
             schemas = document.get("state_schemas", {})
             versions = document.get("value_versions", {})
             kinds = document.get("state_kinds", {})
+            expiring = document.get("expiring_states", [])
             pairs_ok = isinstance(columns, list) and all(
                 isinstance(pair, list) and len(pair) == 2 and all(isinstance(part, str) for part in pair)
                 for pair in columns
@@ -112,6 +116,7 @@ class QueryShape:
                 for listed in versions.values()
             )
             kinds_ok = isinstance(kinds, dict) and all(kind in _KINDS for kind in kinds.values())
+            kinds_ok = kinds_ok and isinstance(expiring, list) and all(isinstance(n, str) for n in expiring)
             if (
                 not (pairs_ok and schemas_ok and versions_ok and kinds_ok)
                 or not isinstance(time_mode, str)
@@ -127,7 +132,8 @@ class QueryShape:
             raise ConfigError(msg) from exc
         history = {name: tuple(listed) for name, listed in versions.items()}
         keys = tuple((name, kind) for name, kind in columns)
-        return cls(keys, time_mode, idle, schemas, history, {str(name): kind for name, kind in kinds.items()})
+        named = {str(name): kind for name, kind in kinds.items()}
+        return cls(keys, time_mode, idle, schemas, history, named, frozenset(expiring))
 
 
 def settled_shape(
@@ -154,9 +160,13 @@ def settled_shape(
     evolved = {**recorded.state_schemas, **wanted.state_schemas}
     versions = _versions_with(recorded, wanted.state_schemas)
     kinds = {**recorded.state_kinds, **wanted.state_kinds}
-    if (evolved, versions, kinds) != (recorded.state_schemas, recorded.value_versions, recorded.state_kinds):
+    expiring = (recorded.expiring_states - set(wanted.state_kinds)) | wanted.expiring_states
+    newest = replace(
+        recorded, state_schemas=evolved, value_versions=versions, state_kinds=kinds, expiring_states=expiring
+    )
+    if newest != recorded:
         # compatible (checked): the newer schemas hold from now on, the older ones still read
-        recorded = replace(recorded, state_schemas=evolved, value_versions=versions, state_kinds=kinds)
+        recorded = newest
         fs.pipe_file(path, recorded.to_json())
     if recorded.idle_batches != wanted.idle_batches:
         log.warning(

@@ -32,11 +32,13 @@ class DeclaredStates:
     :ivar schemas: state name -> its schemas (:data:`StateSchemas`).
     :ivar kinds: state name -> ``value``, ``list`` or ``map``.
     :ivar deleted: the states ``init`` removes with ``deleteIfExists``.
+    :ivar expiring: the states declared with a TTL.
     """
 
     schemas: StateSchemas = field(default_factory=dict)
     kinds: dict[str, str] = field(default_factory=dict)
     deleted: frozenset[str] = frozenset()
+    expiring: frozenset[str] = frozenset()
 
     def metrics(self) -> dict[str, int]:
         """Spark's state-variable counts of ``transformWithState`` (its ``customMetrics`` names)."""
@@ -54,7 +56,7 @@ def declared_schemas(make: Callable[[], Any]) -> StateSchemas:
     return declared_states(make).schemas
 
 
-def declared_states(make: Callable[[], Any]) -> DeclaredStates:
+def declared_states(make: Callable[[], Any]) -> DeclaredStates:  # noqa: C901 - PySpark's handle, recorded
     """Run a fresh PySpark processor's ``init`` with a recording handle: the states it declares.
 
     :raises ConfigError: when ``init`` fails or declares a schema Spark cannot parse or
@@ -66,6 +68,7 @@ def declared_states(make: Callable[[], Any]) -> DeclaredStates:
     schemas: StateSchemas = {}
     kinds: dict[str, str] = {}
     deleted: set[str] = set()
+    expiring: set[str] = set()
     base: Any = api.StatefulProcessorHandle  # PySpark's class, found at run time
 
     class Recording(base):
@@ -75,10 +78,12 @@ def declared_states(make: Callable[[], Any]) -> DeclaredStates:
         def getValueState(self, stateName: str, schema: Any, ttlDurationMs: int | None = None) -> None:
             schemas[stateName] = {"value": _schema_json(schema, stateName)}
             kinds[stateName] = "value"
+            _note_ttl(stateName, ttlDurationMs)
 
         def getListState(self, stateName: str, schema: Any, ttlDurationMs: int | None = None) -> None:
             schemas[stateName] = {"value": _schema_json(schema, stateName)}
             kinds[stateName] = "list"
+            _note_ttl(stateName, ttlDurationMs)
 
         def getMapState(
             self, stateName: str, userKeySchema: Any, valueSchema: Any, ttlDurationMs: int | None = None
@@ -88,6 +93,7 @@ def declared_states(make: Callable[[], Any]) -> DeclaredStates:
                 "key": _schema_json(userKeySchema, stateName),
             }
             kinds[stateName] = "map"
+            _note_ttl(stateName, ttlDurationMs)
 
         def registerTimer(self, expiryTimestampMs: int) -> None:
             pass
@@ -101,6 +107,10 @@ def declared_states(make: Callable[[], Any]) -> DeclaredStates:
         def deleteIfExists(self, stateName: str) -> None:
             deleted.add(stateName)
 
+    def _note_ttl(name: str, ttl_ms: int | None) -> None:
+        if ttl_ms is not None:
+            expiring.add(name)
+
     processor = make()
     try:
         processor.init(Recording())
@@ -109,7 +119,7 @@ def declared_states(make: Callable[[], Any]) -> DeclaredStates:
     except Exception as exc:
         msg = f"{type(processor).__name__}.init failed on the driver, where its states are declared: {exc!r}"
         raise ConfigError(msg) from exc
-    return DeclaredStates(schemas, kinds, frozenset(deleted))
+    return DeclaredStates(schemas, kinds, frozenset(deleted), frozenset(expiring))
 
 
 def _schema_json(schema: Any, state: str) -> str:
@@ -192,6 +202,13 @@ class TypedValues:
         :raises TypeError: when a value's recorded schema is unknown, or an unversioned
             value has more fields than the schema (fields were removed from it).
         """
+        if isinstance(stored, dict):  # what a reader shows of a value it must not decode (pickle)
+            msg = (
+                f"state {self.state!r} holds a {self.what} stored with pickle by an earlier release, which "
+                "this reader does not decode (it would run the checkpoint's code): read it with "
+                "read_state(allow_pickle=True) if you trust the checkpoint, or rewrite it through a savepoint"
+            )
+            raise TypeError(msg)
         if isinstance(stored, list) and self._version is not None:
             values = self._by_name(stored)
         else:

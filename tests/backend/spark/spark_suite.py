@@ -182,19 +182,55 @@ def rows_of(collected: Collected) -> dict[int, set[Any]]:
     return {batch: set(rows) for batch, rows in sorted(collected.items())}
 
 
+def _working(checkpoint: Path) -> dict[str, str]:
+    """The config ``stateful`` gives dstl's step (its working directory beside the checkpoint)."""
+    return {"dstl.storage": "local", "dstl.spark.working-dir": str(checkpoint.parent / "working")}
+
+
 def read_state_variable(
-    session: Any, flavour: Flavour, checkpoint: Path, name: str, *, flatten: bool = True
+    session: Any,
+    flavour: Flavour,
+    checkpoint: Path,
+    name: str,
+    *,
+    flatten: bool = True,
+    change_start: int | None = None,
+    partition: int | None = None,
 ) -> Any:
-    """One state of a checkpoint as Spark's ``statestore`` reader gives it (dstl: ``read_state_variable``)."""
+    """One state of a checkpoint as Spark's ``statestore`` reader gives it (dstl: ``read_state_variable``).
+
+    ``change_start``: its change feed from that batch; ``partition``: one partition's state.
+    """
     if flavour.engine == "spark":
-        return (
+        reader = (
             session.read.format("statestore")
             .option("path", str(checkpoint))
             .option("stateVarName", name)
             .option("flattenCollectionTypes", flatten)
-            .load()
         )
+        if change_start is not None:
+            reader = reader.option("readChangeFeed", True).option("changeStartBatchId", change_start)
+        if partition is not None:
+            reader = reader.option("snapshotPartitionId", partition).option("snapshotStartBatchId", 0)
+        return reader.load()
     from dstl.backend.spark import read_state_variable as read
 
-    working = {"dstl.storage": "local", "dstl.spark.working-dir": str(checkpoint.parent / "working")}
-    return read(session, str(checkpoint), name, flatten_collection_types=flatten, config=working)
+    return read(
+        session,
+        str(checkpoint),
+        name,
+        flatten_collection_types=flatten,
+        read_change_feed=change_start is not None,
+        change_start_batch_id=change_start,
+        partition_id=partition,
+        config=_working(checkpoint),
+    )
+
+
+def state_metadata(session: Any, flavour: Flavour, checkpoint: Path) -> Any:
+    """Spark's ``state-metadata`` reader of a checkpoint (dstl: ``read_state_metadata``)."""
+    if flavour.engine == "spark":
+        return session.read.format("state-metadata").load(str(checkpoint))
+    from dstl.backend.spark import read_state_metadata
+
+    return read_state_metadata(session, str(checkpoint), config=_working(checkpoint))

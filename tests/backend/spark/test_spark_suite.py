@@ -33,6 +33,7 @@ from tests.backend.spark.spark_suite import (
     rows_of,
     run_to_end,
     session_conf,
+    state_metadata,
     stateful,
     text_stream,
     write_lines,
@@ -687,9 +688,8 @@ def test_map_state_metadata(suite, flavour, tmp_path, with_initial_state):
 
 
 def test_list_state_metadata(suite, flavour, tmp_path):
-    """``test_transform_with_list_state_metadata``: during batch 1, the list states of batch 0's
-    checkpoint, flattened and not. Spark's ``state-metadata`` half runs on Spark's engine only: dstl has
-    no such reader (see the README's differences)."""
+    """``test_transform_with_list_state_metadata``: during batch 1, the operator's state variables and
+    the list states of batch 0's checkpoint, flattened and not."""
     checkpoint = tmp_path / "checkpoint"
     read: dict = {}
 
@@ -706,10 +706,11 @@ def test_list_state_metadata(suite, flavour, tmp_path):
             (row.id, sorted(row.values))
             for row in second.selectExpr("key.id AS id", "list_value.temperature AS values").collect()
         )
-        if flavour.engine == "spark":
-            metadata = session.read.format("state-metadata").load(str(checkpoint))
-            properties = json.loads(metadata.select("operatorProperties").collect()[0][0])
-            read["variables"] = sorted(v["stateName"] for v in properties["stateVariables"])
+        metadata = state_metadata(session, flavour, checkpoint)
+        properties = json.loads(metadata.select("operatorProperties").collect()[0][0])
+        read["variables"] = sorted(
+            (v["stateName"], v["stateVariableType"]) for v in properties["stateVariables"]
+        )
 
     got = _basic(
         suite,
@@ -722,13 +723,12 @@ def test_list_state_metadata(suite, flavour, tmp_path):
     assert got == {0: _counts(("0", "2"), ("1", "2")), 1: _counts(("0", "3"), ("1", "2"))}
     assert read["first"] == [(key, value) for key in ("0", "1") for value in (20, 20, 111, 120, 120)]
     assert read["second"] == [(key, [20, 20, 120, 120, 222]) for key in ("0", "1")]
-    if flavour.engine == "spark":
-        assert read["variables"] == [
-            "$procTimers_keyToTimestamp",
-            "listState1",
-            "listState2",
-            "listStateTimestamp",
-        ]
+    assert read["variables"] == [
+        ("$procTimers_keyToTimestamp", "TimerState"),
+        ("listState1", "ListState"),
+        ("listState2", "ListState"),
+        ("listStateTimestamp", "ListState"),
+    ]
 
 
 def _restart_with_list_initial_state(suite, flavour, tmp_path):
@@ -770,3 +770,49 @@ def test_restart_with_multiple_rows_init_state_single_partition(suite, flavour, 
     """``test_transform_with_state_with_timers_single_partition`` (state-variable suite), its second half."""
     with session_conf(suite, {"spark.sql.shuffle.partitions": "1"}):
         _restart_with_list_initial_state(suite, flavour, tmp_path)
+
+
+def test_value_state_metadata(suite, flavour, tmp_path):
+    """``test_transform_with_value_state_metadata``: during batch 1, the state variables, a value
+    state's change feed from batch 0, and each partition's state, which equals its changes."""
+    checkpoint = tmp_path / "checkpoint"
+    read: dict = {}
+
+    def check(frame, batch_id):
+        if batch_id == 0:
+            return
+        session = frame.sparkSession
+        metadata = state_metadata(session, flavour, checkpoint)
+        properties = json.loads(metadata.select("operatorProperties").collect()[0][0])
+        read["variables"] = sorted(
+            (v["stateName"], v["stateVariableType"]) for v in properties["stateVariables"]
+        )
+        changes = read_state_variable(
+            session, flavour, checkpoint, "numViolations", change_start=0
+        ).selectExpr("change_type", "key.id AS groupingKey", "value.value AS value", "partition_id")
+        logged = changes.collect()
+        read["changes"] = sorted(tuple(row)[:3] for row in logged)
+        for partition in {row.partition_id for row in logged}:
+            state = read_state_variable(session, flavour, checkpoint, "numViolations", partition=partition)
+            snapshot = sorted(tuple(row) for row in state.selectExpr("key.id", "value.value").collect())
+            changed = sorted((row.groupingKey, row.value) for row in logged if row.partition_id == partition)
+            read.setdefault("partitions", []).append(snapshot == changed)
+
+    rocksdb_changelog = {"spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true"}
+    with session_conf(suite, rocksdb_changelog):
+        got = _basic(
+            suite,
+            flavour,
+            tmp_path,
+            processors.ViolationsCounter(flavour.row_based),
+            time_mode="processingTime",
+            check=check,
+        )
+    assert got == {0: _counts(("0", "2"), ("1", "2")), 1: _counts(("0", "3"), ("1", "2"))}
+    assert read["variables"] == [
+        ("$procTimers_keyToTimestamp", "TimerState"),
+        ("numViolations", "ValueState"),
+        ("tempState", "ValueState"),
+    ]
+    assert read["changes"] == [("update", "0", 1), ("update", "1", 2)]
+    assert read["partitions"] and all(read["partitions"])

@@ -168,6 +168,8 @@ def test_versioned_values_read_by_field_name_under_a_newer_schema(spark):
     assert TypedValues("state", later, versions=versions).write(("b", 0.5, 2, None))[0] == 1
     # a tuple: a value stored before versions, read by position
     assert TypedValues("state", first, versions=versions).read((7,)).id == 7
+    with pytest.raises(TypeError, match="stored with pickle by an earlier release"):
+        TypedValues("state", later, versions=versions).read({"bytes": 40})  # what readers show of pickle
     with pytest.raises(
         TypeError, match="schema version 5, which the checkpoint location's record does not list"
     ):
@@ -231,6 +233,8 @@ def test_a_declared_state_reads_typed_as_sparks_statestore_reader_gives_it(spark
     ]
     nested = read_state_variable(spark, location, "visits", flatten_collection_types=False, config=config)
     assert {row.key.user: row.map_value for row in nested.collect()}["a"] == {Row(day="mon"): Row(n=2)}
+    with pytest.raises(ConfigError, match="the change feed of map state 'visits' is not typed"):
+        read_state_variable(spark, location, "visits", read_change_feed=True, config=config)
     with pytest.raises(
         ConfigError, match=r"records no declared state 'total' \(declared: \['state', 'visits'\]\)"
     ):

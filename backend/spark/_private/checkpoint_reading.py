@@ -1,0 +1,88 @@
+"""Opening a query's retained state checkpoints for the readers (read only)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from dstl.spi import ChangelogHandle, Config, InvalidHandleError
+
+from ...checkpoints import CheckpointLocation
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from ...changelog import BackendSnapshot
+    from ...checkpoints import CompletedCheckpoint
+
+__all__ = ["all_handles", "logged_handles", "opened", "retained"]
+
+
+def opened(
+    spark: SparkSession, checkpoint_location: str, config: Mapping[str, Any] | None, job_id: str | None
+) -> tuple[CheckpointLocation, list[CompletedCheckpoint], Config]:
+    """The location, its retained checkpoints (oldest first) and the job's config.
+
+    :raises InvalidHandleError: when no checkpoint of the job is readable there.
+    """
+    from .call_checks import job_config
+    from .sessions import require_classic, spark_conf
+
+    require_classic(spark, "reading a state checkpoint into a DataFrame")
+    raw = job_config(spark_conf(spark), config, checkpoint_location).raw()
+    location = CheckpointLocation(checkpoint_location, job_id, raw)
+    documents, _ = location.checkpoints()
+    if not documents:
+        msg = f"{checkpoint_location} has no readable state checkpoint of job {location.job!r}"
+        raise InvalidHandleError(msg)
+    return location, documents, location.config(raw)
+
+
+def retained(documents: list[CompletedCheckpoint], batch_id: int) -> CompletedCheckpoint:
+    """Checkpoint ``batch_id``.
+
+    :raises InvalidHandleError: when it is not retained.
+    """
+    for completed in documents:
+        if completed.checkpoint_id == batch_id:
+            return completed
+    msg = f"checkpoint {batch_id} is not retained (retained: {[c.checkpoint_id for c in documents]})"
+    raise InvalidHandleError(msg)
+
+
+def all_handles(snapshot: BackendSnapshot) -> Iterator[ChangelogHandle]:
+    """Every log handle a snapshot references (its parts' too)."""
+    yield from snapshot.handles
+    for _, part in snapshot.parts:
+        yield from all_handles(part)
+
+
+def logged_handles(
+    documents: list[CompletedCheckpoint], from_batch: int, to_batch: int | None, where: str
+) -> list[ChangelogHandle]:
+    """The log handles of batches ``from_batch`` to ``to_batch`` (inclusive; default: the newest).
+
+    :raises InvalidHandleError: when ``from_batch`` has no retained log (the log before
+        the last materialization is truncated).
+    """
+    last = documents[-1].checkpoint_id if to_batch is None else to_batch
+    handles: dict[str, ChangelogHandle] = {}
+    logged: set[int] = set()
+    for completed in documents:
+        for snapshot in completed.snapshots.values():
+            for handle in all_handles(snapshot):
+                if handle.checkpoint_id is None:
+                    continue
+                logged.add(handle.checkpoint_id)
+                if from_batch <= handle.checkpoint_id <= last:
+                    handles.setdefault(handle.to_json(), handle)
+    with_log = sorted(logged)
+    if not with_log or from_batch < with_log[0]:
+        msg = (
+            f"batch {from_batch} has no retained log: the log before the last materialization is "
+            f"truncated (batches with a log: {with_log[0]}..{with_log[-1]})"
+            if with_log
+            else f"no retained checkpoint of {where} references a log"
+        )
+        raise InvalidHandleError(msg)
+    return [handles[text] for text in sorted(handles)]
