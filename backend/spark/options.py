@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from dstl.spi import ConfigOption, OptionType
 
-__all__ = ["SPARK_OPTIONS", "SPARK_PARALLELISM", "SPARK_PLACEMENT", "SPARK_WORKING_DIR"]
+__all__ = [
+    "SPARK_DROPPED_STATES",
+    "SPARK_OPTIONS",
+    "SPARK_PARALLELISM",
+    "SPARK_PLACEMENT",
+    "SPARK_WORKING_DIR",
+]
 
 SPARK_PARALLELISM: ConfigOption[int] = ConfigOption(
     "dstl.spark.parallelism",
@@ -31,4 +37,13 @@ SPARK_PLACEMENT: ConfigOption[str] = ConfigOption(
     choices=("sticky", "spark"),
 )
 
-SPARK_OPTIONS = (SPARK_PARALLELISM, SPARK_WORKING_DIR, SPARK_PLACEMENT)
+SPARK_DROPPED_STATES: ConfigOption[str | None] = ConfigOption(
+    "dstl.spark.dropped-states",
+    OptionType.STRING,
+    None,
+    "Comma-separated states a PySpark processor no longer declares and whose data a restart may leave "
+    "behind. Without it, a restart whose processor drops a state and declares a new one of the same kind "
+    "is refused (a rename would silently start empty).",
+)
+
+SPARK_OPTIONS = (SPARK_PARALLELISM, SPARK_WORKING_DIR, SPARK_PLACEMENT, SPARK_DROPPED_STATES)

@@ -157,10 +157,12 @@ def settled_shape(
         fs.pipe_file(path, shape.to_json())
         return shape
     _check(recorded, wanted, checkpoint_location)
+    _check_renames(recorded, wanted, _dropped_states(config), checkpoint_location)
     evolved = {**recorded.state_schemas, **wanted.state_schemas}
     versions = _versions_with(recorded, wanted.state_schemas)
-    kinds = {**recorded.state_kinds, **wanted.state_kinds}
-    expiring = (recorded.expiring_states - set(wanted.state_kinds)) | wanted.expiring_states
+    # the current declaration (a state it dropped was checked above): a later new state is no rename
+    current = wanted if wanted.state_kinds else recorded
+    kinds, expiring = dict(current.state_kinds), current.expiring_states
     newest = replace(
         recorded, state_schemas=evolved, value_versions=versions, state_kinds=kinds, expiring_states=expiring
     )
@@ -224,6 +226,37 @@ def _check(recorded: QueryShape, wanted: QueryShape, location: str) -> None:
         )
         raise ConfigError(msg)
     _check_schemas(recorded, wanted, fix)
+
+
+def _dropped_states(config: Config | Mapping[str, Any] | None) -> frozenset[str]:
+    from ..options import SPARK_DROPPED_STATES
+
+    listed = Config.of(config).get(SPARK_DROPPED_STATES) if config is not None else None
+    return frozenset(name.strip() for name in (listed or "").split(",") if name.strip())
+
+
+def _check_renames(recorded: QueryShape, wanted: QueryShape, dropped: frozenset[str], location: str) -> None:
+    """Refuse a state that left the declaration while one of its kind arrived: a rename, most likely.
+
+    dstl keeps a state's data by its name, so the new one would silently start empty.
+    A state named in ``dstl.spark.dropped-states`` may go.
+    """
+    if not recorded.state_kinds or not wanted.state_kinds:
+        return  # a record before kinds, or a processor that declares nothing (dstl's own)
+    gone = {name: kind for name, kind in recorded.state_kinds.items() if name not in wanted.state_kinds}
+    arrived = {name: kind for name, kind in wanted.state_kinds.items() if name not in recorded.state_kinds}
+    for name, kind in sorted(gone.items()):
+        if name in dropped:
+            continue
+        alike = sorted(new for new, new_kind in arrived.items() if new_kind == kind)
+        if alike:
+            msg = (
+                f"state {name!r} ({kind}) is no longer declared and {alike} of the same kind is new: "
+                f"a renamed state would silently start empty (the state at {location} is kept by name). "
+                f"Keep the name {name!r}, or move its data under the new name through a savepoint; to drop "
+                f"it and start {alike[0]!r} empty, set dstl.spark.dropped-states={name}"
+            )
+            raise ConfigError(msg)
 
 
 def _check_schemas(recorded: QueryShape, wanted: QueryShape, fix: str) -> None:

@@ -225,3 +225,30 @@ def test_a_state_schema_is_evolved_or_refused_at_restart(tmp_path):
     # the evolved schema was recorded: going back from long to int is refused too
     with pytest.raises(ConfigError, match="changed from long to integer"):
         settled_shape(location, QueryShape(USER_KEY, "none", False, {"count": {"value": COUNT}}))
+
+
+def _declaring(**kinds):
+    """A shape whose processor declares states of these kinds (each an int value)."""
+    return QueryShape(USER_KEY, "none", False, {name: {"value": COUNT} for name in kinds}, state_kinds=kinds)
+
+
+def test_a_renamed_state_is_refused_unless_its_drop_is_declared(tmp_path):
+    """dstl keeps a state's data by name: a state gone while one of its kind arrives looks like a rename."""
+    location = str(tmp_path)
+    settled_shape(location, _declaring(total="value", seen="list"))
+    with pytest.raises(ConfigError, match=r"state 'total' \(value\) is no longer declared and \['sum'\]"):
+        settled_shape(location, _declaring(sum="value", seen="list"))
+    settled_shape(location, _declaring(seen="list", extra="map"))  # another kind arrived: no rename
+    # the record follows the declaration: 'total' went, so a new value state later is no rename
+    assert settled_shape(location, _declaring(seen="list", extra="map", sum="value")).state_kinds == {
+        "seen": "list",
+        "extra": "map",
+        "sum": "value",
+    }
+
+
+def test_a_declared_drop_lets_the_restart_go_on(tmp_path):
+    location = str(tmp_path)
+    settled_shape(location, _declaring(total="value"))
+    settled = settled_shape(location, _declaring(sum="value"), {"dstl.spark.dropped-states": "other, total"})
+    assert settled.state_kinds == {"sum": "value"}
