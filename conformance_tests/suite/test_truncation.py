@@ -127,6 +127,42 @@ def test_orphan_collection_keeps_live_handles_and_frees_the_rest(storage, sut):
     assert sut.require_backdoor().list_objects(storage) == []
 
 
+@requires("orphan_collection")
+def test_an_object_appended_to_after_the_cutoff_is_aged_by_its_last_append(storage, sut):
+    """A storage that appends a log's change sets to one long-lived object (a segment) must judge its
+    age by the last append: one that landed after the cutoff may be a persist still in flight."""
+    import time
+
+    writer = storage.create_writer("appends", KG)
+    writer.append(0, b"an attempt whose checkpoint never completed")
+    persist(writer, 0, 1, sut.timeout)  # an orphan: no live handle will name it
+    time.sleep(1.1)  # ages may be counted in whole seconds (S3)
+    cutoff = time.time()
+    time.sleep(1.1)
+    writer.append(1, b"in flight when collection runs")
+    recent = persist(writer, 1, 2, sut.timeout)
+    storage.collect_orphans([], older_than=cutoff)
+    assert read_data(storage, recent) == [b"in flight when collection runs"], (
+        "an object was aged by its creation, not by the append that landed after the cutoff"
+    )
+
+
+@requires("orphan_collection")
+def test_another_instances_collection_never_takes_an_open_writers_object(storage, sut):
+    """An instance's open writer keeps writing where it wrote before (an unsealed segment, an open
+    object): another instance of the job, collecting everything as old, must leave it usable."""
+    import time
+
+    writer = storage.create_writer("idle", KG)
+    writer.append(0, b"written, then idle")
+    persist(writer, 0, 1, sut.timeout)
+    time.sleep(1.1)
+    sut.open().collect_orphans([], older_than=time.time())  # another instance: everything counts as old
+    writer.append(1, b"written after the other's collection")
+    later = persist(writer, 1, 2, sut.timeout)
+    assert read_data(storage, later) == [b"written after the other's collection"]
+
+
 def test_longest_upload_is_a_duration_in_seconds(storage):
     """What the checkpoint coordinator compares orphan collection's grace with: a number, never negative."""
     longest = storage.longest_upload

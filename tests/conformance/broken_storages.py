@@ -437,6 +437,19 @@ class PrefixCleanupStorage(MemoryStorage):
                         namespace.live.pop(name, None)
 
 
+class AgesByCreationStorage(MemoryStorage):
+    """Bug: packs a log's uploads into one object (as segments do) and ages it by its creation when
+    collecting orphans, so an append after the cutoff (a persist in flight), or an open writer's
+    object, goes with it."""
+
+    storage_id = "broken-ages-by-creation"
+    writer_class = PackingWriter
+
+    def __init__(self, config, job_id):
+        super().__init__(config, job_id)
+        self._open_objects, self._uploads, self._live, self._sealed = {}, {}, {}, set()
+
+
 class SlicingReader(MemoryStorageReader):
     """Hands the decoder only the change set's own bytes, and forgets where they lie."""
 
@@ -542,6 +555,7 @@ BROKEN = {
     RestoreIgnoresFilterStorage.storage_id: (RestoreIgnoresFilterStorage, MEMORY_CAPABILITIES),
     CachedFilterStorage.storage_id: (CachedFilterStorage, MEMORY_CAPABILITIES),
     PrefixCleanupStorage.storage_id: (PrefixCleanupStorage, MEMORY_CAPABILITIES),
+    AgesByCreationStorage.storage_id: (AgesByCreationStorage, frozenset({"fencing", "orphan_collection"})),
     MisplacesDamageStorage.storage_id: (MisplacesDamageStorage, MEMORY_CAPABILITIES | {"forgery_injection"}),
     AcksBeforeSyncStorage.storage_id: (
         AcksBeforeSyncStorage,
