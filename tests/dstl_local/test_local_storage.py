@@ -412,3 +412,35 @@ def test_closing_a_writer_whose_persist_waits_in_a_group_commit_fails_only_that_
             waiting[0].result(timeout=30)
         handle = waiting[1].result(timeout=30)
         assert read_data(storage, handle) == [other.log_id.encode()]
+
+
+def test_a_follower_fenced_while_it_waits_in_a_group_commit_fails_alone(local_config, monkeypatch):
+    """Every request's owner is checked when its batch is written, not only the leader's: a newer
+    epoch that claims a follower's log while it waits fences exactly that persist."""
+    real_sync = os.fdatasync
+    leading, release = threading.Event(), threading.Event()
+
+    def slow_first_sync(fd):
+        if not leading.is_set():
+            leading.set()
+            release.wait(10)  # the leader's sync holds the next batch back
+        real_sync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", slow_first_sync)
+    with load_storage(local_config, job_id="job") as storage:
+        leader, fenced, other = (storage.create_writer(name, KG) for name in ("leader", "fenced", "other"))
+        for writer in (leader, fenced, other):
+            writer.append(0, f"{writer.log_id}".encode())
+        first = threading.Thread(target=lambda: leader.persist(0, 1).result(timeout=30))
+        first.start()
+        assert leading.wait(10)
+        # queued behind the leader, one batch: ``other`` leads it, ``fenced`` follows
+        waiting = [other.persist(0, 1), fenced.persist(0, 1)]
+        newer = storage.create_writer("fenced", KG, epoch=1)  # claims the follower's log meanwhile
+        release.set()
+        first.join(10)
+        with pytest.raises(FencedError):
+            waiting[1].result(timeout=30)
+        handle = waiting[0].result(timeout=30)
+        assert read_data(storage, handle) == [other.log_id.encode()]
+        newer.close()
