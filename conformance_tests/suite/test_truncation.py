@@ -128,6 +128,23 @@ def test_orphan_collection_keeps_live_handles_and_frees_the_rest(storage, sut):
 
 
 @requires("orphan_collection")
+def test_a_live_handle_keeps_every_object_its_change_sets_lie_in(storage, sut):
+    """A handle whose change sets were uploaded by several persists (objects, segments) keeps all of
+    them through orphan collection, not only the one its newest change set lies in."""
+    import time
+
+    writer = storage.create_writer("spans", KG)
+    uploads = [f"upload {n}".encode() for n in range(4)]
+    for checkpoint_id, data in enumerate(uploads, start=1):
+        writer.append(checkpoint_id - 1, data)
+        handle = persist(writer, 0, checkpoint_id, sut.timeout)  # from the start: earlier uploads reused
+    time.sleep(1.1)  # every object is older than the cutoff below
+    storage.collect_orphans([handle], older_than=time.time())
+    assert read_data(storage, handle) == uploads
+    assert read_data(sut.open(), handle) == uploads
+
+
+@requires("orphan_collection")
 def test_an_object_appended_to_after_the_cutoff_is_aged_by_its_last_append(storage, sut):
     """A storage that appends a log's change sets to one long-lived object (a segment) must judge its
     age by the last append: one that landed after the cutoff may be a persist still in flight."""

@@ -7,6 +7,7 @@ Each is the memory storage (or a small file storage) with one realistic bug.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import threading
 import time
@@ -450,6 +451,20 @@ class AgesByCreationStorage(MemoryStorage):
         self._open_objects, self._uploads, self._live, self._sealed = {}, {}, {}, set()
 
 
+class KeepsNewestObjectStorage(MemoryStorage):
+    """Bug: orphan collection keeps, of each live handle, only the object its newest change set lies
+    in, as if a handle were one upload."""
+
+    storage_id = "broken-keeps-newest-object"
+
+    def collect_orphans(self, live, *, older_than):
+        newest = []
+        for handle in live:
+            last = handle.locations[-1:]
+            newest.append(dataclasses.replace(handle, locations=tuple(last)))
+        return super().collect_orphans(newest, older_than=older_than)
+
+
 class SlicingReader(MemoryStorageReader):
     """Hands the decoder only the change set's own bytes, and forgets where they lie."""
 
@@ -556,6 +571,10 @@ BROKEN = {
     CachedFilterStorage.storage_id: (CachedFilterStorage, MEMORY_CAPABILITIES),
     PrefixCleanupStorage.storage_id: (PrefixCleanupStorage, MEMORY_CAPABILITIES),
     AgesByCreationStorage.storage_id: (AgesByCreationStorage, frozenset({"fencing", "orphan_collection"})),
+    KeepsNewestObjectStorage.storage_id: (
+        KeepsNewestObjectStorage,
+        MEMORY_CAPABILITIES | {"orphan_collection"},
+    ),
     MisplacesDamageStorage.storage_id: (MisplacesDamageStorage, MEMORY_CAPABILITIES | {"forgery_injection"}),
     AcksBeforeSyncStorage.storage_id: (
         AcksBeforeSyncStorage,
