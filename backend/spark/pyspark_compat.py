@@ -451,6 +451,9 @@ class _DeletedState:
     def __getattr__(self, call: str) -> Callable[..., Any]:
         from pyspark.errors import PySparkRuntimeError
 
+        if call.startswith("__"):  # copy, pickle and friends probe for these: not state calls
+            raise AttributeError(call)
+
         prefix = _DELETED_CALLS.get(call, "Error using state")
 
         def fail(*_: Any) -> Any:

@@ -239,3 +239,20 @@ def test_a_declared_state_reads_typed_as_sparks_statestore_reader_gives_it(spark
         ConfigError, match=r"records no declared state 'total' \(declared: \['state', 'visits'\]\)"
     ):
         read_state_variable(spark, location, "total", config=config)
+
+
+def test_a_deleted_states_calls_fail_as_on_spark_and_copying_it_does_not():
+    import copy
+
+    from pyspark.errors import PySparkRuntimeError
+
+    from dstl.backend.spark.pyspark_compat import _DeletedState
+
+    gone = _DeletedState("tempState")
+    with pytest.raises(
+        PySparkRuntimeError, match="Error checking value state exists: state 'tempState' was deleted"
+    ):
+        gone.exists()
+    with pytest.raises(PySparkRuntimeError, match="Error updating value state"):
+        gone.update([0, 1])
+    assert isinstance(copy.deepcopy(gone), _DeletedState)  # dunder probes are no state calls
