@@ -383,10 +383,12 @@ def test_a_failed_start_is_a_storage_error_and_leaks_no_descriptor_or_lock(local
     assert not list((tmp_path / "dstl" / "job").glob("instance-*.lock"))
 
 
-def test_closing_a_writer_whose_persist_waits_in_a_group_commit_fails_only_that_persist(
-    local_config, monkeypatch
-):
-    """Every request's owner is checked; one closed writer's request must not fail the batch it joined."""
+@pytest.fixture
+def held_group_commit(monkeypatch):
+    """Holds the first sync until released: persists submitted meanwhile queue into one batch.
+
+    Returns ``(leading, release)``: ``leading`` is set once the first sync started.
+    """
     real_sync = os.fdatasync
     leading, release = threading.Event(), threading.Event()
 
@@ -397,13 +399,27 @@ def test_closing_a_writer_whose_persist_waits_in_a_group_commit_fails_only_that_
         real_sync(fd)
 
     monkeypatch.setattr(os, "fdatasync", slow_first_sync)
+    return leading, release
+
+
+def _behind_a_leader(storage, names, leading):
+    """Writers of ``names`` (each has appended its log id), and a leader whose persist holds the syncs."""
+    leader, *writers = (storage.create_writer(name, KG) for name in ("leader", *names))
+    for writer in (leader, *writers):
+        writer.append(0, f"{writer.log_id}".encode())
+    first = threading.Thread(target=lambda: leader.persist(0, 1).result(timeout=30))
+    first.start()
+    assert leading.wait(10)
+    return first, writers
+
+
+def test_closing_a_writer_whose_persist_waits_in_a_group_commit_fails_only_that_persist(
+    local_config, held_group_commit
+):
+    """Every request's owner is checked; one closed writer's request must not fail the batch it joined."""
+    leading, release = held_group_commit
     with load_storage(local_config, job_id="job") as storage:
-        leader, closing, other = (storage.create_writer(name, KG) for name in ("leader", "closing", "other"))
-        for writer in (leader, closing, other):
-            writer.append(0, f"{writer.log_id}".encode())
-        first = threading.Thread(target=lambda: leader.persist(0, 1).result(timeout=30))
-        first.start()
-        assert leading.wait(10)
+        first, (closing, other) = _behind_a_leader(storage, ("closing", "other"), leading)
         waiting = [closing.persist(0, 1), other.persist(0, 1)]  # queued behind the leader: one batch
         closing.close()
         release.set()
@@ -414,26 +430,12 @@ def test_closing_a_writer_whose_persist_waits_in_a_group_commit_fails_only_that_
         assert read_data(storage, handle) == [other.log_id.encode()]
 
 
-def test_a_follower_fenced_while_it_waits_in_a_group_commit_fails_alone(local_config, monkeypatch):
+def test_a_follower_fenced_while_it_waits_in_a_group_commit_fails_alone(local_config, held_group_commit):
     """Every request's owner is checked when its batch is written, not only the leader's: a newer
     epoch that claims a follower's log while it waits fences exactly that persist."""
-    real_sync = os.fdatasync
-    leading, release = threading.Event(), threading.Event()
-
-    def slow_first_sync(fd):
-        if not leading.is_set():
-            leading.set()
-            release.wait(10)  # the leader's sync holds the next batch back
-        real_sync(fd)
-
-    monkeypatch.setattr(os, "fdatasync", slow_first_sync)
+    leading, release = held_group_commit
     with load_storage(local_config, job_id="job") as storage:
-        leader, fenced, other = (storage.create_writer(name, KG) for name in ("leader", "fenced", "other"))
-        for writer in (leader, fenced, other):
-            writer.append(0, f"{writer.log_id}".encode())
-        first = threading.Thread(target=lambda: leader.persist(0, 1).result(timeout=30))
-        first.start()
-        assert leading.wait(10)
+        first, (other, fenced) = _behind_a_leader(storage, ("other", "fenced"), leading)
         # queued behind the leader, one batch: ``other`` leads it, ``fenced`` follows
         waiting = [other.persist(0, 1), fenced.persist(0, 1)]
         newer = storage.create_writer("fenced", KG, epoch=1)  # claims the follower's log meanwhile
