@@ -19,11 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 from dstl.spi import ChangelogHandle
 
-from ..changelog import BackendSnapshot
-from ..checkpoints import instance_key_groups, restored_read_only
 from ..options import BACKEND_MAX_PARALLELISM
-from ..tools import describe_change, handle_changes, json_safe, state_entries
-from ._private.checkpoint_reading import logged_handles, opened, retained
+from ..tools import describe_change, handle_changes, json_safe
+from ._private.checkpoint_reading import InstanceEntries, logged_handles, opened, retained
 from .placement import instance_name
 
 if TYPE_CHECKING:
@@ -118,21 +116,14 @@ def _state_reader(
     allow_pickle: bool,
 ) -> Callable[[Iterable[tuple[str, str]]], Iterator[tuple[Any, ...]]]:
     """The ``mapPartitions`` function restoring instances and yielding their state rows."""
+    restore = InstanceEntries(config, max_parallelism, snapshot_dir, job_id)
 
     def read(work: Iterable[tuple[str, str]]) -> Iterator[tuple[Any, ...]]:
         for name, text in work:
-            snapshot = BackendSnapshot.from_json(text)
-            with restored_read_only(
-                snapshot,
-                instance_key_groups(name, snapshot),
-                config,
-                max_parallelism=max_parallelism,
-                snapshot_dir=snapshot_dir,
-                job_id=job_id,
-                allow_pickle=allow_pickle,
-            ) as backend:
-                for key, state, kind, value in state_entries(backend, internal=internal):
-                    yield batch_id, name, _json(key), state, kind, _json(value)
+            for key, state, kind, value in restore.of(
+                name, text, internal=internal, allow_pickle=allow_pickle
+            ):
+                yield batch_id, name, _json(key), state, kind, _json(value)
 
     return read
 

@@ -24,13 +24,11 @@ from typing import TYPE_CHECKING, Any
 
 from dstl.spi import ChangelogHandle, ConfigError
 
-from ..changelog import BackendSnapshot
-from ..checkpoints import instance_key_groups, restored_read_only
 from ..keyed import TTL_SUFFIX, Op, map_key_from_bytes, unstamp
 from ..options import BACKEND_MAX_PARALLELISM
 from ..serialization import untrusted_serializer_for
-from ..tools import handle_changes, state_entries
-from ._private.checkpoint_reading import logged_handles, opened, retained
+from ..tools import handle_changes
+from ._private.checkpoint_reading import InstanceEntries, logged_handles, opened, retained
 from .placement import instance_name
 from .query_progress import OPERATOR_NAME
 
@@ -249,6 +247,7 @@ def _snapshot_reader(
     plan: _VariablePlan, config: dict[str, Any], max_parallelism: int, snapshot_dir: str, job_id: str
 ) -> Callable[[Iterable[tuple[int, str, str]]], Iterator[tuple[Any, ...]]]:
     """The ``mapPartitions`` function restoring instances and yielding the state's typed rows."""
+    restore = InstanceEntries(config, max_parallelism, snapshot_dir, job_id)
 
     def read(work: Iterable[tuple[int, str, str]]) -> Iterator[tuple[Any, ...]]:
         from ._private.state_schemas import TypedValues
@@ -257,19 +256,10 @@ def _snapshot_reader(
         map_keys = None if plan.map_key_schema is None else TypedValues(plan.name, plan.map_key_schema, "key")
         key_row = _key_row(plan)
         for index, name, text in work:
-            snapshot = BackendSnapshot.from_json(text)
-            with restored_read_only(
-                snapshot,
-                instance_key_groups(name, snapshot),
-                config,
-                max_parallelism=max_parallelism,
-                snapshot_dir=snapshot_dir,
-                job_id=job_id,
-                allow_pickle=False,  # a pickled value shows as its size: TypedValues refuses it
-            ) as backend:
-                for key, state, _, stored in state_entries(backend):
-                    if state == plan.name:
-                        yield from _typed_rows(plan, key_row(key), stored, values, map_keys, index)
+            # a pickled value shows as its size (no code runs): TypedValues refuses it, naming why
+            for key, state, _, stored in restore.of(name, text):
+                if state == plan.name:
+                    yield from _typed_rows(plan, key_row(key), stored, values, map_keys, index)
 
     return read
 

@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dstl.spi import ChangelogHandle, Config, InvalidHandleError
 
-from ...checkpoints import CheckpointLocation
+from ...changelog import BackendSnapshot
+from ...checkpoints import CheckpointLocation, instance_key_groups, restored_read_only
+from ...tools import state_entries
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from ...changelog import BackendSnapshot
     from ...checkpoints import CompletedCheckpoint
 
-__all__ = ["all_handles", "logged_handles", "opened", "retained"]
+__all__ = ["InstanceEntries", "all_handles", "logged_handles", "opened", "retained"]
 
 
 def opened(
@@ -86,3 +88,32 @@ def logged_handles(
         )
         raise InvalidHandleError(msg)
     return [handles[text] for text in sorted(handles)]
+
+
+@dataclass(frozen=True)
+class InstanceEntries:
+    """Restores an operator instance read only (on an executor) and yields its state entries.
+
+    Sent with the readers' tasks: the job's config and where its snapshots are.
+    """
+
+    config: dict[str, Any]
+    max_parallelism: int
+    snapshot_dir: str
+    job_id: str
+
+    def of(
+        self, name: str, snapshot_json: str, *, internal: bool = False, allow_pickle: bool = False
+    ) -> Iterator[tuple[Any, str, str, Any]]:
+        """``(key, state, kind, value)`` of instance ``name`` restored from its snapshot (JSON)."""
+        snapshot = BackendSnapshot.from_json(snapshot_json)
+        with restored_read_only(
+            snapshot,
+            instance_key_groups(name, snapshot),
+            self.config,
+            max_parallelism=self.max_parallelism,
+            snapshot_dir=self.snapshot_dir,
+            job_id=self.job_id,
+            allow_pickle=allow_pickle,
+        ) as backend:
+            yield from state_entries(backend, internal=internal)
