@@ -82,10 +82,8 @@ def read_state_variable(  # noqa: PLR0913 - the options of Spark's statestore re
     from ._private.query_record import recorded_shape
 
     location, documents, cfg = opened(spark, checkpoint_location, config, job_id)
-    plan = _VariablePlan.of(
-        recorded_shape(checkpoint_location, cfg.raw()), state_var_name, checkpoint_location
-    )
-    plan = _replace_flatten(plan, flatten_collection_types)
+    shape = recorded_shape(checkpoint_location, cfg.raw())
+    plan = _VariablePlan.of(shape, state_var_name, checkpoint_location, flatten_collection_types)
     chosen = documents[-1] if batch_id is None else retained(documents, batch_id)
     partitions = {name: index for index, name in enumerate(sorted(chosen.snapshots))}
     if read_change_feed:
@@ -168,10 +166,10 @@ class _VariablePlan:
     value_schema: str
     map_key_schema: str | None
     versions: tuple[str, ...]
-    flatten: bool = True
+    flatten: bool
 
     @classmethod
-    def of(cls, shape: QueryShape | None, name: str, where: str) -> _VariablePlan:
+    def of(cls, shape: QueryShape | None, name: str, where: str, flatten: bool) -> _VariablePlan:
         declared = None if shape is None else shape.state_schemas.get(name)
         kind = None if shape is None else shape.state_kinds.get(name)
         if shape is None or declared is None or kind is None:
@@ -189,6 +187,7 @@ class _VariablePlan:
             declared["value"],
             declared.get("key"),
             shape.versions_of(name),
+            flatten,
         )
 
     def schema(self) -> Any:
@@ -228,12 +227,6 @@ class _VariablePlan:
                 StructField("partition_id", IntegerType()),
             ]
         )
-
-
-def _replace_flatten(plan: _VariablePlan, flatten: bool) -> _VariablePlan:
-    from dataclasses import replace
-
-    return replace(plan, flatten=flatten)
 
 
 def _key_row(plan: _VariablePlan) -> Callable[[Any], Any]:
