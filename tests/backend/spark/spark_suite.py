@@ -178,6 +178,15 @@ def run_to_end(writer: Any) -> Any:
     return query
 
 
+def run_collecting(
+    frame: Any, checkpoint: Path, into: Collected, *, query_name: str | None = None, check: Any = None
+) -> Any:
+    """The suites' usual query: ``frame`` in update mode into ``foreachBatch``, batches kept in ``into``."""
+    writer = frame.writeStream if query_name is None else frame.writeStream.queryName(query_name)
+    writer = writer.option("checkpointLocation", str(checkpoint)).foreachBatch(collect_into(into, check))
+    return run_to_end(writer.outputMode("update"))
+
+
 def rows_of(collected: Collected) -> dict[int, set[Any]]:
     return {batch: set(rows) for batch, rows in sorted(collected.items())}
 

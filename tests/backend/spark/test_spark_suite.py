@@ -28,9 +28,9 @@ from tests.backend.spark import spark_suite_processors as processors
 from tests.backend.spark.spark_suite import (
     FLAVOURS,
     SUITE_CONF,
-    collect_into,
     read_state_variable,
     rows_of,
+    run_collecting,
     run_to_end,
     session_conf,
     state_metadata,
@@ -88,12 +88,7 @@ def _basic(
         initial_state=initial_state,
         tmp_path=tmp_path,
     )
-    query = run_to_end(
-        frame.writeStream.queryName("this_query")
-        .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .foreachBatch(collect_into(out, check))
-        .outputMode("update")
-    )
+    query = run_collecting(frame, tmp_path / "checkpoint", out, query_name="this_query", check=check)
     assert query.name == "this_query"
     return rows_of(out)
 
@@ -168,12 +163,7 @@ def _proc_timer(suite, flavour, tmp_path):
         time_mode="processingtime",
         tmp_path=tmp_path,
     )
-    run_to_end(
-        frame.writeStream.queryName("processing_time_test_query")
-        .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .foreachBatch(collect_into(out))
-        .outputMode("update")
-    )
+    run_collecting(frame, tmp_path / "checkpoint", out, query_name="processing_time_test_query")
     batches = {batch: {(row.id, row.countAsString) for row in rows} for batch, rows in out.items()}
     assert batches == {
         0: {("0", "1"), ("1", "1")},
@@ -208,12 +198,7 @@ def _event_time(suite, flavour, tmp_path, processor, time_mode="eventtime"):
     )
     out: dict = {}
     frame = stateful(flavour, timed, ["id"], processor, EVENT_SCHEMA, time_mode=time_mode, tmp_path=tmp_path)
-    run_to_end(
-        frame.writeStream.queryName("event_time_test_query")
-        .option("checkpointLocation", str(tmp_path / f"checkpoint-{time_mode}"))
-        .foreachBatch(collect_into(out))
-        .outputMode("update")
-    )
+    run_collecting(frame, tmp_path / f"checkpoint-{time_mode}", out, query_name="event_time_test_query")
     return rows_of(out)
 
 
@@ -256,12 +241,7 @@ def _grouping_cols(suite, flavour, tmp_path, initial_state=None):
         initial_state=initial_state,
         tmp_path=tmp_path,
     )
-    run_to_end(
-        stepped.writeStream.queryName("this_query")
-        .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .foreachBatch(collect_into(out))
-        .outputMode("update")
-    )
+    run_collecting(stepped, tmp_path / "checkpoint", out, query_name="this_query")
     return rows_of(out)
 
 
@@ -362,11 +342,7 @@ def test_composite_output_schema(suite, flavour, tmp_path):
         COMPOSITE_OUTPUT_SCHEMA,
         tmp_path=tmp_path,
     )
-    run_to_end(
-        frame.writeStream.option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .foreachBatch(collect_into(out))
-        .outputMode("update")
-    )
+    run_collecting(frame, tmp_path / "checkpoint", out)
     ordered = {batch: sorted(rows, key=lambda row: row.primitiveValue) for batch, rows in out.items()}
     assert ordered == {
         0: [_composite_row("0", 2), _composite_row("1", 2)],
@@ -463,12 +439,7 @@ def _evolve(suite, flavour, tmp_path, source, processor, name=None):
     )
     out: dict = {}
     frame = stateful(flavour, text_stream(suite, source), ["id"], processor, schema, tmp_path=tmp_path)
-    run_to_end(
-        frame.writeStream.queryName("evolution_test")
-        .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .foreachBatch(collect_into(out))
-        .outputMode("update")
-    )
+    run_collecting(frame, tmp_path / "checkpoint", out, query_name="evolution_test")
     return next(row.value for rows in out.values() for row in rows if row.id == "0")
 
 
@@ -598,12 +569,7 @@ def _init_state(suite, flavour, tmp_path, processor, *, time_mode="None", initia
     )
     if after is not None:
         frame = after(frame)
-    run_to_end(
-        frame.writeStream.queryName("this_query")
-        .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .foreachBatch(collect_into(out))
-        .outputMode("update")
-    )
+    run_collecting(frame, tmp_path / "checkpoint", out, query_name="this_query")
     return rows_of(out)
 
 
