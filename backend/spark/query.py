@@ -18,32 +18,12 @@ as long as the sink overwrites a replayed batch (:class:`ParquetBatchSink` does)
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from dstl.spi import ConfigError
-
-from ._private.call_checks import (
-    adapted,
-    check_columns,
-    check_storage_for_spark,
-    job_config,
-    output_struct,
-    stream_watermark,
-)
-from ._private.idle_batches import NO_DATA_BATCHES_CONF, wants_idle_batches, with_heartbeat
-from ._private.input_chunks import InputChunks
-from ._private.ledgers import BatchLedger, RecordedLedger, RunnerLedger
-from ._private.listener_hub import hub_of
-from ._private.query_record import QueryShape, key_types, settled_shape
-from ._private.runner import BatchRunner, QuerySpec, Sink, checked_layout
-from ._private.server_runner import ProgressRecords, ServerSideRunner
-from ._private.sessions import connect_config, is_connect, spark_conf
-from .job_identity import resolve_job_id
+from ._private.call_checks import check_storage_for_spark, stream_watermark
+from ._private.query_start import StepRequest, start_query
+from ._private.runner import Sink
 from .processor import StatefulProcessor, TimeMode
-from .pyspark_compat import PySparkProcessorFactory
-from .query_progress import ProgressBridge
-from .sinks import ParquetBatchSink
 from .stateful_query import StatefulQuery
 
 if TYPE_CHECKING:
@@ -70,6 +50,7 @@ def transform_with_state(  # noqa: PLR0913 - the keywords of PySpark's transform
     watermark_delay: str | float | None = None,
     initial_state: DataFrame | None = None,
     processor_api: str = "pandas",
+    output_event_time_column: str | None = None,
 ) -> StatefulQuery:
     """Start a streaming query whose per-key state lives in the changelog backend.
 
@@ -110,75 +91,28 @@ def transform_with_state(  # noqa: PLR0913 - the keywords of PySpark's transform
         ``"pandas"`` (``transformWithStateInPandas``: frames in and out) or ``"row"``
         (the row-based ``transformWithState``: ``Row`` objects in and out, initial
         state one ``Row`` at a time).
+    :param output_event_time_column: the output column that carries event time (PySpark's
+        ``eventTimeColumnName``): a later step of the query (e.g. ``groupBy(...).count()``
+        in append mode) follows the query's watermark on it.
     """
-    event_time_column, delay_ms = stream_watermark(frame, event_time_column, watermark_delay)
-    check_columns(frame, key_columns, event_time_column)  # before anything is written
-    spark = frame.sparkSession
-    processor = adapted(processor, processor_api, InputChunks.of(spark))
-    connect = is_connect(spark)
-    cfg = job_config(spark_conf(spark), config, checkpoint_location)
-    if connect:
-        cfg = connect_config(cfg, initial_state)
-    parallelism, _, state_dir = checked_layout(cfg)
-    job_id = resolve_job_id(checkpoint_location, job_id, cfg, legacy_state_dir=state_dir)
-    schema = output_struct(output_schema)
-    mode = TimeMode.parse(time_mode if time_mode is not None else ("event" if event_time_column else "none"))
-    if mode is TimeMode.EVENT and event_time_column is None:
-        msg = "time_mode='event' needs an event_time_column (the watermark follows it)"
-        raise ConfigError(msg)
-    no_data_batches = str(spark.conf.get(NO_DATA_BATCHES_CONF, "true")).strip().lower() == "true"
-    wanted = QueryShape(
-        key_types(frame, key_columns),
-        mode.value,
-        wants_idle_batches(mode, trigger, no_data_batches=no_data_batches),
-        processor.schemas if isinstance(processor, PySparkProcessorFactory) else {},
-        state_kinds=processor.state_kinds if isinstance(processor, PySparkProcessorFactory) else {},
-        expiring_states=processor.expiring_states
-        if isinstance(processor, PySparkProcessorFactory)
-        else frozenset(),
+    operator = {
+        "key_columns": key_columns,
+        "processor": processor,
+        "output_schema": output_schema,
+        "config": config,
+        "job_id": job_id,
+        "operator_id": operator_id,
+        "time_mode": time_mode,
+        "event_time_column": event_time_column,
+        "watermark_delay": watermark_delay,
+        "initial_state": initial_state,
+        "processor_api": processor_api,
+        "output_event_time_column": output_event_time_column,
+    }
+    return start_query(
+        [StepRequest(frame, operator)],
+        sink=sink,
+        checkpoint_location=checkpoint_location,
+        trigger=trigger,
+        query_name=query_name,
     )
-    settled = settled_shape(checkpoint_location, wanted, cfg)
-    heartbeat = settled.idle_batches
-    if isinstance(processor, PySparkProcessorFactory):  # values name the schema they were written with
-        processor = replace(
-            processor, value_versions={name: settled.versions_of(name) for name in processor.schemas}
-        )
-    declared = processor.state_counts if isinstance(processor, PySparkProcessorFactory) else {}
-    spec = QuerySpec(
-        job_id,
-        operator_id,
-        tuple(key_columns),
-        schema,
-        processor,
-        ParquetBatchSink(sink) if isinstance(sink, str) else sink,
-        mode,
-        event_time_column,
-        delay_ms,
-        initial_state,
-        heartbeat,
-    )
-    function: Sink
-    ledger: BatchLedger
-    if connect:  # the runner is built where Connect runs the function: on the server
-        function = ServerSideRunner(cfg, spec)
-        bridge = ProgressBridge(ProgressRecords(state_dir, job_id, cfg).read, parallelism, declared)
-        ledger = RecordedLedger(bridge, state_dir, job_id, cfg)
-    else:
-        runner = BatchRunner(cfg, spec)
-        function, ledger = runner, RunnerLedger(runner)
-        bridge = ProgressBridge(runner.progress_of, parallelism, declared)
-    source = with_heartbeat(frame) if heartbeat else frame
-    writer = source.writeStream.foreachBatch(function).option("checkpointLocation", checkpoint_location)
-    if trigger:
-        writer = writer.trigger(**trigger)
-    if query_name:
-        writer = writer.queryName(query_name)
-    hub = hub_of(spark)
-    hub.join(bridge)
-    try:
-        query = writer.start()
-    except BaseException:
-        hub.leave(bridge)
-        raise
-    bridge.bind(str(query.id), lambda: hub.leave(bridge))
-    return StatefulQuery(ledger, query, bridge, lambda: hub.leave(bridge))

@@ -23,7 +23,7 @@ import json
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -60,6 +60,8 @@ class QueryProgress(Mapping[str, Any]):
     parallelism: int = 0
     #: figures known at the call (the processor's state-variable counts), added to ``customMetrics``
     declared: Mapping[str, int] = field(default_factory=dict)
+    #: the query's later stateful steps' figures of the batch, in order, with their parallelism
+    later: tuple[tuple[BatchProgress, int], ...] = ()
 
     @functools.cached_property
     def document(self) -> dict[str, Any]:
@@ -70,8 +72,10 @@ class QueryProgress(Mapping[str, Any]):
         ]
         operator = state_operator(self.state, self.parallelism)
         operator["customMetrics"] = {**self.declared, **operator["customMetrics"]}
-        document["stateOperators"] = [*spark_operators, operator]
-        document["sink"] = {**(document.get("sink") or {}), "numOutputRows": self.state.output_rows}
+        later = [state_operator(state, parallelism) for state, parallelism in self.later]
+        document["stateOperators"] = [*spark_operators, operator, *later]
+        written = self.later[-1][0] if self.later else self.state  # the last step writes to the sink
+        document["sink"] = {**(document.get("sink") or {}), "numOutputRows": written.output_rows}
         document["dstl"] = asdict(self.state)
         return document
 
@@ -84,7 +88,7 @@ class QueryProgress(Mapping[str, Any]):
 
     def __getattr__(self, name: str) -> Any:
         # Spark's attribute names (batchId, stateOperators, sink...) read as on Spark's progress
-        if name.startswith("_") or name in {"batch_id", "spark", "state", "parallelism", "declared"}:
+        if name.startswith("_") or name in {"batch_id", "spark", "state", "parallelism", "declared", "later"}:
             raise AttributeError(name)
         return getattr(self.as_spark, name)
 
@@ -151,7 +155,8 @@ class ProgressBridge(StreamingQueryListener):
     """A listener on Spark's bus that joins each progress of one query with its :class:`BatchProgress`.
 
     ``state_of(batch_id)`` gives dstl's figures of a batch (``None`` if the batch
-    ran no state work, e.g. a batch Spark replayed before this run). Spark posts a
+    ran no state work, e.g. a batch Spark replayed before this run); ``later`` gives
+    those of the query's later stateful steps, each with its parallelism. Spark posts a
     batch's progress after ``foreachBatch`` returned, so the figures are there.
     Progress of other queries is ignored; progress posted before the query id is
     known (:meth:`bind`) waits for it.
@@ -162,10 +167,12 @@ class ProgressBridge(StreamingQueryListener):
         state_of: Callable[[int], BatchProgress | None],
         parallelism: int = 0,
         declared: Mapping[str, int] | None = None,
+        later: Sequence[tuple[Callable[[int], BatchProgress | None], int]] = (),
     ) -> None:
         self._state_of = state_of
         self._parallelism = parallelism
         self._declared = dict(declared or {})
+        self._later = tuple(later)
         self._lock = threading.Lock()
         self._query_id: str | None = None
         self._leave: Callable[[], None] | None = None
@@ -213,8 +220,14 @@ class ProgressBridge(StreamingQueryListener):
         state = self._state_of(int(progress.batchId))
         if state is None:
             return None
+        batch_id = int(progress.batchId)
+        later = tuple(
+            (figures, parallelism)
+            for state_of, parallelism in self._later
+            if (figures := state_of(batch_id)) is not None
+        )
         return QueryProgress(
-            int(progress.batchId), json.loads(progress.json), state, self._parallelism, self._declared
+            batch_id, json.loads(progress.json), state, self._parallelism, self._declared, later
         )
 
     def _join(self, progress: Any) -> None:

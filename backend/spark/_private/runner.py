@@ -51,6 +51,8 @@ __all__ = ["RECENT_BATCHES", "BatchRunner", "Phases", "QuerySpec", "checked_layo
 log = logging.getLogger(__name__)
 
 Sink = Callable[["DataFrame", int], None]
+#: The stateful step reading this one's output in the same query: ``(output, batch_id, clock)``.
+NextStep = Callable[["DataFrame", int, BatchClock], None]
 #: Completed checkpoints per instance a stale working copy may catch up from.
 _LINEAGE_DEPTH = 64
 #: Batch figures a query keeps (weeks of batches must not grow the driver).
@@ -72,6 +74,11 @@ class QuerySpec:
     watermark_delay_ms: int = 0
     initial_state: Any = None  # DataFrame: handed to handle_initial_state in the first batch
     heartbeat: bool = False  # the stream carries heartbeat rows (batches run on an idle stream)
+    #: batches may run on an idle stream: one in which no instance ran writes nothing
+    idle_batches: bool = False
+    #: the next stateful step of the query: it gets the output (every batch: its timers may be
+    #: due) and writes to the sink, instead of this step
+    next_step: NextStep | None = None
 
 
 def checked_layout(cfg: Config) -> tuple[int, int, str]:
@@ -131,6 +138,7 @@ class BatchRunner:
         self.completed_batches = 0
         self.listeners: list[Callable[[BatchProgress], None]] = []
         self.completed = threading.Condition()
+        self._advances_watermark = True  # set per batch by _clock
 
     def progress_of(self, batch_id: int) -> BatchProgress | None:
         """This run's figures of ``batch_id``, while it is among the recent ones."""
@@ -248,8 +256,15 @@ class BatchRunner:
         work = pinned_arrow_function(plan, self.spec.make_processor, tuple(rows.columns), timezone)
         return carriers.mapInArrow(work, schema)
 
-    def _clock(self, base: CompletedCheckpoint | None) -> tuple[BatchClock, frozenset[int]]:
-        """The batch's clocks (the watermark comes from the base checkpoint), and the instances to wake."""
+    def _clock(
+        self, base: CompletedCheckpoint | None, upstream: BatchClock | None = None
+    ) -> tuple[BatchClock, frozenset[int]]:
+        """The batch's clocks, and the instances to wake.
+
+        The watermark comes from the base checkpoint, or from ``upstream`` (the clock of
+        the step whose output this one reads) when that has one: as Spark propagates a
+        query's watermark from operator to operator, every step of a batch runs on it.
+        """
         spec = self.spec
         # Spark's: a query with event time starts at watermark 0; late rows are judged by the
         # watermark of the batch before (checkpoints without it: by this batch's)
@@ -258,7 +273,14 @@ class BatchRunner:
         late = base.time.late_watermark_ms if base is not None else start
         if watermark is None:
             watermark = start
-        clock = BatchClock(int(time.time() * 1000), watermark, spec.time_mode, late)
+        now = int(time.time() * 1000)
+        if upstream is not None:
+            now = upstream.processing_time_ms
+            if upstream.watermark_ms is not None:
+                watermark, late = upstream.watermark_ms, upstream.late_watermark_ms
+        # the upstream step's watermark is the batch's: this step's own events do not move it
+        self._advances_watermark = upstream is None or upstream.watermark_ms is None
+        clock = BatchClock(now, watermark, spec.time_mode, late)
         up_to = clock.fire_up_to()
         if up_to is None or base is None:
             return clock, frozenset()
@@ -284,7 +306,8 @@ class BatchRunner:
                 next_timers[name] = expiry
         watermark = clock.watermark_ms
         seen = [item.max_event_ms for item in stats if item.max_event_ms is not None]
-        if seen:  # Spark's rule: the largest event time seen minus the delay, never moving back
+        # Spark's rule: the largest event time seen minus the delay, never moving back
+        if seen and self._advances_watermark:
             advanced = max(seen) - self.spec.watermark_delay_ms
             watermark = advanced if watermark is None else max(watermark, advanced)
         return TimeProgress(watermark, next_timers, clock.watermark_ms)
@@ -332,7 +355,8 @@ class BatchRunner:
             clock=clock,
         )
 
-    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+    def __call__(self, batch: DataFrame, batch_id: int, upstream: BatchClock | None = None) -> None:
+        """Run batch ``batch_id`` over ``batch`` (``upstream``: the previous step's clock, in a chain)."""
         from pyspark.sql import functions as F
         from pyspark.sql.types import StringType, StructField, StructType
 
@@ -341,7 +365,7 @@ class BatchRunner:
             batch = without_heartbeat(batch)
         base = self._base(batch_id)
         bases = self._bases(base)
-        clock, wake = self._clock(base)
+        clock, wake = self._clock(base, upstream)
         plan = self._plan(batch_id, base, bases, clock, wake)
         spec = self.spec
         key_group, instance = routing_exprs(list(spec.key_columns), self.parallelism, self.max_parallelism)
@@ -367,8 +391,11 @@ class BatchRunner:
             for row in result.where(F.col(REPORT_COLUMN).isNotNull()).select(REPORT_COLUMN).collect()
         ]
         phases.mark("collect")
-        if reports or not self.spec.heartbeat:  # an idle batch in which nothing ran has no output
-            self.spec.sink(result.where(F.col(REPORT_COLUMN).isNull()).drop(REPORT_COLUMN), batch_id)
+        output = result.where(F.col(REPORT_COLUMN).isNull()).drop(REPORT_COLUMN)
+        if spec.next_step is not None:  # every batch: the next step's timers may be due
+            spec.next_step(output, batch_id, clock)
+        elif reports or not spec.idle_batches:  # an idle batch in which nothing ran has no output
+            spec.sink(output, batch_id)
         phases.mark("sink")
         self.complete_batch(batch_id, base, bases, clock, reports, phases)
 

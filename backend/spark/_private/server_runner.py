@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
     from pyspark.sql import DataFrame
 
-__all__ = ["PROGRESS_DIR", "ProgressRecords", "ServerSideRunner"]
+__all__ = ["PROGRESS_DIR", "LazyRunner", "ProgressRecords", "ServerSideRunner"]
 
 #: Under the job's state directory (beside ``checkpoints``): one record per batch.
 PROGRESS_DIR = "progress"
@@ -80,29 +80,49 @@ class ProgressRecords:
         return progress
 
 
-class ServerSideRunner:
-    """The ``foreachBatch`` function of a Connect query: a :class:`BatchRunner` built on the first batch.
+class LazyRunner:
+    """A :class:`BatchRunner` built where it first runs, from the config and the query's spec.
 
-    Pickled with the config and the query's spec only; the runner it builds
-    records every batch's progress for the client.
+    Pickled without the runner (it holds locks, the checkpoint coordinator and its
+    driver lease): on Spark Connect the function runs in a Python process of the
+    server, which builds its own. With ``records_progress`` the runner records
+    every batch's figures (:class:`ProgressRecords`) for a client that cannot see it.
     """
 
-    def __init__(self, cfg: Config, spec: QuerySpec) -> None:
+    def __init__(self, cfg: Config, spec: QuerySpec, *, records_progress: bool) -> None:
         self._config = cfg.raw()
         self._spec = spec
+        self._records_progress = records_progress
         self._runner: BatchRunner | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"config": self._config, "spec": self._spec}
+        return {name: value for name, value in self.__dict__.items() if name != "_runner"}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self._config = state["config"]
-        self._spec = state["spec"]
+        self.__dict__.update(state)
         self._runner = None
 
-    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+    @property
+    def runner(self) -> BatchRunner:
+        """The runner, built on first use."""
         if self._runner is None:
             runner = BatchRunner(Config.of(self._config), self._spec)
-            runner.listeners.append(ProgressRecords(runner.state_dir, self._spec.job_id, runner.cfg).write)
+            if self._records_progress:
+                records = ProgressRecords(runner.state_dir, self._spec.job_id, runner.cfg)
+                runner.listeners.append(records.write)
             self._runner = runner
-        self._runner(batch, batch_id)
+        return self._runner
+
+    def progress_of(self, batch_id: int) -> BatchProgress | None:
+        """The figures of ``batch_id`` (``None`` before the runner ran here)."""
+        return None if self._runner is None else self._runner.progress_of(batch_id)
+
+
+class ServerSideRunner(LazyRunner):
+    """The ``foreachBatch`` function of a Connect query: its runner records every batch's progress."""
+
+    def __init__(self, cfg: Config, spec: QuerySpec) -> None:
+        super().__init__(cfg, spec, records_progress=True)
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        self.runner(batch, batch_id)
