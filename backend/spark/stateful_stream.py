@@ -10,11 +10,21 @@
         .option("checkpointLocation", "/data/chk").start("/data/big-spenders")
     )
 
-The step runs in ``foreachBatch`` (:func:`~.query.transform_with_state`): what
-follows it runs on each batch's output, so only per-row steps may follow
-(``select``, ``where``, ``withColumn``...); an aggregation, a join, a second
-stateful step or anything else that spans batches is refused at the call, with
+The step runs in ``foreachBatch`` (:func:`~.query.transform_with_state`): per-row
+steps (``select``, ``where``, ``withColumn``...) run on each batch's output; what
+spans batches is another stateful step of the same query, with its own state:
+``groupBy(...).count()``/``agg(...)`` (a streaming aggregation, in Spark's append or
+update mode, on the query's watermark), or ``stateful_stream`` over this stream.
+A join, a sort or anything else that spans batches is refused at the call, with
 what to do instead. Formats: :func:`~._private.stream_sinks.batch_writer`.
+
+.. code-block:: python
+
+    sessions = stateful_stream(clicks, key_columns=["user"], processor=Sessions,
+                               output_schema="user string, ended timestamp",
+                               output_event_time_column="ended")
+    per_minute = sessions.groupBy("ended").count()       # final once the watermark passes
+    per_minute.writeStream.outputMode("append").option("checkpointLocation", chk).start(path)
 """
 
 from __future__ import annotations
@@ -25,7 +35,15 @@ from typing import TYPE_CHECKING, Any
 
 from dstl.spi import ConfigError
 
+from ._private.aggregation import (
+    EVENT_COPY_COLUMN,
+    Aggregation,
+    AggregationProcessor,
+    aggregate_for,
+    result_type,
+)
 from ._private.call_checks import output_struct
+from ._private.query_start import StepRequest, start_query
 from ._private.stream_sinks import OUTPUT_MODES, batch_writer
 
 if TYPE_CHECKING:
@@ -33,7 +51,7 @@ if TYPE_CHECKING:
 
     from .stateful_query import StatefulQuery
 
-__all__ = ["StatefulStream", "StatefulStreamWriter", "stateful_stream"]
+__all__ = ["GroupedStatefulStream", "StatefulStream", "StatefulStreamWriter", "stateful_stream"]
 
 Step = Callable[["DataFrame"], "DataFrame"]
 
@@ -42,29 +60,26 @@ Step = Callable[["DataFrame"], "DataFrame"]
 _SPANNING = frozenset(
     {
         "agg", "crossJoin", "cube", "distinct", "dropDuplicates", "dropDuplicatesWithinWatermark",
-        "exceptAll", "groupBy", "groupby", "intersect", "intersectAll", "join", "limit", "orderBy",
+        "exceptAll", "intersect", "intersectAll", "join", "limit", "orderBy",
         "rollup", "sort", "subtract", "transformWithState", "transformWithStateInPandas", "union",
         "unionAll", "unionByName", "withWatermark",
     }
 )  # fmt: skip
 
 
-def stateful_stream(frame: DataFrame, **operator: Any) -> StatefulStream:
+def stateful_stream(frame: DataFrame | StatefulStream, **operator: Any) -> StatefulStream:
     """The output of a dstl stateful step over ``frame``, to transform and write like a DataFrame.
 
+    :param frame: the stream, or another stateful step's output (both steps then run in
+        one query, each with its own state, on the query's watermark).
     :param operator: the keywords of :func:`~.query.transform_with_state` that define the
         step (``key_columns``, ``processor``, ``output_schema``, ``time_mode``,
         ``event_time_column``, ``watermark_delay``, ``initial_state``, ``processor_api``,
-        ``config``, ``job_id``, ``operator_id``); the sink, checkpoint location, trigger
-        and query name come from :attr:`StatefulStream.writeStream`.
-    :raises ConfigError: when ``frame`` is itself a stateful stream (one dstl step per query).
+        ``output_event_time_column``, ``config``, ``job_id``, ``operator_id``); the sink,
+        checkpoint location, trigger and query name come from :attr:`StatefulStream.writeStream`.
+    :raises ConfigError: for keywords that belong to ``writeStream``, or key columns the
+        frame does not have.
     """
-    if isinstance(frame, StatefulStream):
-        msg = (
-            "one dstl stateful step per query: a second one over a stateful stream is not supported yet; "
-            "write the first step's output (e.g. to Kafka or files) and run the second as its own query"
-        )
-        raise ConfigError(msg)
     given = set(operator) & {"sink", "checkpoint_location", "trigger", "query_name"}
     if given:
         msg = (
@@ -74,6 +89,12 @@ def stateful_stream(frame: DataFrame, **operator: Any) -> StatefulStream:
     if "output_schema" not in operator or "key_columns" not in operator or "processor" not in operator:
         msg = "stateful_stream needs key_columns, processor and output_schema"
         raise ConfigError(msg)
+    if isinstance(frame, StatefulStream):
+        missing = [column for column in operator["key_columns"] if column not in frame.columns]
+        if missing:
+            msg = f"key columns {missing} are not in the stateful stream's columns {frame.columns}"
+            raise ConfigError(msg)
+        return StatefulStream(frame.source, dict(operator), upstream=frame)
     return StatefulStream(frame, dict(operator))
 
 
@@ -84,13 +105,20 @@ class StatefulStream:
     source: DataFrame
     operator: Mapping[str, Any]
     steps: tuple[Step, ...] = ()
+    #: the stateful step whose output (after its own steps) this one reads, in the same query
+    upstream: StatefulStream | None = None
+    #: per-row steps run on the upstream's output before this step (its input's shape)
+    input_steps: tuple[Step, ...] = ()
+    #: set when this step is ``groupBy(...).agg(...)``: its output mode is the query's
+    aggregation: Aggregation | None = None
     _schema: Any = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         # the steps run on an empty frame of the output schema now: a wrong column fails at the call
-        object.__setattr__(self, "_schema", self.apply(self._empty_output()).schema)
+        object.__setattr__(self, "_schema", self.apply(self.empty_output()).schema)
 
-    def _empty_output(self) -> DataFrame:
+    def empty_output(self) -> DataFrame:
+        """An empty batch frame of this step's output schema (before its steps)."""
         return self.source.sparkSession.createDataFrame([], output_struct(self.operator["output_schema"]))
 
     def apply(self, frame: DataFrame) -> DataFrame:
@@ -98,6 +126,60 @@ class StatefulStream:
         for step in self.steps:
             frame = step(frame)
         return frame
+
+    def read_input(self, upstream_output: DataFrame) -> DataFrame:
+        """This step's input from its upstream's output of a batch (the upstream's steps, then ours)."""
+        assert self.upstream is not None
+        frame = self.upstream.apply(upstream_output)
+        for step in self.input_steps:
+            frame = step(frame)
+        return frame
+
+    def chain(self) -> list[StatefulStream]:
+        """The query's stateful steps, the first (reading the stream) first."""
+        steps = [self]
+        while steps[0].upstream is not None:
+            steps.insert(0, steps[0].upstream)
+        return steps
+
+    def request(self, output_mode: str) -> StepRequest:
+        """This step as :func:`~._private.query_start.start_query` takes it, in ``output_mode``."""
+        operator = dict(self.operator)
+        if self.aggregation is not None:
+            operator["processor"] = AggregationProcessor(self.aggregation.checked(output_mode))
+        if self.upstream is None:
+            return StepRequest(self.source, operator)
+        upstream = self.upstream
+        return StepRequest(self.read_input(upstream.empty_output()), operator, self.read_input)
+
+    @property
+    def output_event_time_column(self) -> str | None:
+        """The column of the rows that carries the query's event time (``None``: none does)."""
+        column = self.operator.get("output_event_time_column")
+        return column if column in self.columns else None
+
+    def groupBy(self, *columns: Any) -> GroupedStatefulStream:
+        """Spark's ``groupBy`` on the stream: aggregate with ``count``, ``sum``... or ``agg``.
+
+        :raises ConfigError: for a column this stream does not have, or a column
+            expression (e.g. ``window``): group by column names.
+        """
+        names = (
+            list(columns[0]) if len(columns) == 1 and isinstance(columns[0], list | tuple) else list(columns)
+        )
+        if not all(isinstance(name, str) for name in names):
+            msg = (
+                "groupBy after a dstl stateful step takes column names: compute a window or an "
+                "expression as a column first (withColumn), then group by its name"
+            )
+            raise ConfigError(msg)
+        missing = [name for name in names if name not in self.columns]
+        if missing or not names:
+            msg = f"groupBy{tuple(names)}: columns {missing} are not in the stream's columns {self.columns}"
+            raise ConfigError(msg)
+        return GroupedStatefulStream(self, tuple(names))
+
+    groupby = groupBy
 
     def transform(self, step: Step) -> StatefulStream:
         """Add ``step`` (a DataFrame to DataFrame function run on each batch's output: keep it per-row)."""
@@ -219,10 +301,9 @@ class StatefulStreamWriter:
         """Start the query.
 
         :raises ConfigError: without ``option("checkpointLocation", ...)`` (where the
-            state and its offsets live), or for a format that cannot write here.
+            state and its offsets live), for a format that cannot write here, or an
+            output mode an aggregation of the query cannot run in.
         """
-        from .query import transform_with_state
-
         options = dict(self._options)
         checkpoint = options.pop("checkpointLocation", None)
         if checkpoint is None:
@@ -235,11 +316,146 @@ class StatefulStreamWriter:
         def sink(frame: DataFrame, batch_id: int) -> None:
             write(stream.apply(frame), batch_id)
 
-        return transform_with_state(
-            stream.source,
-            **stream.operator,
+        return start_query(
+            [step.request(self._mode) for step in stream.chain()],
             sink=sink,
             checkpoint_location=checkpoint,
             trigger=self._trigger,
             query_name=self._query_name,
         )
+
+
+class GroupedStatefulStream:
+    """A stateful stream grouped by columns (Spark's ``GroupedData``): each aggregate is the next step.
+
+    The groups' running aggregates live in dstl's state; the mode chosen with
+    ``writeStream.outputMode`` decides what each batch emits (``append``: a group once,
+    final, when the watermark passes the query's event time among the group columns;
+    ``update``: the groups a batch changed).
+    """
+
+    def __init__(self, stream: StatefulStream, columns: tuple[str, ...]) -> None:
+        self._stream = stream
+        self._columns = columns
+
+    def count(self) -> StatefulStream:
+        """Rows per group, in column ``count``."""
+        return self._aggregated([("count", None)])
+
+    def sum(self, *columns: str) -> StatefulStream:
+        """``sum(column)`` per group, of each column (every numeric one when none is named)."""
+        return self._aggregated([("sum", column) for column in self._numeric(columns)])
+
+    def avg(self, *columns: str) -> StatefulStream:
+        """``avg(column)`` per group."""
+        return self._aggregated([("avg", column) for column in self._numeric(columns)])
+
+    mean = avg
+
+    def min(self, *columns: str) -> StatefulStream:
+        """``min(column)`` per group."""
+        return self._aggregated([("min", column) for column in self._numeric(columns)])
+
+    def max(self, *columns: str) -> StatefulStream:
+        """``max(column)`` per group."""
+        return self._aggregated([("max", column) for column in self._numeric(columns)])
+
+    def agg(self, *exprs: Any) -> StatefulStream:
+        """Spark's ``agg`` in its mapping form: ``agg({"amount": "sum", "*": "count"})``.
+
+        :raises ConfigError: for column expressions (``F.sum(...)``): use the mapping form
+            or the named methods, then ``withColumnRenamed``.
+        """
+        if len(exprs) != 1 or not isinstance(exprs[0], Mapping):
+            msg = (
+                "agg after a dstl stateful step takes a mapping of column to function "
+                "({'amount': 'sum', '*': 'count'}); rename results with withColumnRenamed"
+            )
+            raise ConfigError(msg)
+        return self._aggregated(
+            [(function, None if column == "*" else column) for column, function in exprs[0].items()]
+        )
+
+    def _numeric(self, columns: tuple[str, ...]) -> list[str]:
+        from pyspark.sql.types import NumericType
+
+        if columns:
+            return list(columns)
+        schema = self._stream.schema
+        return [
+            f.name
+            for f in schema.fields
+            if isinstance(f.dataType, NumericType) and f.name not in self._columns
+        ]
+
+    def _aggregated(self, wanted: list[tuple[str, str | None]]) -> StatefulStream:
+        from pyspark.sql.types import StructField, StructType, TimestampNTZType, TimestampType
+
+        stream = self._stream
+        types = {f.name: f.dataType for f in stream.schema.fields}
+        missing = [column for _, column in wanted if column is not None and column not in types]
+        if missing or not wanted:
+            msg = f"aggregate columns {missing} are not in the stream's columns {stream.columns}"
+            raise ConfigError(msg)
+        aggregates = tuple(
+            aggregate_for(function, column, None if column is None else types[column])
+            for function, column in wanted
+        )
+        timestamps = tuple(c for c in self._columns if isinstance(types[c], TimestampType | TimestampNTZType))
+        event = stream.output_event_time_column
+        event = event if event in self._columns else None
+        fields = [StructField(c, _as_key_type(types[c]), True) for c in self._columns] + [
+            StructField(a.name, result_type(a, None if a.column is None else types[a.column]), True)
+            for a in aggregates
+        ]
+        operator = {
+            "key_columns": list(self._columns),
+            "processor": None,  # the aggregation's, in the query's output mode (request)
+            "output_schema": StructType(fields),
+            "time_mode": "event" if event else "none",
+            "config": stream.operator.get("config"),
+        }
+        if event is not None:
+            operator["event_time_column"] = EVENT_COPY_COLUMN
+        aggregated = StatefulStream(
+            stream.source,
+            operator,
+            upstream=stream,
+            input_steps=(_as_keys(timestamps, event),),
+            aggregation=Aggregation(self._columns, aggregates, event),
+            steps=(_as_timestamps({c: types[c] for c in timestamps}),) if timestamps else (),
+        )
+        return aggregated
+
+
+def _as_key_type(kind: Any) -> Any:
+    """A group column's type in the aggregation's state: timestamps as epoch microseconds."""
+    from pyspark.sql.types import LongType, TimestampNTZType, TimestampType
+
+    return LongType() if isinstance(kind, TimestampType | TimestampNTZType) else kind
+
+
+def _as_keys(timestamps: tuple[str, ...], event: str | None) -> Step:
+    """The step before an aggregation: the event time kept as a timestamp, timestamp keys as microseconds."""
+
+    def step(frame: DataFrame) -> DataFrame:
+        from pyspark.sql import functions as F
+
+        if event is not None:
+            frame = frame.withColumn(EVENT_COPY_COLUMN, F.col(event).cast("timestamp"))
+        if timestamps:
+            frame = frame.withColumns({c: F.unix_micros(F.col(c).cast("timestamp")) for c in timestamps})
+        return frame
+
+    return step
+
+
+def _as_timestamps(kinds: Mapping[str, Any]) -> Step:
+    """The step after an aggregation: its timestamp group columns back from microseconds."""
+
+    def step(frame: DataFrame) -> DataFrame:
+        from pyspark.sql import functions as F
+
+        return frame.withColumns({c: F.timestamp_micros(F.col(c)).cast(kind) for c, kind in kinds.items()})
+
+    return step

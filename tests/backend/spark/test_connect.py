@@ -153,3 +153,40 @@ def test_what_cannot_run_on_connect_is_refused_at_the_call(spark_connect, tmp_pa
     assert not (tmp_path / "chk").exists()  # refused before anything was written
     with pytest.raises(ConfigError, match="needs a classic SparkSession"):
         read_state(spark_connect, str(tmp_path / "chk"))
+
+
+def test_a_query_of_two_stateful_steps_runs_on_connect(spark_connect, tmp_path):
+    """The aggregation after the step is built on the server too; both steps report their progress."""
+    from dstl.backend.spark import stateful_stream
+
+    config = {"dstl.storage": "local", "dstl.spark.working-dir": str(tmp_path / "working")}
+    counts = stateful_stream(
+        spark_connect.readStream.schema("user string")
+        .option("maxFilesPerTrigger", 1)
+        .json(str(tmp_path / "in")),
+        key_columns=["user"],
+        processor=RunningCount(),
+        output_schema=OUTPUT,
+        config=config,
+    )
+    per_count = counts.selectExpr("user", "count AS n").groupBy("n").count()
+    write_batch(tmp_path / "in", 0)
+    write_batch(tmp_path / "in", 1)
+    query = (
+        per_count.writeStream.foreachBatch(sparks_sink(str(tmp_path / "out")))
+        .outputMode("update")
+        .option("checkpointLocation", str(tmp_path / "chk"))
+        .start()
+    )
+    try:
+        query.process_all_available()
+        assert query.completed_batches == 2
+        progress = query.last_progress
+        assert [op["numRowsTotal"] for op in progress["stateOperators"]] == [3, 2]  # users a-c; n = 1, 2
+    finally:
+        query.stop()
+    found = sorted(tmp_path.joinpath("out").glob("batch_id=*"))
+    written = [
+        sorted(map(tuple, pd.read_parquet(path)[["n", "count"]].itertuples(index=False))) for path in found
+    ]
+    assert written == [[(1, 1), (2, 1)], [(1, 2), (2, 2)]]  # batch 1: b now 2, c 1
