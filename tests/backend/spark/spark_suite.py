@@ -112,14 +112,14 @@ def stateful(
     *,
     time_mode: str = "None",
     initial_state: Any = None,
-    event_time_column: str | None = None,
+    output_event_time_column: str | None = None,
     output_mode: str = "Update",
     tmp_path: Path | None = None,
 ) -> Any:
     """The stateful step of ``flavour``: Spark's operator, or dstl's stream with the same arguments."""
     if flavour.engine == "spark":
         grouped_initial = None if initial_state is None else initial_state.groupBy(*keys)
-        named = {} if event_time_column is None else {"eventTimeColumnName": event_time_column}
+        named = {} if output_event_time_column is None else {"eventTimeColumnName": output_event_time_column}
         grouped = frame.groupBy(*keys)
         operator = grouped.transformWithState if flavour.row_based else grouped.transformWithStateInPandas
         return operator(
@@ -134,8 +134,8 @@ def stateful(
 
     assert tmp_path is not None
     extra: dict[str, Any] = {}
-    if event_time_column is not None:
-        extra["event_time_column"] = event_time_column
+    if output_event_time_column is not None:
+        extra["output_event_time_column"] = output_event_time_column
     return stateful_stream(
         frame,
         key_columns=keys,

@@ -9,6 +9,7 @@ same for both (see :mod:`.spark_suite`).
 
 from __future__ import annotations
 
+import datetime
 import json
 
 import pytest
@@ -22,12 +23,14 @@ from pyspark.sql.types import (
     StringType,
     StructField,
     StructType,
+    TimestampType,
 )
 
 from tests.backend.spark import spark_suite_processors as processors
 from tests.backend.spark.spark_suite import (
     FLAVOURS,
     SUITE_CONF,
+    collect_into,
     read_state_variable,
     rows_of,
     run_collecting,
@@ -222,6 +225,59 @@ def test_watermark_without_event_time_mode(suite, flavour, tmp_path, time_mode):
         0: _stamps(("a", "20")),
         1: _stamps(("a", "4")),
         2: _stamps(("a", "2")),
+    }
+
+
+CHAINED_SCHEMA = StructType(
+    [StructField("id", StringType(), True), StructField("outputTimestamp", TimestampType(), True)]
+)
+
+
+@pytest.mark.parametrize("grouping", [["outputTimestamp"], ["outputTimestamp", "id"]], ids="-".join)
+def test_chaining_ops(suite, flavour, tmp_path, grouping):
+    """``test_transform_with_state_chaining_ops``: ``groupBy().count()`` after the step, in append mode.
+
+    The step's output carries event time (``eventTimeColumnName``); the aggregation emits a
+    group once the query's watermark passes it: in batch 1 the groups at or below 10 s
+    (15 - 5), in batch 2 those at or below 20 s; the row at 5 s is late in batch 2.
+    """
+    source = tmp_path / "input"
+    write_pairs(source, "text-test3.txt", ["a", "b"], [10, 15], 1)
+    write_pairs(source, "text-test4.txt", ["a", "c"], [11, 25], 2)
+    write_pairs(source, "text-test1.txt", ["a"], [5], 3)
+    timed = (
+        text_stream(suite, source)
+        .select("id", F.from_unixtime(F.col("temperature")).alias("eventTime").cast("timestamp"))
+        .withWatermark("eventTime", "5 seconds")
+    )
+    step = stateful(
+        flavour,
+        timed,
+        ["id"],
+        processors.FirstEventTime(flavour.row_based),
+        CHAINED_SCHEMA,
+        time_mode="eventTime",
+        output_event_time_column="outputTimestamp",
+        output_mode="Append",
+        tmp_path=tmp_path,
+    )
+    out: dict = {}
+    writer = (
+        step.groupBy(grouping)
+        .count()
+        .writeStream.queryName("chaining_ops_query")
+        .foreachBatch(collect_into(out))
+        .outputMode("append")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+    )
+    query = run_to_end(writer)
+    assert query.name == "chaining_ops_query"
+    counted = {batch: {(row.outputTimestamp, row["count"]) for row in rows} for batch, rows in out.items()}
+    second = datetime.datetime(1970, 1, 1)
+    assert counted == {
+        0: set(),
+        1: {(second + datetime.timedelta(seconds=10), 1)},
+        2: {(second + datetime.timedelta(seconds=11), 1), (second + datetime.timedelta(seconds=15), 1)},
     }
 
 
