@@ -28,7 +28,7 @@ from .idle_batches import NO_DATA_BATCHES_CONF, wants_idle_batches, with_heartbe
 from .input_chunks import InputChunks
 from .ledgers import BatchLedger, RecordedLedger, RunnerLedger
 from .listener_hub import hub_of
-from .query_record import QueryShape, key_types, settled_shape
+from .query_record import QueryShape, key_types, recorded_shape, settled_shape
 from .runner import BatchRunner, NextStep, QuerySpec, Sink, checked_layout
 from .server_runner import ProgressRecords, ServerSideRunner
 from .sessions import connect_config, is_connect, spark_conf
@@ -64,6 +64,26 @@ def step_location(checkpoint_location: str, index: int) -> str:
     if index == 0:
         return checkpoint_location
     return f"{checkpoint_location.rstrip('/')}/{STEPS_DIR}/{index}"
+
+
+def _check_no_step_added(steps: Sequence[_Checked]) -> None:
+    """Refuse a later step that the query at this location did not have when it ran before.
+
+    Its state would have to start at the query's next batch, which continues from the
+    checkpoint before it: as Spark, which finds no state for a new operator, dstl refuses.
+    """
+    first = steps[0]
+    if recorded_shape(first.location, first.cfg) is None:
+        return
+    for index, step in enumerate(steps[1:], start=1):
+        if recorded_shape(step.location, step.cfg) is None:
+            msg = (
+                f"stateful step {index + 1} of the query is new: the query at {first.location} ran "
+                "without it, and a step cannot join a query's checkpoint (its state would start "
+                "mid-stream). Start the query from a new checkpoint location (with a savepoint of the "
+                "first step's state, if needed), or run the new step as a query of its own"
+            )
+            raise ConfigError(msg)
 
 
 def _time_mode(operator: Mapping[str, Any], event_time_column: str | None) -> TimeMode:
@@ -183,6 +203,7 @@ def start_query(
     checked = [
         _checked(request, step_location(checkpoint_location, i), connect) for i, request in enumerate(steps)
     ]
+    _check_no_step_added(checked)
     no_data_batches = str(spark.conf.get(NO_DATA_BATCHES_CONF, "true")).strip().lower() == "true"
     # the stream gets the heartbeat when any step's timers can fire; the first step's record keeps it
     wanted_idle = any(

@@ -568,4 +568,3 @@ class RecordUpcast(_Evolving):
     def next_value(self, number: int) -> dict:
         found = number + self.state.get()[0] + 1 if self.state.exists() else number
         return {"id": found, "name": f"name-{number}"}
-

@@ -234,4 +234,8 @@ def test_two_stateful_steps_run_in_one_query_each_with_its_own_state_across_a_re
     run_batches(regions, tmp_path, out)  # a new query on the same location: both states restored
     assert out == {0: [("eu", 2), ("us", 1)], 1: [("us", 2)]}
     assert (tmp_path / "chk" / "dstl-steps" / "1").is_dir()  # the second step's own location
-
+    third = stateful_stream(
+        regions, key_columns=["region"], processor=RegionCount, output_schema="region string, count long"
+    )
+    with pytest.raises(ConfigError, match="stateful step 3 of the query is new"):
+        run_batches(third, tmp_path, out)
