@@ -64,7 +64,7 @@ class DiscardTracker:
                         self._held[segment].discard(offset)
                         released.setdefault(segment, set()).add(offset)
         for segment, offsets in released.items():
-            self.reclaim(segment, touched=[(offset, 0) for offset in offsets])
+            self.reclaim(segment, offsets)
         return touched
 
     def discard(self, entries: dict[str, set[tuple[int, int]]]) -> list[str]:
@@ -74,25 +74,24 @@ class DiscardTracker:
             with open(path, "a", encoding="ascii") as file:
                 file.write("".join(f"{offset} {length}\n" for offset, length in sorted(ranges)))
             # Recorded first, punched after: whoever reads a hole finds its range recorded.
-            self.reclaim(segment, touched=ranges)
+            self.reclaim(segment, (offset for offset, _ in ranges))
         return [segment for segment in entries if self.collect(segment)]
 
-    def reclaim(self, segment: str, touched: Iterable[tuple[int, int]] | None = None) -> int:
+    def reclaim(self, segment: str, touched: Iterable[int]) -> int:
         """Free the blocks of ``segment`` that only discarded, unpinned change sets occupy; bytes freed.
 
-        :param touched: the ranges just discarded: only the runs of discarded change
-            sets that contain one of them are punched (default: every run).
+        :param touched: offsets of the change sets just discarded or unpinned: only the runs
+            of discarded change sets that contain one of them are punched (the others were
+            punched when they were touched).
         """
         discarded = self.discarded_ranges(segment)
         with self._lock:
             pinned = {offset for (name, offset), count in self._pins.items() if name == segment and count}
             # Remembered so that unpin frees them (pins and this memory are this process's).
             self._held.setdefault(segment, set()).update(pinned.intersection(discarded))
+        starts = sorted(touched)
         runs = merged((offset, length) for offset, length in discarded.items() if offset not in pinned)
-        if touched is not None:
-            starts = sorted(offset for offset, _ in touched)
-            runs = [run for run in runs if _contains_any(run, starts)]
-        return punch_holes(self._dir / segment, runs)
+        return punch_holes(self._dir / segment, [run for run in runs if _contains_any(run, starts)])
 
     def discarded_ranges(self, segment: str) -> dict[int, int]:
         """``offset -> length`` of the change sets of ``segment`` recorded as discarded."""

@@ -75,7 +75,7 @@ class OwnerCheck:
 
     def __init__(self, epoch_file: EpochFile) -> None:
         self._path = epoch_file.path
-        self._fd = os.open(self._path, os.O_RDONLY)
+        self._fd: int | None = os.open(self._path, os.O_RDONLY)
         stat = os.fstat(self._fd)
         self._identity = (stat.st_dev, stat.st_ino)
         self._lock = threading.Lock()
@@ -83,7 +83,7 @@ class OwnerCheck:
     def owner(self) -> tuple[int, str] | None:
         """The current ``(epoch, token)``; ``None`` when the file changed identity or is unreadable."""
         with self._lock:
-            if self._fd < 0:
+            if self._fd is None:
                 msg = f"the writer of {self._path.stem!r} was closed while its persist waited"
                 raise ClosedError(msg)
             try:
@@ -97,9 +97,9 @@ class OwnerCheck:
     def close(self) -> None:
         """Close the descriptor; idempotent."""
         with self._lock:
-            if self._fd >= 0:
+            if self._fd is not None:
                 os.close(self._fd)
-                self._fd = -1
+                self._fd = None
 
 
 def _read_locked(fd: int) -> tuple[int, str] | None:

@@ -325,3 +325,18 @@ def test_discarding_change_sets_one_by_one_reads_each_frame_header_once(config, 
         monkeypatch.undo()
         assert storage.metrics.counter("refused_discards") == 0
         assert len(reads) <= 2 * len(handles), len(reads)
+
+
+def test_each_discard_punches_only_the_runs_it_touched(config, monkeypatch):
+    """Blocks freed before are not punched again: a discard's cost does not grow with the
+    segment's history of discards."""
+    with load_storage(config, job_id="job") as storage:
+        keep, drop, kept, dropped = _interleaved(storage, rounds=40)
+        drop.truncate(len(dropped))
+        calls = []
+        real = holes._FALLOCATE
+        monkeypatch.setattr(holes, "_FALLOCATE", lambda *args: calls.append(args) or real(*args))
+        for handle in dropped:  # kept change sets between them: one run each
+            storage.discard([handle])
+        assert storage.metrics.counter("refused_discards") == 0
+        assert len(calls) == len(dropped), len(calls)
