@@ -340,3 +340,27 @@ def test_each_discard_punches_only_the_runs_it_touched(config, monkeypatch):
             storage.discard([handle])
         assert storage.metrics.counter("refused_discards") == 0
         assert len(calls) == len(dropped), len(calls)
+
+
+def test_a_walk_stops_at_damage_that_no_discard_explains(config):
+    """A frame header that is neither whole nor a recorded discard ends the walk: what lies
+    after it cannot be proven a change set, so discards there are refused (and nothing hangs)."""
+    import threading
+
+    with load_storage(config, job_id="job") as storage:
+        writer = storage.create_writer("op", KG)
+        handles = []
+        for sqn in range(3):
+            writer.append(0, noise(100, sqn))
+            handles.append(persist(writer, sqn, sqn + 1))
+        writer.truncate(3)
+        (segment,) = storage.list_objects()
+        (damaged,) = handles[1].location_dicts
+        with open(storage.segments_dir / segment, "r+b") as file:  # the second header zeroed
+            file.seek(damaged["offset"])
+            file.write(bytes(16))
+        done = threading.Event()
+        worker = threading.Thread(target=lambda: (storage.discard([handles[2]]), done.set()), daemon=True)
+        worker.start()
+        assert done.wait(30), "the frame walk did not stop at the damage"
+        assert storage.metrics.counter("refused_discards") == 1
