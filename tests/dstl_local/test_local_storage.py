@@ -292,6 +292,8 @@ def test_fsync_can_be_disabled(local_config):
         writer.append(0, b"x")
         assert read_data(storage, persist(writer, 0, 1)) == [b"x"]
         assert storage.metrics.counter("fsyncs") == 0
+        assert storage.metrics.counter("writes") == 1
+        assert storage.metrics.percentiles("batch_requests") == {50: 1, 90: 1, 99: 1}
 
 
 def test_locations_cannot_escape_the_base_directory(local_config, tmp_path):

@@ -58,6 +58,7 @@ def test_a_failed_sync_loses_no_acknowledged_persist(tmp_path, monkeypatch, fail
     assert len(failures) == 1 and "injected EIO" in str(failures[0])
     assert len(acknowledged) == 5
     assert storage.metrics.counter("retired_segments") == 1
+    assert storage.metrics.counter("upload_failures") == 1  # the name dashboards alert on
     _assert_readable(storage, acknowledged)
     fresh = _crash_and_reopen(storage, config)
     try:
