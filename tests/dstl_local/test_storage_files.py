@@ -103,3 +103,49 @@ def test_deleted_segments_are_counted(tmp_path):
         storage.discard(handles)
         assert storage.list_objects() == []
         assert storage.metrics.counter("deleted_objects") == 3  # two sealed, and the active one rolled
+
+
+def test_orphan_collection_keeps_what_live_handles_need_and_counts_what_it_deletes(tmp_path):
+    from dstl.spi import ChangelogHandle
+
+    config = {"dstl.storage": "local", "dstl.local.dir": str(tmp_path), "dstl.local.segment-size": "4kb"}
+    with load_storage(config, job_id="job") as storage:
+        writer = storage.create_writer("op", KG)
+        handles = []
+        for sqn in range(4):  # a segment each
+            writer.append(0, os.urandom(3000))
+            handles.append(persist(writer, sqn, sqn + 1))
+        writer.truncate(4)
+        writer.close()
+        segments = storage.list_objects()
+        assert len(segments) == 4
+        at = 1_000_000_000
+        for name in segments:
+            os.utime(storage.segments_dir / name, (at, at))
+        doc = handles[0].to_dict()
+        foreign = ChangelogHandle.from_dict({**doc, "storage_id": "memory"})  # another storage's: not ours
+        live = [foreign, handles[1]]
+        assert storage.collect_orphans(live, older_than=at) == 0  # written at the cutoff: not older
+        assert storage.collect_orphans(live, older_than=at + 1) == 3
+        assert storage.list_objects() == [segments[1]]
+        assert storage.metrics.counter("orphans_deleted") == 3
+        assert storage.metrics.counter("deleted_objects") >= 3
+
+
+def test_orphan_collection_seals_this_instances_idle_active_segment_and_writing_goes_on(tmp_path):
+    config = {"dstl.storage": "local", "dstl.local.dir": str(tmp_path)}
+    with load_storage(config, job_id="job") as storage:
+        writer = storage.create_writer("op", KG)
+        writer.append(0, b"old")
+        persist(writer, 0, 1)
+        writer.truncate(1)
+        (active,) = storage.list_objects()
+        at = 1_000_000_000
+        os.utime(storage.segments_dir / active, (at, at))
+        assert storage.collect_orphans([], older_than=at) == 0  # not older than the cutoff: stays active
+        assert not (storage.segments_dir / f"{active}.sealed").exists()
+        assert storage.collect_orphans([], older_than=at + 1) == 1
+        writer.append(0, b"new")
+        later = persist(writer, 1, 2)
+        assert read_data(storage, later) == [b"new"]
+        assert storage.list_objects() == [f"seg-{storage.instance}-00000002.log"]
