@@ -130,9 +130,9 @@ def test_runs_merge_and_only_whole_blocks_inside_them_are_punched(tmp_path):
     path.write_bytes(data)
     os.fsync(os.open(path, os.O_RDONLY))
     before = allocated(path)
-    # (start, end) runs: block 1 whole (blocks 0 and 2 in part); one inside block 3 (nothing
-    # whole: skipped); blocks 5 and 6 whole: every run is punched, and the bytes freed add up
-    freed = punch_holes(path, [(100, 2 * 4096 + 50), (3 * 4096 + 10, 3 * 4096 + 110), (5 * 4096, 7 * 4096)])
+    # (start, end) runs: block 1 whole (blocks 0 and 2 in part); one from inside block 3 to
+    # inside block 4 (nothing whole: skipped); blocks 5 and 6 whole: every run is punched
+    freed = punch_holes(path, [(100, 2 * 4096 + 50), (3 * 4096 + 10, 4 * 4096 + 10), (5 * 4096, 7 * 4096)])
     assert freed == 3 * 4096
     assert before - allocated(path) == 3 * 4096
     holes = data[:4096] + bytes(4096) + data[2 * 4096 : 5 * 4096] + bytes(2 * 4096) + data[7 * 4096 :]
@@ -336,7 +336,7 @@ def test_each_discard_punches_only_the_runs_it_touched(config, monkeypatch):
         calls = []
         real = holes._FALLOCATE
         monkeypatch.setattr(holes, "_FALLOCATE", lambda *args: calls.append(args) or real(*args))
-        for handle in dropped:  # kept change sets between them: one run each
+        for handle in reversed(dropped):  # kept change sets between them: one run each
             storage.discard([handle])
         assert storage.metrics.counter("refused_discards") == 0
         assert len(calls) == len(dropped), len(calls)
