@@ -132,17 +132,22 @@ def _plain(values: pd.Series) -> list[Any]:
 
 
 def _partials(aggregate: Aggregate, batch: KeyedBatch, ids: Any) -> list[Any]:
-    """``aggregate`` over each key's rows of ``batch``, as partial aggregates in key order."""
+    """``aggregate`` over each key's rows of ``batch``, as partial aggregates in key order.
+
+    Nulls are left out first, as Spark's aggregates skip them (and pandas cannot order
+    a string column holding them).
+    """
     keys = len(batch.keys)
     if aggregate.column is None:
         return batch.counts().tolist()
-    grouped = batch.rows[aggregate.column].groupby(ids, sort=True)
+    column = batch.rows[aggregate.column]
+    present = column.notna().to_numpy()
+    grouped = column[present].groupby(ids[present], sort=True)
     if aggregate.function == "count":
         return grouped.count().reindex(range(keys), fill_value=0).tolist()
     if aggregate.function in {"sum", "avg"}:
-        sums = _plain(grouped.sum(min_count=1).reindex(range(keys)))
-        if aggregate.integral or aggregate.function == "avg":
-            sums = [None if s is None else (int(s) if aggregate.integral else float(s)) for s in sums]
+        sums = _plain(grouped.sum().reindex(range(keys)))
+        sums = [None if s is None else (int(s) if aggregate.integral else float(s)) for s in sums]
         if aggregate.function == "sum":
             return sums
         counts = grouped.count().reindex(range(keys), fill_value=0).tolist()
