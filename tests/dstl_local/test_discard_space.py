@@ -52,6 +52,16 @@ def config(tmp_path):
     return {"dstl.storage": "local", "dstl.local.dir": str(tmp_path / "dstl")}  # 64 MB segments
 
 
+def persist_each(writer, payloads) -> list:
+    """Append and persist each payload as a change set of its own; their handles, in order."""
+    handles = []
+    for payload in payloads:
+        writer.append(0, payload)
+        sqn = writer.next_sqn() - 1
+        handles.append(persist(writer, sqn, sqn + 1))
+    return handles
+
+
 def _interleaved(storage, rounds=30):
     """A kept and a dropped log writing into one segment, in turn; returns both writers and handles."""
     keep, drop = storage.create_writer("keep", KG), storage.create_writer("drop", KG)
@@ -312,10 +322,7 @@ def test_discarding_change_sets_one_by_one_reads_each_frame_header_once(config, 
     time reads O(n) headers, not O(n²) (a cost per discard that would grow with the segment)."""
     with load_storage(config, job_id="job") as storage:
         writer = storage.create_writer("op", KG)
-        handles = []
-        for sqn in range(200):
-            writer.append(0, noise(64, sqn))
-            handles.append(persist(writer, sqn, sqn + 1))
+        handles = persist_each(writer, (noise(64, sqn) for sqn in range(200)))
         writer.truncate(200)
         reads = []
         real_pread = os.pread
@@ -349,10 +356,7 @@ def test_a_walk_stops_at_damage_that_no_discard_explains(config):
 
     with load_storage(config, job_id="job") as storage:
         writer = storage.create_writer("op", KG)
-        handles = []
-        for sqn in range(3):
-            writer.append(0, noise(100, sqn))
-            handles.append(persist(writer, sqn, sqn + 1))
+        handles = persist_each(writer, (noise(100, sqn) for sqn in range(3)))
         writer.truncate(3)
         (segment,) = storage.list_objects()
         (damaged,) = handles[1].location_dicts

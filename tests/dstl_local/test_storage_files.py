@@ -8,6 +8,7 @@ import pytest
 from dstl.conformance.testing import persist, read_data
 from dstl.local._private.storage import read_owner_record
 from dstl.spi import JobConflictError, KeyGroupRange, StorageError, load_storage
+from tests.dstl_local.test_discard_space import persist_each
 
 KG = KeyGroupRange(0, 8)
 
@@ -42,8 +43,7 @@ def test_a_job_directory_holds_its_owner_record_epochs_and_numbered_segments(tmp
     config = {"dstl.storage": "local", "dstl.local.dir": str(tmp_path), "dstl.local.segment-size": "4kb"}
     with load_storage(config, job_id="job") as storage:
         writer = storage.create_writer("op", KG)
-        writer.append(0, b"x")
-        first = persist(writer, 0, 1)
+        (first,) = persist_each(writer, [b"x"])
         overhead = first.location_dicts[0]["length"] - 1  # a change set's bytes besides its data
         writer.append(0, os.urandom(4096 - 2 * overhead - 1))  # fills the segment exactly
         persist(writer, 1, 2)
@@ -64,8 +64,7 @@ def test_recovery_seals_a_dead_instances_segment_and_leaves_a_live_ones_alone(tm
     config = {"dstl.storage": "local", "dstl.local.dir": str(tmp_path)}
     with load_storage(config, job_id="job") as live:
         writer = live.create_writer("live", KG)
-        writer.append(0, b"live 1")
-        persist(writer, 0, 1)
+        persist_each(writer, [b"live 1"])
         dead = load_storage(config, job_id="job")
         dying = dead.create_writer("dead", KG)
         dying.append(0, b"acknowledged")
@@ -95,10 +94,7 @@ def test_deleted_segments_are_counted(tmp_path):
     config = {"dstl.storage": "local", "dstl.local.dir": str(tmp_path), "dstl.local.segment-size": "4kb"}
     with load_storage(config, job_id="job") as storage:
         writer = storage.create_writer("op", KG)
-        handles = []
-        for sqn in range(3):  # each fills a segment of its own
-            writer.append(0, os.urandom(3000))
-            handles.append(persist(writer, sqn, sqn + 1))
+        handles = persist_each(writer, (os.urandom(3000) for _ in range(3)))  # a segment each
         writer.truncate(3)
         storage.discard(handles)
         assert storage.list_objects() == []
@@ -111,10 +107,7 @@ def test_orphan_collection_keeps_what_live_handles_need_and_counts_what_it_delet
     config = {"dstl.storage": "local", "dstl.local.dir": str(tmp_path), "dstl.local.segment-size": "4kb"}
     with load_storage(config, job_id="job") as storage:
         writer = storage.create_writer("op", KG)
-        handles = []
-        for sqn in range(4):  # a segment each
-            writer.append(0, os.urandom(3000))
-            handles.append(persist(writer, sqn, sqn + 1))
+        handles = persist_each(writer, (os.urandom(3000) for _ in range(4)))  # a segment each
         writer.truncate(4)
         writer.close()
         segments = storage.list_objects()
@@ -136,8 +129,7 @@ def test_orphan_collection_seals_this_instances_idle_active_segment_and_writing_
     config = {"dstl.storage": "local", "dstl.local.dir": str(tmp_path)}
     with load_storage(config, job_id="job") as storage:
         writer = storage.create_writer("op", KG)
-        writer.append(0, b"old")
-        persist(writer, 0, 1)
+        persist_each(writer, [b"old"])
         writer.truncate(1)
         (active,) = storage.list_objects()
         at = 1_000_000_000
