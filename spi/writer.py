@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from concurrent.futures import Future
 
 from .handle import ChangelogHandle
@@ -73,6 +74,41 @@ class StateChangelogWriter(ABC):
         :raises TypeError: when ``data`` is not bytes-like.
         :raises ClosedError: after :meth:`close` or :meth:`truncate_and_close`.
         """
+
+    def append_all(self, key_groups: Sequence[int], data: Sequence[bytes]) -> None:
+        """Append ``data[i]`` under ``key_groups[i]``, in order: :meth:`append` for each, in one call.
+
+        The bulk write path (a batch's updates of a state). Storages may override it
+        to append faster; a call that raises leaves none of its changes appended.
+
+        :raises ValueError: when the two sequences differ in length, or a key group is
+            outside :attr:`key_groups`.
+        :raises TypeError: when a change is not bytes-like.
+        :raises ClosedError: after :meth:`close` or :meth:`truncate_and_close`.
+        """
+        self._refuse_bad_batch(key_groups, data)
+        for key_group, change in zip(key_groups, data, strict=True):
+            self.append(key_group, change)
+
+    def _refuse_bad_batch(self, key_groups: Sequence[int], data: Sequence[bytes]) -> None:
+        """:meth:`append_all`'s checks, made before anything is appended."""
+        if len(key_groups) != len(data):
+            msg = f"append_all got {len(key_groups)} key groups for {len(data)} changes"
+            raise ValueError(msg)
+        start, end = self.key_groups.start, self.key_groups.end
+        for key_group, change in zip(key_groups, data, strict=True):
+            if type(key_group) is not int or not start <= key_group < end:
+                msg = (
+                    f"key group {key_group!r} is outside this writer's range [{start}, {end}) "
+                    f"of log {self.log_id!r}"
+                )
+                raise ValueError(msg)
+            if type(change) is not bytes:
+                try:
+                    memoryview(change)  # any object with the buffer protocol
+                except TypeError:
+                    msg = f"state change data must be bytes-like, got {type(change).__name__}"
+                    raise TypeError(msg) from None
 
     @abstractmethod
     def append_meta(self, data: bytes) -> None:

@@ -221,18 +221,29 @@ class ChangeSetWriter(StateChangelogWriter):
                 f"[{self._key_groups.start}, {self._key_groups.end}) of log {self._log_id!r}"
             )
             raise ValueError(msg)
-        if type(data) is not bytes:
-            data = _as_bytes(data)
+        self._add((key_group,), (data if type(data) is bytes else _as_bytes(data),))
+
+    def append_all(self, key_groups: Sequence[int], data: Sequence[bytes]) -> None:
+        """Every change under one lock, after checking them all (a refused call appends none)."""
+        self._refuse_bad_batch(key_groups, data)
+        if data:
+            self._add(key_groups, [change if type(change) is bytes else _as_bytes(change) for change in data])
+
+    def _add(self, key_groups: Sequence[int], changes: Sequence[bytes]) -> None:
+        """Frame checked changes (at least one, bytes) into the open change set, under the lock."""
         with self._lock:
             if self._state is not WriterState.OPEN:
                 self._check_open()
             active = self._active
-            active += _PACK_ITEM(key_group, len(data))
-            active += data
-            self._active_count += 1
-            self._active_bytes += len(data)
+            size = 0
+            for key_group, change in zip(key_groups, changes, strict=True):
+                active += _PACK_ITEM(key_group, len(change))
+                active += change
+                size += len(change)
+            self._active_count += len(changes)
+            self._active_bytes += size
             self._last_appended = self._active_sqn
-            self._unpublished_appends += 1
+            self._unpublished_appends += len(changes)
             preempt = self._active_bytes >= self._preempt_at
         if preempt:
             self.upload_ahead()
