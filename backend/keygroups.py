@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Iterable
 
 import xxhash
 
@@ -32,6 +33,7 @@ __all__ = [
     "MAX_KEY_GROUPS",
     "SPARK_SEED",
     "key_group_for",
+    "key_groups_for",
     "key_group_range_for_instance",
     "spark_key_group_expr",
     "spark_xxhash64",
@@ -92,6 +94,26 @@ def key_group_for(key: object, max_parallelism: int = DEFAULT_MAX_PARALLELISM) -
         msg = f"max_parallelism must be at least 1, got {max_parallelism}"
         raise ValueError(msg)
     return spark_xxhash64(key) % max_parallelism
+
+
+def key_groups_for(keys: Iterable[object], max_parallelism: int = DEFAULT_MAX_PARALLELISM) -> list[int]:
+    """:func:`key_group_for` of each key (bulk binding): ``str`` and ``int`` keys skip the type dispatch."""
+    if max_parallelism < 1:
+        msg = f"max_parallelism must be at least 1, got {max_parallelism}"
+        raise ValueError(msg)
+    digest, seed, half, whole = xxhash.xxh64_intdigest, SPARK_SEED, 1 << 63, 1 << 64
+    pack_long = _LONG.pack
+    groups = []
+    for key in keys:
+        if type(key) is str:
+            hashed = digest(key.encode("utf-8"), seed)
+        elif type(key) is int and -half <= key < half:
+            hashed = digest(pack_long(key), seed)
+        else:
+            groups.append(key_group_for(key, max_parallelism))
+            continue
+        groups.append((hashed - whole if hashed >= half else hashed) % max_parallelism)
+    return groups
 
 
 def key_group_range_for_instance(

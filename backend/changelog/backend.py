@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, wait
 from contextlib import contextmanager
 from dataclasses import replace
@@ -28,8 +28,9 @@ from ..keyed import (
     StateFactories,
     TimerService,
     map_key_bytes,
+    map_keys_bytes,
 )
-from ..keygroups import key_group_for
+from ..keygroups import key_group_for, key_groups_for
 from ..materialization import MaterializationRef
 from ..serialization import Serializer, serializer_for
 from .delegates import delegate_for
@@ -117,7 +118,13 @@ class ChangelogKeyedStateBackend(StateFactories):
         self._interval = tuned.materialization_interval
         self._policy = MaterializationPolicy(tuned.max_log_ratio if tuned.snapshot_dir else 0.0)
         changed = self.materializer.changed
-        self._writes = ChangeWriter(self.delegate, self.writer, changed, squash=tuned.squash_updates)
+        self._writes = ChangeWriter(
+            self.delegate,
+            self.writer,
+            changed,
+            squash=tuned.squash_updates,
+            changed_many=self.materializer.changed_many,
+        )
         self._last_materialization_start = time.monotonic()
         self._truncated_to = self._log_start
         self.clock = clock  # wall clock of state TTL (injectable for tests)
@@ -163,11 +170,11 @@ class ChangelogKeyedStateBackend(StateFactories):
         """Bind ``keys`` once for bulk state access (``*_many``): their key groups and stored bytes."""
         keys = tuple(keys)
         max_parallelism, start, end = self.max_parallelism, self.key_groups.start, self.key_groups.end
-        groups = tuple(key_group_for(key, max_parallelism) for key in keys)
+        groups = tuple(key_groups_for(keys, max_parallelism))
         for key, key_group in zip(keys, groups, strict=True):
             if not start <= key_group < end:
                 self.set_current_key(key)  # raises, naming the key and its key group
-        return KeySet(keys, groups, tuple(map_key_bytes(key) for key in keys))
+        return KeySet(keys, groups, map_keys_bytes(keys))
 
     @contextmanager
     def bound_to(self, key_group: int, key: bytes) -> Iterator[None]:
@@ -200,6 +207,10 @@ class ChangelogKeyedStateBackend(StateFactories):
     ) -> None:
         """:meth:`log_change` for each key with its arguments (one batch per key group where it can)."""
         self._writes.apply_many(op, state_id, state, keys, args)
+
+    def log_values(self, state_id: int, state: str, keys: KeySet, values: Sequence[bytes]) -> None:
+        """Set the stored value of each key (each once) of ``state``, then log it: one write for all."""
+        self._writes.put_values(state_id, state, keys, values)
 
     # -- registration ----------------------------------------------------------------------------
     def register(self, descriptor: StateDescriptor) -> Any:

@@ -42,6 +42,20 @@ class ChangedKeys:
             if self._count > self.limit:
                 self._coarsen()
 
+    def add_many(self, state: str, key_groups: Iterable[int], keys: Iterable[bytes]) -> None:
+        """:meth:`add` for each key (the bulk write path); the limit is applied once, after all."""
+        tracked, whole = self._keys, self.whole
+        for key_group, key in zip(key_groups, keys, strict=True):
+            group = tracked.get(key_group)
+            if group is None:
+                if key_group in whole:
+                    continue
+                group = tracked[key_group] = set()
+            group.add((state, key))
+        self._count = sum(map(len, tracked.values()))  # what add counts one by one: O(key groups)
+        if self._count > self.limit:
+            self._coarsen()
+
     def _coarsen(self) -> None:
         """Make the fullest key groups whole until half the limit is tracked (so this runs rarely)."""
         for key_group in sorted(self._keys, key=lambda kg: len(self._keys[kg]), reverse=True):

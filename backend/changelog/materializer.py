@@ -8,7 +8,7 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -145,6 +145,10 @@ class Materializer:
     def changed(self, state: str, key_group: int, key: bytes) -> None:
         """Record a key changed or removed since the last snapshot (for incrementals)."""
         self._dirty.add(state, key_group, key)
+
+    def changed_many(self, state: str, key_groups: Sequence[int], keys: Sequence[bytes]) -> None:
+        """:meth:`changed` for each key (the bulk write path)."""
+        self._dirty.add_many(state, key_groups, keys)
 
     @property
     def running(self) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import msgpack
@@ -14,6 +15,13 @@ from ..keyed.ops import Op
 def encode_change(op: Op, state_id: int, key: bytes, *args: Any) -> bytes:
     """One change record."""
     return msgpack.packb([int(op), state_id, key, *args], use_bin_type=True)
+
+
+def encode_value_puts(state_id: int, keys: Sequence[bytes], values: Sequence[bytes]) -> list[bytes]:
+    """The ``VALUE_PUT`` records of ``keys`` (each :func:`encode_change`'s), with one packer for all."""
+    pack = msgpack.Packer(use_bin_type=True).pack
+    op = int(Op.VALUE_PUT)
+    return [pack([op, state_id, key, value]) for key, value in zip(keys, values, strict=True)]
 
 
 _OPS = tuple(Op)  # index -> member: cheaper than Op(value) on the replay path

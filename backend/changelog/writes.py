@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from itertools import repeat
 from typing import Any
 
 from dstl.spi import StateChangelogWriter
 
 from ..delegate import StateDelegate
 from ..keyed import REPLACING, KeySet, Op
-from .records import encode_change
+from .records import encode_change, encode_value_puts
 from .replay import apply_change
 
 __all__ = ["ChangeWriter"]
@@ -22,6 +23,8 @@ class ChangeWriter:
     """Applies changes to ``delegate`` and appends their records to ``writer``.
 
     :param changed: told of every changed ``(state, key group, key)`` (incremental snapshots).
+    :param changed_many: told of many at once ``(state, key groups, keys)`` (the bulk write path);
+        by default ``changed`` for each.
     :param squash: a change that replaces a key's entry waits until the next flush or
         non-replacing change of that entry; a newer one replaces it in the log.
     """
@@ -33,10 +36,12 @@ class ChangeWriter:
         changed: Callable[[str, int, bytes], None],
         *,
         squash: bool,
+        changed_many: Callable[[str, Sequence[int], Sequence[bytes]], None] | None = None,
     ) -> None:
         self._delegate = delegate
         self._writer = writer
         self._changed = changed
+        self._changed_many = changed_many or self._each_changed
         self._squash = squash
         self._pending: dict[tuple[int, int, bytes], bytes] = {}
         #: changes applied so far that update and that remove (see :meth:`take_counts`)
@@ -66,36 +71,46 @@ class ChangeWriter:
     def apply_many(
         self, op: Op, state_id: int, state: str, keys: KeySet, args: Iterable[tuple[Any, ...]]
     ) -> None:
-        """:meth:`apply` for each key with its arguments, stored in one batch per key group where it can.
+        """:meth:`apply` for each key with its arguments (value puts in one write: :meth:`put_values`).
 
-        Each change is logged only once the working state took it: a batch the
-        delegate refuses leaves neither state nor log changed for its key group.
+        Each change is logged only once the working state took it.
         """
+        if op is Op.VALUE_PUT:
+            self.put_values(state_id, state, keys, [value for (value,) in args])
+            return
         log, changed, delegate = self._log, self._changed, self._delegate
         if op in _REMOVING:
             self._removed += len(keys.raw)
         else:
             self._updated += len(keys.raw)
-        batches: dict[int, dict[bytes, Any]] = {}
-        records: dict[int, list[tuple[bytes, bytes]]] = {}
         for key_group, key, key_args in zip(keys.groups, keys.raw, args, strict=True):
             record = encode_change(op, state_id, key, *key_args)
-            if op is Op.VALUE_PUT:
-                batch = batches.get(key_group)
-                if batch is None:
-                    batch = batches[key_group] = {}
-                    records[key_group] = []
-                batch[key] = key_args[0]
-                records[key_group].append((key, record))
-            else:
-                apply_change(delegate, state, key_group, key, op, list(key_args))
-                log(op, state_id, key_group, key, record)
-                changed(state, key_group, key)
-        for key_group, batch in batches.items():
-            delegate.write_batch(state, key_group, batch)
-            for key, record in records[key_group]:
-                log(op, state_id, key_group, key, record)
-                changed(state, key_group, key)
+            apply_change(delegate, state, key_group, key, op, list(key_args))
+            log(op, state_id, key_group, key, record)
+            changed(state, key_group, key)
+
+    def put_values(self, state_id: int, state: str, keys: KeySet, values: Sequence[bytes]) -> None:
+        """Set a stored value per key (each key once), the working state in one write, then the log.
+
+        The value state's bulk path: records encoded with one packer, the delegate's
+        one-transaction write, squashed records queued at once. A write the delegate
+        refuses leaves neither state nor log changed.
+        """
+        groups, raw = keys.groups, keys.raw
+        records = encode_value_puts(state_id, raw, values)
+        self._delegate.put_values(state, groups, raw, values)
+        self._updated += len(raw)
+        if self._squash:  # a value put replaces: as _log does for each, it waits for the flush
+            entries = zip(groups, repeat(state_id), raw)  # repeat is endless: zip stops with the keys
+            self._pending.update(zip(entries, records, strict=True))
+        else:  # nothing is pending without squashing: straight to the log
+            self._writer.append_all(groups, records)
+        self._changed_many(state, groups, raw)
+
+    def _each_changed(self, state: str, key_groups: Sequence[int], keys: Sequence[bytes]) -> None:
+        changed = self._changed
+        for key_group, key in zip(key_groups, keys, strict=True):
+            changed(state, key_group, key)
 
     def flush(self) -> None:
         """Append the squashed changes waiting for the next checkpoint or materialization."""

@@ -187,6 +187,30 @@ class StateDelegate(ABC):
         get = self.get
         return [get(state, key_group, key) for key_group, key in zip(key_groups, keys, strict=True)]
 
+    def get_values(self, state: str, key_groups: Sequence[int], keys: Sequence[bytes]) -> list[bytes | None]:
+        """The entries of ``keys`` of a value or reducing state (entries without elements): :meth:`get_many`.
+
+        Delegates override it when a value is cheaper to find than a collection.
+        """
+        return self.get_many(state, key_groups, keys)
+
+    def put_values(
+        self, state: str, key_groups: Sequence[int], keys: Sequence[bytes], values: Sequence[bytes]
+    ) -> None:
+        """Store a value entry per key, each in its key group (each key once): a bulk write.
+
+        By default one :meth:`write_batch` per key group; delegates override it to
+        write all in one go.
+        """
+        by_group: dict[int, dict[bytes, Any]] = {}
+        for key_group, key, value in zip(key_groups, keys, values, strict=True):
+            entries = by_group.get(key_group)
+            if entries is None:
+                entries = by_group[key_group] = {}
+            entries[key] = value
+        for key_group, entries in by_group.items():
+            self.write_batch(state, key_group, entries)
+
     def append(self, state: str, key_group: int, key: bytes, element: bytes) -> None:
         """Append ``element`` to the key's list (creating it)."""
         self.put(state, key_group, key, [*(self.get(state, key_group, key) or []), element])

@@ -54,6 +54,7 @@ def _decoded(records: Iterator[tuple[bytes, bytes]], prefix: bytes) -> Iterator[
 #: ``buffers=True``); this store never asks for buffers, so they are bytes.
 _Txn = Any
 
+
 def _disk_failure(exc: lmdb.Error) -> bool:
     """Whether the disk refused the write (py-lmdb raises a plain Error for EIO, as a full tmpfs gives)."""
     text = str(exc)
@@ -155,6 +156,25 @@ class LmdbDelegate(StateDelegate):
                 raw = txn.get(base)  # a value: one lookup; a collection has no record at its base
                 found.append(raw if raw is not None else _entry_at(txn, base))
             return found
+
+    def get_values(self, state: str, key_groups: Sequence[int], keys: Sequence[bytes]) -> list[bytes | None]:
+        """One lookup per key in one read transaction: a value has no element records to gather."""
+        self._base(state, 0, b"")  # validates the state name
+        prefixes = {key_group: _prefix(state, key_group) for key_group in set(key_groups)}
+        bases = [_base(prefixes[key_group], key) for key_group, key in zip(key_groups, keys, strict=True)]
+        with self._read() as txn:
+            get = txn.get
+            return [get(base) for base in bases]
+
+    def put_values(
+        self, state: str, key_groups: Sequence[int], keys: Sequence[bytes], values: Sequence[bytes]
+    ) -> None:
+        """Every key group's values in one write transaction (a value replaces one record)."""
+        self._base(state, 0, b"")  # validates the state name
+        prefixes = {key_group: _prefix(state, key_group) for key_group in set(key_groups)}
+        bases = [_base(prefixes[key_group], key) for key_group, key in zip(key_groups, keys, strict=True)]
+        # one C call for every record (putmulti), not a Python call per record
+        self._write(lambda txn: txn.cursor().putmulti(zip(bases, values, strict=True)))
 
     def put(self, state: str, key_group: int, key: bytes, entry: Any) -> None:
         """Store ``entry`` (a collection replaces every element the key had)."""

@@ -19,6 +19,7 @@ from .state import (
     ValueState,
     map_key_bytes,
     map_key_from_bytes,
+    map_keys_bytes,
 )
 from .timers import RESERVED_PREFIX, TimeDomain, TimerService
 from .ttl import TTL_SUFFIX, purge_expired, unstamp
@@ -40,6 +41,7 @@ __all__ = [
     "TimerService",
     "ValueState",
     "map_key_bytes",
+    "map_keys_bytes",
     "map_key_from_bytes",
     "purge_expired",
     "unstamp",

@@ -6,7 +6,7 @@ changelog backend (or a test double) is one implementation among others.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -59,6 +59,10 @@ class KeyedContext(Protocol):
         self, op: Op, state_id: int, state: str, keys: KeySet, args: Iterable[tuple[Any, ...]]
     ) -> None:
         """:meth:`log_change` for each key of ``keys`` with its arguments."""
+        ...
+
+    def log_values(self, state_id: int, state: str, keys: KeySet, values: Sequence[bytes]) -> None:
+        """Set the stored value of each key of ``keys`` (each once) in ``state``, then log it: bulk puts."""
         ...
 
     def count_expired(self, entries: int) -> None:

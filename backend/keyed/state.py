@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -76,6 +76,15 @@ def map_key_bytes(key: object) -> bytes:
     except (TypeError, ValueError) as exc:
         msg = f"map key of type {type(key).__name__} is not plain data: {exc}"
         raise TypeError(msg) from exc
+
+
+def map_keys_bytes(keys: Sequence[object]) -> tuple[bytes, ...]:
+    """:func:`map_key_bytes` of each key, with one packer for all (the bulk path binds many keys)."""
+    pack = msgpack.Packer(use_bin_type=True).pack
+    try:
+        return tuple(pack(key) for key in keys)
+    except (TypeError, ValueError):
+        return tuple(map_key_bytes(key) for key in keys)  # raises, naming the key's type
 
 
 @dataclass(frozen=True)
@@ -174,13 +183,20 @@ class _KeyedState:
     def _entries(self, keys: KeySet) -> list[Any]:
         return self._context.delegate.get_many(self.name, keys.groups, keys.raw)
 
+    def _dump_many(self, values: Sequence[Any]) -> list[bytes]:
+        payloads = self._serializer.dumps_many(values)
+        if self.descriptor.ttl is None:
+            return payloads
+        now = self._context.clock()
+        return [stamp(payload, now) for payload in payloads]
+
     def _values(self, keys: KeySet | Iterable[Any]) -> list[Any | None]:
         """The loaded single values of ``keys`` (value and reducing state), in order.
 
         Expired values are removed from state as they are found (logged, in one batch).
         """
         bound = self._bound(keys)
-        raws = self._entries(bound)
+        raws = self._context.delegate.get_values(self.name, bound.groups, bound.raw)
         if self.descriptor.ttl is None:
             loads = self._serializer.loads
             return [None if raw is None else loads(raw) for raw in raws]
@@ -231,8 +247,7 @@ class ValueState(_KeyedState):
             self._apply_many(Op.CLEAR, bound.subset(cleared), (() for _ in cleared))
             kept = [i for i, value in enumerate(values) if value is not None]
             bound, values = bound.subset(kept), [values[i] for i in kept]
-        dump = self._dump
-        self._apply_many(Op.VALUE_PUT, bound, ((dump(value),) for value in values))
+        self._context.log_values(self.state_id, self.name, bound, self._dump_many(values))
 
     def update(self, value: Any) -> None:
         """Set the current key's value (``None`` clears it)."""
@@ -275,8 +290,8 @@ class ReducingState(_KeyedState):
         for raw, value in zip(bound.raw, values, strict=True):
             current = folded[raw]
             folded[raw] = value if current is None else reduce(current, value)
-        dump = self._dump
-        self._apply_many(Op.VALUE_PUT, unique, ((dump(folded[raw]),) for raw in unique.raw))
+        payloads = self._dump_many([folded[raw] for raw in unique.raw])
+        self._context.log_values(self.state_id, self.name, unique, payloads)
 
 
 class ListState(_KeyedState):

@@ -37,6 +37,27 @@ def test_update_takes_in_keys_and_whole_groups():
     assert kept.whole == {3} and list(kept) == [("t", 5, b"b")]
 
 
+def test_add_many_tracks_what_add_tracks_one_by_one():
+    keys = [(i % 5, b"k%d" % (i % 40)) for i in range(120)]  # repeats: counted once
+    one_by_one, at_once = ChangedKeys(limit=1000), ChangedKeys(limit=1000)
+    for key_group, key in keys:
+        one_by_one.add("s", key_group, key)
+    at_once.add_many("s", [kg for kg, _ in keys], [key for _, key in keys])
+    assert sorted(at_once) == sorted(one_by_one) and len(at_once) == len(one_by_one) == 40
+
+
+def test_add_many_beyond_the_limit_coarsens_and_skips_whole_groups():
+    changed = ChangedKeys(limit=10)
+    changed.add_many("s", [0] * 30 + [1, 2], [b"k%d" % i for i in range(32)])
+    assert (
+        changed.whole == {0} and len(changed) == 2 and sorted(changed) == [("s", 1, b"k30"), ("s", 2, b"k31")]
+    )
+    changed.add_many("s", [0, 0, 3], [b"more", b"k0", b"n"])  # a whole group tracks nothing more
+    assert changed.keys_in(0) == set() and len(changed) == 3
+    with pytest.raises(ValueError):
+        changed.add_many("s", [1, 2], [b"one key"])
+
+
 def test_the_limit_must_be_positive():
     with pytest.raises(ValueError, match="positive"):
         ChangedKeys(0)

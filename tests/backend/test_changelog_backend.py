@@ -169,6 +169,56 @@ def test_squashing_logs_only_the_last_replacing_update_of_a_key(storage_config):
     assert sizes[True] * 10 < sizes[False], sizes
 
 
+@pytest.mark.parametrize("squash", [False, True], ids=["log-every-update", "squash-updates"])
+@pytest.mark.parametrize("delegate", ["heap", "lmdb"])
+def test_bulk_updates_interleaved_with_per_key_ones_restore_in_order(
+    storage_config, tmp_path, squash, delegate
+):
+    """update_many and add_many after and before per-key updates of the same keys: the last one wins."""
+    config = {
+        **storage_config,
+        "state.backend.delegate": delegate,
+        "state.backend.lmdb.dir": str(tmp_path),
+        "state.changelog.squash-updates": squash,
+    }
+    with load_storage(config, job_id="job") as storage:
+        backend = ChangelogKeyedStateBackend.from_config(storage, "op", ALL, config, epoch=0)
+        value = backend.value_state("v")
+        total = backend.reducing_state("r", lambda a, b: a + b)
+        for key in range(10):  # per key first
+            backend.set_current_key(key)
+            value.update(-key)
+            total.add(1)
+        # bulk: key 3 twice (the last wins), key 4 cleared, keys 20.. new
+        value.update_many([3, 4, 3, 5, 20, 21], ["first", None, "last", 5, 20, 21])
+        total.add_many([1, 1, 2, 30], [10, 100, 5, 7])
+        backend.set_current_key(5)
+        value.update("after the bulk")  # per key again, after the bulk put of key 5
+        expected_values = {k: -k for k in range(10)} | {
+            3: "last",
+            4: None,
+            5: "after the bulk",
+            20: 20,
+            21: 21,
+        }
+        expected = {k: (v, None) for k, v in expected_values.items()}
+        for key in range(10):
+            expected[key] = (expected_values[key], 1 + {1: 110, 2: 5}.get(key, 0))
+        expected[30] = (None, 7)
+        assert value.get_many(list(expected)) == [v for v, _ in expected.values()]
+        assert total.get_many(list(expected)) == [t for _, t in expected.values()]
+        snapshot = backend.checkpoint(1).result(timeout=30)
+        backend.close()
+        elsewhere = {**config, "state.backend.lmdb.dir": str(tmp_path / "restored")}
+        restored = ChangelogKeyedStateBackend.from_config(storage, "op", ALL, elsewhere, epoch=1)
+        restored.restore(snapshot, elsewhere)
+        value, total = restored.value_state("v"), restored.reducing_state("r", lambda a, b: a + b)
+        for key, (v, t) in expected.items():
+            restored.set_current_key(key)
+            assert (value.value(), total.get()) == (v, t), key
+        restored.close()
+
+
 def test_an_escaping_operator_id_creates_nothing_outside_the_lmdb_dir(tmp_path, memory_config):
     from dstl.spi import InvalidIdentifierError
 

@@ -101,6 +101,29 @@ def test_write_batch_stores_entries_and_none_removes(make_delegate):
     assert dict(delegate.entries("s", 8)) == {}
 
 
+def test_values_are_read_and_written_in_bulk_as_one_by_one(make_delegate):
+    delegate = make_delegate()
+    delegate.put("v", 3, b"old", b"0")
+    delegate.put("v", 9, b"kept", b"k")
+    delegate.put("w", 3, b"a", b"other state")
+    delegate.put_values("v", [3, 3, 60], [b"old", b"a", b"b"], [b"1", b"2", b"3"])
+    assert [delegate.get("v", kg, key) for kg, key in [(3, b"old"), (3, b"a"), (60, b"b"), (9, b"kept")]] == [
+        b"1",
+        b"2",
+        b"3",
+        b"k",
+    ]
+    assert delegate.get("w", 3, b"a") == b"other state"
+    found = delegate.get_values("v", [60, 3, 9, 3, 4], [b"b", b"a", b"kept", b"missing", b"a"])
+    assert found == [b"3", b"2", b"k", None, None]  # a key is found in its own key group only
+    assert delegate.get_values("v", [], []) == []
+    with pytest.raises(ValueError):
+        delegate.put_values("v", [3, 3], [b"x", b"y"], [b"only one"])
+    with pytest.raises(ValueError):
+        delegate.get_values("v", [3], [b"x", b"y"])
+    assert delegate.get("v", 3, b"x") is None
+
+
 def test_lmdb_grows_its_map_instead_of_failing(tmp_path):
     delegate = LmdbDelegate(tmp_path / "grow", map_size=1 << 20)
     value = b"v" * 1000

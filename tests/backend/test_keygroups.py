@@ -8,6 +8,7 @@ import pytest
 from dstl.backend.keygroups import (
     key_group_for,
     key_group_range_for_instance,
+    key_groups_for,
     spark_key_group_expr,
     spark_xxhash64,
 )
@@ -45,6 +46,30 @@ def test_strings_ints_and_composites_agree_with_spark(spark):
         assert row.hd == spark_xxhash64(row.d)
         assert row.hsi == spark_xxhash64((row.s, row.i))
         assert row.kg == key_group_for((row.s, row.i), 128)
+
+
+@pytest.mark.parametrize("max_parallelism", [1, 7, 128, 1000])
+def test_bulk_key_groups_of_strings_and_longs_agree_with_spark(spark, max_parallelism):
+    """The bulk path hashes str and int keys without the per-type dispatch: still Spark's key groups."""
+    rows = [(s, i) for s in KEYS for i in INTS]
+    df = spark.createDataFrame(rows, "s string, i long")
+    result = df.selectExpr(
+        "s", "i", f"pmod(xxhash64(s), {max_parallelism}) AS ks", f"pmod(xxhash64(i), {max_parallelism}) AS ki"
+    ).collect()
+    assert key_groups_for([row.s for row in result], max_parallelism) == [row.ks for row in result]
+    assert key_groups_for([row.i for row in result], max_parallelism) == [row.ki for row in result]
+
+
+def test_bulk_key_groups_of_other_keys_are_each_keys_and_refuse_what_it_refuses():
+    keys = ["a", 3, -(2**63), 2.5, -0.0, None, True, False, b"raw", ("a", 1), ("x", None, 2.0)]
+    assert key_groups_for(keys, 1000) == [key_group_for(key, 1000) for key in keys]
+    assert key_groups_for([], 128) == []
+    with pytest.raises(ValueError, match="64-bit"):
+        key_groups_for(["a", 2**63])
+    with pytest.raises(TypeError, match="cannot hash a key of type dict"):
+        key_groups_for([1, {"a": 1}])
+    with pytest.raises(ValueError, match="at least 1"):
+        key_groups_for(["a"], 0)
 
 
 def test_booleans_and_nulls_agree_with_spark(spark):

@@ -8,8 +8,14 @@ import msgpack
 import pytest
 
 from dstl.backend.changelog import BackendSnapshot, ChangelogKeyedStateBackend
-from dstl.backend.changelog.records import encode_registration
+from dstl.backend.changelog.records import (
+    decode_change,
+    encode_change,
+    encode_registration,
+    encode_value_puts,
+)
 from dstl.backend.changelog.replay import SquashedLog
+from dstl.backend.keyed import Op
 from dstl.spi import CorruptedError, KeyGroupRange, load_storage
 from tests.backend.test_changelog_backend import populate, read_back
 
@@ -137,3 +143,16 @@ def test_a_malformed_record_is_reported_as_corrupted(record, fork_from):
         restored = ChangelogKeyedStateBackend(storage, "op", ALL, epoch=1, fork_replay_from=fork_from)
         with pytest.raises(CorruptedError, match="undecodable state change record"):
             restored.restore(BackendSnapshot(1, (handle,)), config)
+
+
+def test_value_puts_encoded_in_bulk_are_each_put_s_record():
+    keys, values = [b"a", b"", b"k" * 300], [b"\x01", b"v" * 70_000, b""]
+    records = encode_value_puts(7, keys, values)
+    assert records == [
+        encode_change(Op.VALUE_PUT, 7, key, value) for key, value in zip(keys, values, strict=True)
+    ]
+    assert [decode_change(r, where="test") for r in records] == [
+        (Op.VALUE_PUT, 7, key, [value]) for key, value in zip(keys, values, strict=True)
+    ]
+    with pytest.raises(ValueError):
+        encode_value_puts(7, keys, values[:2])

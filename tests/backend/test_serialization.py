@@ -6,7 +6,12 @@ import decimal
 import msgpack
 import pytest
 
-from dstl.backend.serialization import SizeOnlySerializer, SparkValueSerializer, untrusted_serializer_for
+from dstl.backend.serialization import (
+    SizeOnlySerializer,
+    SparkValueSerializer,
+    serializer_for,
+    untrusted_serializer_for,
+)
 
 SPARK_VALUES = [
     None,
@@ -56,3 +61,21 @@ def test_hostile_extensions_are_a_named_error(code, data, complaint):
 def test_read_only_tools_decode_spark_values_but_never_pickle():
     assert isinstance(untrusted_serializer_for("spark"), SparkValueSerializer)
     assert isinstance(untrusted_serializer_for("pickle"), SizeOnlySerializer)
+
+
+@pytest.mark.parametrize("name", ["msgpack", "spark", "pickle"])
+def test_a_batch_encodes_as_each_value_does(name):
+    serializer = serializer_for(name)
+    values = [
+        v
+        for v in SPARK_VALUES
+        if name == "spark" or not isinstance(v, datetime.date | decimal.Decimal | datetime.timedelta)
+    ]
+    assert serializer.dumps_many(values) == [serializer.dumps(v) for v in values]
+    assert serializer.dumps_many([]) == []
+
+
+@pytest.mark.parametrize("name", ["msgpack", "spark"])
+def test_a_batch_with_a_value_it_cannot_store_names_that_value_type(name):
+    with pytest.raises(TypeError, match="state value of type object"):
+        serializer_for(name).dumps_many([1, "two", object(), 4])
