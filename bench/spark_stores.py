@@ -60,22 +60,28 @@ class StoreResult:
     phases: list[dict[str, float]] = field(default_factory=list)  # per batch (dstl): driver and task ms
 
     batch_rows: list[int] = field(default_factory=list)
+    #: Leading batches left out of the figures: the first (one-time set-up) or those loading the state.
+    warm_up: int = 1
 
     @property
     def records_per_s(self) -> float:
-        """Steady-state throughput: rows over the summed batch durations, the first batch left out.
+        """Steady-state throughput: rows over the summed batch durations, the warm-up batches left out.
 
         The first batch of a query pays its one-time set-up (Python workers, state
         store providers), which says nothing about a streaming job's throughput.
         """
-        rows, durations = self.batch_rows[1:] or self.batch_rows, self.batch_ms[1:] or self.batch_ms
+        rows, durations = self.steady(self.batch_rows), self.steady(self.batch_ms)
         return sum(rows) / (sum(durations) / 1000) if durations and sum(durations) else 0.0
+
+    def steady(self, values: list[Any]) -> list[Any]:
+        """``values`` (one per batch) without the warm-up batches."""
+        return values[self.warm_up :] or values
 
     def figures(self) -> dict[str, Any]:
         """The machine-readable figures (the first batch, JVM warm-up, left out of the percentiles)."""
         from bench.dstl_bench import percentile
 
-        commits, batches = self.commit_ms[1:] or self.commit_ms, self.batch_ms[1:] or self.batch_ms
+        commits, batches = self.steady(self.commit_ms), self.steady(self.batch_ms)
         return {
             "engine": self.engine,
             "records_per_s": self.records_per_s,
@@ -87,21 +93,31 @@ class StoreResult:
             "state_disk_bytes": self.state_disk_bytes,
             "rows": self.rows,
             "batches": len(self.batch_ms),
+            "warm_up_batches": self.warm_up,
             "batch_ms": self.batch_ms,
             "materializing": self.materializing,
             "phases": self.phases,
         }
 
 
-def write_inputs(directory: Path, batches: int, rows: int, new_share: float = 0.8) -> None:
-    """``batches`` files of ``rows`` keys each, mostly new keys, in processing order."""
+def write_inputs(
+    directory: Path, batches: int, rows: int, new_share: float = 0.8, state_keys: int = 0
+) -> int:
+    """``batches`` files of ``rows`` keys each, in processing order; returns how many load files come first.
+
+    Without ``state_keys``, most keys are new (``new_share``). With it, files of
+    ``rows`` new keys load that many keys first, and the ``batches`` after them
+    mostly update (a fifth new keys): state of a given size, then steady updates.
+    """
     rng = random.Random(3)
     directory.mkdir(parents=True, exist_ok=True)
+    load = -(-state_keys // rows)
     next_key = 0
-    for index in range(batches):
+    for index in range(load + batches):
         keys = []
-        for _ in range(rows):
-            if next_key == 0 or rng.random() < new_share:
+        for _ in range(min(rows, state_keys - next_key) if index < load else rows):
+            share = 1.0 if index < load else (0.2 if state_keys else new_share)
+            if next_key == 0 or rng.random() < share:
                 keys.append(next_key)
                 next_key += 1
             else:
@@ -110,6 +126,7 @@ def write_inputs(directory: Path, batches: int, rows: int, new_share: float = 0.
         path.write_text("".join(json.dumps({"k": f"k{k}"}) + "\n" for k in keys))
         os.utime(path, (FILE_TIME + index, FILE_TIME + index))
         path.replace(directory / f"f{index:05d}.json")
+    return load
 
 
 def _dir_bytes(*directories: Path) -> tuple[int, int]:
@@ -382,11 +399,13 @@ def compare(
     batches: int,
     rows: int,
     engines: list[str] | None = None,
+    state_keys: int = 0,
 ) -> list[StoreResult]:
     """Run the job on every engine (or those named) over the same input files.
 
     Every engine first runs a short throwaway job (two batches of 500 rows), so no
-    engine pays the JVM's warm-up for the others.
+    engine pays the JVM's warm-up for the others. With ``state_keys``, batches load
+    that many keys first; they are left out of the figures.
     """
     names = engines or list(ENGINES)
     warm_up = workdir / "warm-up"
@@ -394,13 +413,16 @@ def compare(
     for name in names:
         ENGINES[name](spark, warm_up / "input", warm_up / name)
     inputs = workdir / "input"
-    write_inputs(inputs, batches, rows)
-    return [ENGINES[name](spark, inputs, workdir) for name in names]
+    load = write_inputs(inputs, batches, rows, state_keys=state_keys)
+    results = [ENGINES[name](spark, inputs, workdir) for name in names]
+    for result in results:
+        result.warm_up = max(1, load)
+    return results
 
 
 def phase_rows(result: StoreResult) -> list[list[str]]:
-    """Median ms per phase over the batches but the first (JVM warm-up): driver, then the slowest task."""
-    batches = result.phases[1:] or result.phases
+    """Median ms per phase over the steady batches (no warm-up): driver, then the slowest task."""
+    batches = result.steady(result.phases)
     names = list(dict.fromkeys(name for phases in batches for name in phases))
     return [[name, f"{statistics.median(p.get(name, 0.0) for p in batches):.1f}"] for name in names]
 
@@ -412,6 +434,7 @@ def main(argv: list[str] | None = None) -> int:
     import tempfile
 
     from rich.console import Console
+    from rich.progress import track
 
     from bench.dstl_bench import _table
     from dstl.backend.spark.demo.run import spark_session
@@ -423,26 +446,89 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=10_000)
     parser.add_argument("--engines", default=",".join(ENGINES))
     parser.add_argument("--json", metavar="PATH", help="write the figures as JSON")
+    parser.add_argument("--runs", type=int, default=1, help="repeat the comparison; report median and spread")
+    parser.add_argument(
+        "--state-keys", type=int, default=0, help="load this many keys first (left out), then mostly updates"
+    )
     args = parser.parse_args(argv)
     console = Console(width=160)  # the table stays readable when piped to a file
     spark = spark_session("dstl-spark-stores")
     spark.sparkContext.setLogLevel("ERROR")
+    runs: list[list[StoreResult]] = []
     try:
-        with tempfile.TemporaryDirectory(prefix="dstl-stores-") as tmp:
-            results = compare(spark, Path(tmp), args.batches, args.rows, args.engines.split(","))
+        for _ in track(range(args.runs), description="runs", console=console, disable=args.runs == 1):
+            with tempfile.TemporaryDirectory(prefix="dstl-stores-") as tmp:
+                engines = args.engines.split(",")
+                runs.append(compare(spark, Path(tmp), args.batches, args.rows, engines, args.state_keys))
     finally:
         spark.stop()
-    console.print(
-        _table(f"{args.batches} batches of {args.rows:,} rows", SUMMARY_COLUMNS, summary_rows(results))
+    results = runs[-1]
+    title = f"{args.batches} batches of {args.rows:,} rows" + (
+        f" over {args.state_keys:,} keys of state" if args.state_keys else ""
     )
+    console.print(_table(title + ": the last run", SUMMARY_COLUMNS, summary_rows(results)))
     for line in speedups(results):
         console.print(line)
+    if len(runs) > 1:
+        console.print(
+            _table(f"{title}: median (min-max) of {len(runs)} runs", SPREAD_COLUMNS, spread_rows(runs))
+        )
+        for line in goal_spread(runs):
+            console.print(line)
     for r in results:
         if r.phases:
             console.print(_table(f"{r.key}: median ms per phase", ["phase", "ms"], phase_rows(r)))
     if args.json:
-        Path(args.json).write_text(json.dumps({"spark": {r.key: r.figures() for r in results}}, indent=2))
+        figures = {
+            "settings": {"batches": args.batches, "rows": args.rows, "state_keys": args.state_keys},
+            "spark": {r.key: r.figures() for r in results},
+            "runs": [{r.key: r.figures() for r in run} for run in runs],
+        }
+        Path(args.json).write_text(json.dumps(figures, indent=2))
     return 0
+
+
+SPREAD_COLUMNS = ["engine", "batch p50 ms", "records/s"]
+
+
+def _spread(values: list[float]) -> str:
+    """``median (min-max)`` of ``values``."""
+    return f"{statistics.median(values):,.0f} ({min(values):,.0f}-{max(values):,.0f})"
+
+
+def spread_rows(runs: list[list[StoreResult]]) -> list[list[str]]:
+    """Per engine over the runs: batch p50 and records/s, each as median (min-max)."""
+    by_key: dict[str, list[StoreResult]] = {}
+    for results in runs:
+        for result in results:
+            by_key.setdefault(result.key, []).append(result)
+    return [
+        [
+            results[0].engine,
+            _spread([r.figures()["batch_p50_ms"] for r in results]),
+            _spread([r.records_per_s for r in results]),
+        ]
+        for results in by_key.values()
+    ]
+
+
+def goal_spread(runs: list[list[StoreResult]]) -> list[str]:
+    """Each goal's ratio over the runs, median (min-max), with the verdict of the median."""
+    ratios: dict[tuple[str, str, float, bool], list[float]] = {}
+    for results in runs:
+        for goal, ratio in goal_ratios(results):
+            ratios.setdefault(goal, []).append(ratio)
+    lines = []
+    for (engine, baseline, target, bounds_time), values in ratios.items():
+        middle = statistics.median(values)
+        met = middle <= target if bounds_time else middle >= target
+        what = "batch time" if bounds_time else "records/s"
+        lines.append(
+            f"{engine} {what} / {baseline}'s: {middle:.2f}x ({min(values):.2f}-{max(values):.2f}) over "
+            f"{len(values)} runs; target {'at most ' if bounds_time else ''}{target:g}x: "
+            f"{'MET' if met else 'NOT MET'}."
+        )
+    return lines
 
 
 SUMMARY_COLUMNS = [
@@ -490,31 +576,48 @@ GOALS: tuple[tuple[str, str, float, bool], ...] = (
 PANDAS_APIS = ("applyInPandasWithState", "transformWithStateInPandas")
 
 
-def speedups(results: list[StoreResult]) -> list[str]:
-    """A verdict per goal whose engines both ran: dstl's ratio to the baseline and the target."""
+def _goal_engines(results: list[StoreResult]) -> Iterator[tuple[tuple[str, str, float, bool], Any, Any]]:
+    """``(goal, dstl's result, the baseline's)`` of each goal whose engines both ran."""
     by_key = {r.key: r for r in results}
     pandas = [by_key[key] for key in PANDAS_APIS if key in by_key]
     if pandas:
         by_key["pandas-apis"] = max(pandas, key=lambda r: r.records_per_s)
-    lines = []
-    for engine, baseline, target, bounds_time in GOALS:
-        ours, theirs = by_key.get(engine), by_key.get(baseline)
+    for goal in GOALS:
+        ours, theirs = by_key.get(goal[0]), by_key.get(goal[1])
         if ours is None or theirs is None:
             continue
+        baseline = theirs.figures()["batch_p50_ms"] if goal[3] else theirs.records_per_s
+        if baseline:
+            yield goal, ours, theirs
+
+
+def goal_ratios(results: list[StoreResult]) -> list[tuple[tuple[str, str, float, bool], float]]:
+    """Each goal's ratio in one run: dstl's batch time over the baseline's, or its records/s over theirs."""
+    return [
+        (
+            goal,
+            ours.figures()["batch_p50_ms"] / theirs.figures()["batch_p50_ms"]
+            if goal[3]
+            else ours.records_per_s / theirs.records_per_s,
+        )
+        for goal, ours, theirs in _goal_engines(results)
+    ]
+
+
+def speedups(results: list[StoreResult]) -> list[str]:
+    """A verdict per goal whose engines both ran: dstl's ratio to the baseline and the target."""
+    lines = []
+    for ((engine, _, target, bounds_time), ratio), (_, ours, theirs) in zip(
+        goal_ratios(results), _goal_engines(results), strict=True
+    ):
         if bounds_time:
             ours_ms, theirs_ms = ours.figures()["batch_p50_ms"], theirs.figures()["batch_p50_ms"]
-            if not theirs_ms:
-                continue
-            ratio = ours_ms / theirs_ms
             verdict = "MET" if ratio <= target else "NOT MET"
             lines.append(
                 f"{engine}: batch p50 {ours_ms:,.0f} ms = {ratio:.2f}x {theirs.key}'s ({theirs_ms:,.0f} ms); "
                 f"target at most {target:g}x: {verdict}."
             )
             continue
-        if not theirs.records_per_s:
-            continue
-        ratio = ours.records_per_s / theirs.records_per_s
         verdict = "MET" if ratio >= target else "NOT MET"
         lines.append(
             f"{engine}: {ours.records_per_s:,.0f} records/s = {ratio:.2f}x {theirs.key}'s "
@@ -533,7 +636,7 @@ def materialization_cost(result: StoreResult) -> str | None:
 
     if len(result.materializing) != len(result.batch_ms):
         return None  # not a dstl run: Spark's stores snapshot in their own maintenance
-    flags, durations = result.materializing[1:], result.batch_ms[1:]
+    flags, durations = result.materializing[result.warm_up :], result.batch_ms[result.warm_up :]
     materializing = [d for d, m in zip(durations, flags, strict=True) if m]
     others = [d for d, m in zip(durations, flags, strict=True) if not m]
     if not materializing or not others:

@@ -167,6 +167,45 @@ def test_spark_figures_verdicts_and_materialization_cost_from_synthetic_runs():
     assert len(summary_rows(results)) == 3
 
 
+def test_spark_figures_over_several_runs_and_a_loaded_state():
+    from bench.spark_stores import StoreResult, goal_spread, spread_rows
+
+    def run(dstl_ms: float, floor_ms: float) -> list[StoreResult]:
+        dstl = StoreResult("dstl-batch", "dstl batch", batch_ms=[9000, 9000, dstl_ms, dstl_ms], warm_up=2)
+        floor = StoreResult("floor", "floor", batch_ms=[9000, 9000, floor_ms, floor_ms], warm_up=2)
+        for result in (dstl, floor):
+            result.batch_rows = [1000, 1000, 10, 10]
+        return [dstl, floor]
+
+    runs = [run(100, 100), run(150, 100), run(120, 80)]
+    assert runs[0][0].records_per_s == 20 / 0.2  # the loading batches are left out
+    assert runs[0][0].figures()["batch_p50_ms"] == 100 and runs[0][0].figures()["warm_up_batches"] == 2
+    assert spread_rows(runs) == [
+        ["dstl batch", "120 (100-150)", "83 (67-100)"],
+        ["floor", "100 (80-100)", "100 (100-125)"],
+    ]
+    assert goal_spread(runs) == [
+        "dstl-batch batch time / floor's: 1.50x (1.00-1.50) over 3 runs; target at most 1.3x: NOT MET."
+    ]
+
+
+def test_inputs_load_the_state_first_then_mostly_update(tmp_path):
+    import json
+
+    from bench.spark_stores import write_inputs
+
+    load = write_inputs(tmp_path, batches=2, rows=400, state_keys=1000)
+    files = sorted(tmp_path.glob("*.json"))
+    keys = [[json.loads(line)["k"] for line in f.read_text().splitlines()] for f in files]
+    assert load == 3 and [len(k) for k in keys] == [400, 400, 200, 400, 400]
+    loaded = [k for batch in keys[:load] for k in batch]
+    assert loaded == [f"k{i}" for i in range(1000)]  # every key once, new
+    for batch in keys[load:]:
+        updates = sum(int(k[1:]) < 1000 for k in batch)
+        assert 0.6 * len(batch) < updates < len(batch)  # mostly updates of loaded keys, some new
+    assert write_inputs(tmp_path / "plain", batches=1, rows=10) == 0
+
+
 def test_scale_bench_timer_and_collection_tables_run(tmp_path):
     from bench.scale_bench import main as scale_main
 
