@@ -10,6 +10,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from dstl.spi import ConfigError, InvalidHandleError, StorageError
@@ -71,6 +72,26 @@ class MaterializationTarget(Protocol):
 
     def clock(self) -> float:
         """The wall clock TTL is measured with."""
+
+
+@dataclass(frozen=True)
+class _Choice:
+    """What decides between a full and an incremental snapshot, taken when a materialization starts.
+
+    With the state's view and the resumed log to read, it goes to the background thread.
+    """
+
+    view: StateView  # the state at the materialization's SQN
+    resumed_log: Callable[[Callable[[str, int, bytes], None]], None] | None  # keys changed since the chain
+    forced: bool  # asked for, every k-th one, or TTL due
+    full_keys: int  # entries of the chain's full snapshot
+    chain_keys: int  # entries of its incrementals
+    per_group: float  # entries per key group of the full snapshot (a whole group's estimate)
+    bridging: bool  # a full snapshot also writes the incremental bridging the previous chain
+
+    def outgrown(self, dirty: ChangedKeys) -> bool:
+        """Whether the incrementals with ``dirty`` would reach the size of a full snapshot."""
+        return self.chain_keys + dirty.estimate(self.per_group) >= self.full_keys
 
 
 class Materializer:
@@ -206,7 +227,13 @@ class Materializer:
             raise StorageError(msg)
 
     def start(self) -> Future[MaterializationRef]:
-        """Start a materialization unless one runs (then return that one)."""
+        """Start a materialization unless one runs (then return that one).
+
+        What the caller waits for is O(1): a view of the state (a read transaction on
+        LMDB, copy-on-write on the heap) and the figures the choice of a full or an
+        incremental snapshot needs. The keys changed in a resumed snapshot's log are
+        read in the background, with the snapshot: that log grows until the next one.
+        """
         fs, root = self._filesystem()
         with self._lock:
             if self._running is not None and not self._running.done():
@@ -215,6 +242,7 @@ class Materializer:
             began = time.perf_counter()
             sqn = self.running_sqn = backend.begin_materialization()
             dirty, self._dirty = self._dirty, ChangedKeys(self._max_tracked)
+            resumed_log, self._dirty_in_resumed_log = self._dirty_in_resumed_log, None
             # Full when asked, every k-th time, or when the incrementals would reach the
             # size of a full snapshot: the chain then stays below twice the state.
             full_keys = self.chain[0].entries if self.chain else 0
@@ -226,46 +254,75 @@ class Materializer:
             # snapshot carries its clock (a chain from before that: the first one is full).
             shortest_ttl = min((ttl for _, ttl in ttl_states.values()), default=math.inf)
             ttl_due = bool(ttl_states) and now - self._last_full_clock >= shortest_ttl
-            full = (
-                self._needs_full
-                or ttl_due
-                or len(self.chain) >= self._full_every
-                or chain_keys + dirty.estimate(per_group) >= full_keys
-            )
-            # An incremental (or the bridge of a full one) needs the keys changed in a resumed
-            # snapshot's log: read that log once; a failed upload hands them back with ``dirty``.
-            incremental_keys_needed = not full or (self._bridging and bool(self.chain))
-            if incremental_keys_needed and self._dirty_in_resumed_log is not None:
-                self._dirty_in_resumed_log(dirty.add)
-                self._dirty_in_resumed_log = None
-                full = full or chain_keys + dirty.estimate(per_group) >= full_keys
-            bridged = full and self._bridging and bool(self.chain)
-            views: list[tuple[str, StateView]] = []
+            forced = self._needs_full or ttl_due or len(self.chain) >= self._full_every
+            view = None
             try:
-                # O(1) on LMDB (a read transaction) and on the heap (copy-on-write); read section by
-                # section in the background, where an incremental also reads its changed keys.
-                view = backend.delegate.view()
-                if not full or bridged:
-                    views.append(("incr", ChangedKeysView(view, dirty, owns=not full)))
-                if full:
-                    views.append(("full", view))
+                view = backend.delegate.view()  # read section by section in the background
+                bridging = self._bridging and bool(self.chain)
+                choice = _Choice(view, resumed_log, forced, full_keys, chain_keys, per_group, bridging)
                 context = (backend.registrations(), ttl_states, now)
                 self._expired_in_flight = []
                 future: Future[MaterializationRef] = Future()
                 thread = threading.Thread(
-                    target=self._upload,
-                    args=(fs, root, sqn, views, context, future, dirty, began),
+                    target=self._choose_and_upload,
+                    args=(fs, root, sqn, choice, context, future, dirty, began),
                     daemon=True,
                 )
                 self._running, self._thread = future, thread
                 self.started += 1
                 thread.start()
             except BaseException:
-                self._dirty.update(dirty)
-                for _, view in views:  # an open LMDB view would block the map from growing
+                self._hand_back(dirty, resumed_log)
+                if view is not None:  # an open LMDB view would block the map from growing
                     view.close()
                 raise
             return future
+
+    def _hand_back(
+        self, dirty: ChangedKeys, resumed_log: Callable[[Callable[[str, int, bytes], None]], None] | None
+    ) -> None:
+        """A materialization that did not happen returns the changes it took (caller holds the lock)."""
+        self._dirty.update(dirty)
+        if resumed_log is not None and self._dirty_in_resumed_log is None:
+            self._dirty_in_resumed_log = resumed_log
+
+    def _choose_and_upload(
+        self,
+        fs: Any,
+        root: str,
+        sqn: int,
+        choice: _Choice,
+        context: tuple[dict, dict[str, tuple[str, float]], float],
+        future: Future,
+        dirty: ChangedKeys,
+        began: float,
+    ) -> None:
+        """The background half of :meth:`start`: full or incremental, then the upload."""
+        view, resumed_log = choice.view, choice.resumed_log
+        try:
+            full = choice.forced or choice.outgrown(dirty)
+            # An incremental (or the bridge of a full one) needs the keys changed in a resumed
+            # snapshot's log: read that log once; a failed upload hands them back with ``dirty``.
+            if (not full or choice.bridging) and resumed_log is not None:
+                resumed_log(dirty.add)
+                resumed_log = None
+                full = full or choice.outgrown(dirty)
+            bridged = full and choice.bridging
+            views: list[tuple[str, StateView]] = []
+            if not full or bridged:
+                views.append(("incr", ChangedKeysView(view, dirty, owns=not full)))
+            if full:
+                views.append(("full", view))
+        except Exception as exc:
+            view.close()
+            with self._lock:
+                self.failures += 1
+                self.failed += 1
+                self._hand_back(dirty, resumed_log)
+            log.warning("materialization of %s failed: %s", self._backend.operator_id, exc)
+            future.set_exception(StorageError(f"materialization failed: {exc}", retriable=True))
+            return
+        self._upload(fs, root, sqn, views, context, future, dirty, began)
 
     def _upload(
         self,

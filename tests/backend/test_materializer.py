@@ -117,6 +117,37 @@ def test_the_log_of_a_resumed_snapshot_is_read_once(tmp_path):
     assert len(reads) == 1
 
 
+def test_the_log_of_a_resumed_snapshot_is_read_in_the_background_and_handed_back_on_failure(tmp_path):
+    """Reading that log grows with it: start() returns at once; a failed read is tried again next time."""
+    import threading
+
+    target = FakeTarget(HeapDelegate())
+    materializer = Materializer(target, (tmp_path / "snap").as_uri(), 3, full_every=5)
+    for i in range(20):
+        _write(target, materializer, 0, f"k{i}".encode(), b"%d" % i)
+    materializer.start().result(timeout=30)
+    release, reads = threading.Event(), []
+
+    def changed_in_resumed_log(sink):
+        reads.append(threading.current_thread())
+        if len(reads) == 1:
+            raise OSError("injected: the log could not be read")
+        assert release.wait(timeout=30), "start() waited for the log"
+        sink("v", 1, b"from the log")
+
+    materializer.resumed(materializer.chain, changed_in_resumed_log)
+    target.delegate.put("v", 1, b"from the log", b"x")
+    with pytest.raises(StorageError, match="injected: the log could not be read"):
+        materializer.start().result(timeout=30)
+    assert materializer.failed == 1
+    pending = materializer.start()  # reads the log again: its keys were handed back
+    assert not pending.done()  # waiting in the background for the log, not in start()
+    release.set()
+    ref = pending.result(timeout=30)
+    assert "-incr-" in ref.path and ref.entries == 1
+    assert len(reads) == 2 and threading.current_thread() not in reads
+
+
 class _FailingView(MappingView):
     """Yields the first section, then the state can no longer be read."""
 
