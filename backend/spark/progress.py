@@ -56,7 +56,7 @@ class BatchProgress:
     persisted_bytes: int
     full_checkpoint_bytes: int
     batch_ms: float
-    #: driver time per phase (plan, tasks, collect, sink, complete), ms
+    #: driver time per phase (plan, tasks: the instances and the reports, sink, complete), ms
     phases_ms: dict[str, float] = field(default_factory=dict)
     #: the slowest instance's task time per phase (decode, bring up, group, process, checkpoint, encode), ms
     task_phases_ms: dict[str, float] = field(default_factory=dict)

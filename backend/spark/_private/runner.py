@@ -384,13 +384,14 @@ class BatchRunner:
                 result = grouped.applyInPandas(instance_function(plan, self.spec.make_processor), schema)
         phases = Phases(began)
         phases.mark("plan")
-        result = result.localCheckpoint(eager=True)
-        phases.mark("tasks")  # routing, shuffle, the instances' tasks, pinning the result
+        # Checkpointed by the job that collects the reports (one job, not two): the sink then
+        # reads the very output those reports describe, without running the instances again.
+        result = result.localCheckpoint(eager=False)
         reports = [
             row[REPORT_COLUMN]
             for row in result.where(F.col(REPORT_COLUMN).isNotNull()).select(REPORT_COLUMN).collect()
         ]
-        phases.mark("collect")
+        phases.mark("tasks")  # routing, shuffle, the instances' tasks, pinning the result, the reports
         output = result.where(F.col(REPORT_COLUMN).isNull()).drop(REPORT_COLUMN)
         if spec.next_step is not None:  # every batch: the next step's timers may be due
             spec.next_step(output, batch_id, clock)

@@ -98,3 +98,54 @@ def test_timestamps_and_nans_cross_both_ways_as_on_sparks_placement(spark, tmp_p
         ("a", dt.datetime(2026, 3, 29, 3, 15), None, 2),
         ("b", dt.datetime(2026, 10, 25, 2, 45), None, 1),
     ]
+
+
+@pytest.mark.parametrize("placement", ["sticky", "spark"])
+def test_each_instance_runs_once_a_batch_however_often_the_sink_reads_the_output(spark, tmp_path, placement):
+    """The reports and the sink read one checkpointed result: no action reruns an instance."""
+    directory, runs = tmp_path / "in", tmp_path / "runs.txt"
+    directory.mkdir()
+    for batch in range(2):
+        (directory / f"part-{batch}.json").write_text(
+            "".join(json.dumps({"user": f"u{i}", "at": "2026-01-01 00:00:00"}) + "\n" for i in range(40))
+        )
+
+    class Counting(StatefulProcessor):
+        def init(self, context):
+            self.count = context.get_value_state("count")
+
+        def handle_batch(self, batch, context):
+            with runs.open("a") as out:  # a worker process appends one line per instance run
+                out.write(f"{context.batch_id} {context.key_groups.start}\n")
+            totals = [
+                (c or 0) + n
+                for c, n in zip(self.count.get_many(batch.key_set), batch.counts().tolist(), strict=True)
+            ]
+            self.count.update_many(batch.key_set, totals)
+            return {"user": batch.keys, "count": totals}
+
+    seen: list[tuple[int, int]] = []
+
+    def sink(frame, batch_id):
+        seen.append((batch_id, frame.count()))  # the output read three times
+        assert frame.count() == len(frame.collect())
+
+    query = transform_with_state(
+        spark.readStream.schema("user string, at timestamp")
+        .option("maxFilesPerTrigger", 1)
+        .json(str(directory)),
+        key_columns=["user"],
+        processor=Counting,
+        output_schema="user string, count long",
+        sink=sink,
+        checkpoint_location=str(tmp_path / "chk"),
+        config=local_config(tmp_path, **{"dstl.spark.placement": placement}),
+        trigger={"availableNow": True},
+    )
+    query.await_termination(timeout=300)
+    assert query.exception() is None, query.exception()
+    assert seen == [(0, 40), (1, 40)]
+    lines = runs.read_text().splitlines()
+    assert sorted(lines) == sorted(set(lines)), "an instance ran twice in a batch"
+    assert {line.split()[0] for line in lines} == {"0", "1"}
+    assert len(lines) == sum(p.instances for p in query.progress), (lines, query.progress)
