@@ -140,6 +140,15 @@ class LmdbDelegate(StateDelegate):
             raise ValueError(msg)
         return base
 
+    def _bases(self, state: str, key_groups: Sequence[int], keys: Sequence[bytes]) -> list[bytes]:
+        """The bases of ``keys`` (each in its key group), checked as :meth:`_base` checks one."""
+        prefixes = {key_group: _prefix(state, key_group) for key_group in set(key_groups)}
+        bases = [_base(prefixes[key_group], key) for key_group, key in zip(key_groups, keys, strict=True)]
+        longest = max(bases, key=len, default=b"")
+        too_long = len(longest) > _MAX_KEY
+        self._base(state, 0, keys[bases.index(longest)] if too_long else b"")  # raises, naming the problem
+        return bases
+
     def get(self, state: str, key_group: int, key: bytes) -> Any | None:
         """The entry, or ``None`` (a collection's elements gathered: one seek, then a range)."""
         base = self._base(state, key_group, key)
@@ -159,9 +168,7 @@ class LmdbDelegate(StateDelegate):
 
     def get_values(self, state: str, key_groups: Sequence[int], keys: Sequence[bytes]) -> list[bytes | None]:
         """One lookup per key in one read transaction: a value has no element records to gather."""
-        self._base(state, 0, b"")  # validates the state name
-        prefixes = {key_group: _prefix(state, key_group) for key_group in set(key_groups)}
-        bases = [_base(prefixes[key_group], key) for key_group, key in zip(key_groups, keys, strict=True)]
+        bases = self._bases(state, key_groups, keys)
         with self._read() as txn:
             get = txn.get
             return [get(base) for base in bases]
@@ -170,9 +177,7 @@ class LmdbDelegate(StateDelegate):
         self, state: str, key_groups: Sequence[int], keys: Sequence[bytes], values: Sequence[bytes]
     ) -> None:
         """Every key group's values in one write transaction (a value replaces one record)."""
-        self._base(state, 0, b"")  # validates the state name
-        prefixes = {key_group: _prefix(state, key_group) for key_group in set(key_groups)}
-        bases = [_base(prefixes[key_group], key) for key_group, key in zip(key_groups, keys, strict=True)]
+        bases = self._bases(state, key_groups, keys)
         # one C call for every record (putmulti), not a Python call per record
         self._write(lambda txn: txn.cursor().putmulti(zip(bases, values, strict=True)))
 

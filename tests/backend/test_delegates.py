@@ -275,6 +275,13 @@ def test_an_lmdb_key_too_long_is_a_clear_error(tmp_path):
     delegate = LmdbDelegate(tmp_path / "long")
     with pytest.raises(ValueError, match="exceeds the 511 bytes of an LMDB key.*delegate=heap"):
         delegate.map_put("m", 0, b"k" * 200, b"m" * 400, b"v")
+    for bulk in (
+        lambda: delegate.put_values("v", [0, 1], [b"short", b"k" * 600], [b"1", b"2"]),
+        lambda: delegate.get_values("v", [0, 1], [b"short", b"k" * 600]),
+    ):
+        with pytest.raises(ValueError, match=r"the key \(600 bytes\).*exceeds the 511 bytes"):
+            bulk()
+    assert delegate.get("v", 0, b"short") is None  # the refused bulk write wrote nothing
     delegate.close()
 
 
