@@ -79,7 +79,8 @@ class StateChangelogWriter(ABC):
         """Append ``data[i]`` under ``key_groups[i]``, in order: :meth:`append` for each, in one call.
 
         The bulk write path (a batch's updates of a state). Storages may override it
-        to append faster; a call that raises leaves none of its changes appended.
+        to append faster. A batch refused by the checks below appends none of its
+        changes (the kit's writers append none on any error).
 
         :raises ValueError: when the two sequences differ in length, or a key group is
             outside :attr:`key_groups`.
