@@ -117,14 +117,8 @@ class ChangelogKeyedStateBackend(StateFactories):
         )
         self._interval = tuned.materialization_interval
         self._policy = MaterializationPolicy(tuned.max_log_ratio if tuned.snapshot_dir else 0.0)
-        changed = self.materializer.changed
-        self._writes = ChangeWriter(
-            self.delegate,
-            self.writer,
-            changed,
-            squash=tuned.squash_updates,
-            changed_many=self.materializer.changed_many,
-        )
+        squash = tuned.squash_updates
+        self._writes = ChangeWriter(self.delegate, self.writer, self.materializer, squash=squash)
         self._last_materialization_start = time.monotonic()
         self._truncated_to = self._log_start
         self.clock = clock  # wall clock of state TTL (injectable for tests)

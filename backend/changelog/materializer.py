@@ -10,7 +10,6 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from dstl.spi import ConfigError, InvalidHandleError, StorageError
@@ -26,6 +25,7 @@ from ..options import (
 )
 from .changed_keys import ChangedKeys, ChangedKeysView
 from .sections import checked_entries, purged, replaced_key_groups
+from .snapshot_choice import SnapshotChoice
 
 if TYPE_CHECKING:
     from dstl.spi import KeyGroupRange
@@ -72,26 +72,6 @@ class MaterializationTarget(Protocol):
 
     def clock(self) -> float:
         """The wall clock TTL is measured with."""
-
-
-@dataclass(frozen=True)
-class _Choice:
-    """What decides between a full and an incremental snapshot, taken when a materialization starts.
-
-    With the state's view and the resumed log to read, it goes to the background thread.
-    """
-
-    view: StateView  # the state at the materialization's SQN
-    resumed_log: Callable[[Callable[[str, int, bytes], None]], None] | None  # keys changed since the chain
-    forced: bool  # asked for, every k-th one, or TTL due
-    full_keys: int  # entries of the chain's full snapshot
-    chain_keys: int  # entries of its incrementals
-    per_group: float  # entries per key group of the full snapshot (a whole group's estimate)
-    bridging: bool  # a full snapshot also writes the incremental bridging the previous chain
-
-    def outgrown(self, dirty: ChangedKeys) -> bool:
-        """Whether the incrementals with ``dirty`` would reach the size of a full snapshot."""
-        return self.chain_keys + dirty.estimate(self.per_group) >= self.full_keys
 
 
 class Materializer:
@@ -259,7 +239,7 @@ class Materializer:
             try:
                 view = backend.delegate.view()  # read section by section in the background
                 bridging = self._bridging and bool(self.chain)
-                choice = _Choice(view, resumed_log, forced, full_keys, chain_keys, per_group, bridging)
+                choice = SnapshotChoice(view, resumed_log, forced, full_keys, chain_keys, per_group, bridging)
                 context = (backend.registrations(), ttl_states, now)
                 self._expired_in_flight = []
                 future: Future[MaterializationRef] = Future()
@@ -291,7 +271,7 @@ class Materializer:
         fs: Any,
         root: str,
         sqn: int,
-        choice: _Choice,
+        choice: SnapshotChoice,
         context: tuple[dict, dict[str, tuple[str, float]], float],
         future: Future,
         dirty: ChangedKeys,

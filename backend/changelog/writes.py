@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from itertools import repeat
-from typing import Any
+from typing import Any, Protocol
 
 from dstl.spi import StateChangelogWriter
 
@@ -13,18 +13,28 @@ from ..keyed import REPLACING, KeySet, Op
 from .records import encode_change, encode_value_puts
 from .replay import apply_change
 
-__all__ = ["ChangeWriter"]
+__all__ = ["ChangeTracker", "ChangeWriter"]
 
 #: Changes that remove: Spark counts them in ``numRowsRemoved``, every other one in ``numRowsUpdated``.
 _REMOVING = frozenset({Op.CLEAR, Op.MAP_REMOVE})
 
 
+class ChangeTracker(Protocol):
+    """Told of every changed ``(state, key group, key)``: what an incremental snapshot holds."""
+
+    def changed(self, state: str, key_group: int, key: bytes) -> None:
+        """One key changed or was removed."""
+        ...
+
+    def changed_many(self, state: str, key_groups: Sequence[int], keys: Sequence[bytes]) -> None:
+        """Many keys changed at once (the bulk write path)."""
+        ...
+
+
 class ChangeWriter:
     """Applies changes to ``delegate`` and appends their records to ``writer``.
 
-    :param changed: told of every changed ``(state, key group, key)`` (incremental snapshots).
-    :param changed_many: told of many at once ``(state, key groups, keys)`` (the bulk write path);
-        by default ``changed`` for each.
+    :param tracker: told of every changed key (incremental snapshots).
     :param squash: a change that replaces a key's entry waits until the next flush or
         non-replacing change of that entry; a newer one replaces it in the log.
     """
@@ -33,15 +43,14 @@ class ChangeWriter:
         self,
         delegate: StateDelegate,
         writer: StateChangelogWriter,
-        changed: Callable[[str, int, bytes], None],
+        tracker: ChangeTracker,
         *,
         squash: bool,
-        changed_many: Callable[[str, Sequence[int], Sequence[bytes]], None] | None = None,
     ) -> None:
         self._delegate = delegate
         self._writer = writer
-        self._changed = changed
-        self._changed_many = changed_many or self._each_changed
+        self._changed = tracker.changed
+        self._changed_many = tracker.changed_many
         self._squash = squash
         self._pending: dict[tuple[int, int, bytes], bytes] = {}
         #: changes applied so far that update and that remove (see :meth:`take_counts`)
@@ -106,11 +115,6 @@ class ChangeWriter:
         else:  # nothing is pending without squashing: straight to the log
             self._writer.append_all(groups, records)
         self._changed_many(state, groups, raw)
-
-    def _each_changed(self, state: str, key_groups: Sequence[int], keys: Sequence[bytes]) -> None:
-        changed = self._changed
-        for key_group, key in zip(key_groups, keys, strict=True):
-            changed(state, key_group, key)
 
     def flush(self) -> None:
         """Append the squashed changes waiting for the next checkpoint or materialization."""

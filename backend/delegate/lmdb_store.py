@@ -9,7 +9,6 @@ caller must vouch for the file (the Spark working copy's stamp).
 
 from __future__ import annotations
 
-import struct
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -19,40 +18,27 @@ import lmdb
 
 from dstl.spi import StorageError
 
-from .base import SECTION_ENTRIES, StateDelegate, StateView
+from .base import StateDelegate, StateView
+from .lmdb_records import (
+    _INDEX,
+    _KG,
+    _LIST,
+    _MAP,
+    _MAX_KEY,
+    _base,
+    _chunked,
+    _decoded,
+    _entry_at,
+    _next_index,
+    _prefix,
+    _remove,
+    _store,
+    _Txn,
+)
 
 __all__ = ["LmdbDelegate"]
 
-_KG = struct.Struct(">i")
-_KEY_LENGTH = struct.Struct(">H")
-_INDEX = struct.Struct(">Q")
-_LIST, _MAP = b"\x01", b"\x02"  # element tags after a key's base
-_MAX_KEY = 511  # LMDB's default key size limit
 _ITEMS_CHUNK = 1024  # map entries read per read transaction while iterating a map
-
-#: The record layout, in the Spark working copy's stamp: a copy of another layout is restored, not read.
-LAYOUT = 2
-
-
-def _prefix(state: str, key_group: int) -> bytes:
-    name = state.encode()
-    return bytes([len(name)]) + name + _KG.pack(key_group)
-
-
-def _base(prefix: bytes, key: bytes) -> bytes:
-    """A key's records start with this: length-prefixed, so no key's records fall among another's."""
-    return prefix + _KEY_LENGTH.pack(len(key)) + key
-
-
-def _decoded(records: Iterator[tuple[bytes, bytes]], prefix: bytes) -> Iterator[tuple[bytes, Any]]:
-    """``(key, entry)`` from a cursor's records under ``prefix``, the elements of a collection gathered."""
-    for key, entry, _ in _chunked(records, prefix, limit=None):
-        yield key, entry
-
-
-#: An LMDB transaction. lmdb's hints type keys and values as ``bytes | memoryview`` (for
-#: ``buffers=True``); this store never asks for buffers, so they are bytes.
-_Txn = Any
 
 
 def _disk_failure(exc: lmdb.Error) -> bool:
@@ -436,90 +422,3 @@ class LmdbView(StateView):
             self._txn.abort()
             self._txn = None
             self._on_close()
-
-
-def _next_index(txn: _Txn, base: bytes) -> int:
-    """The index after the last element of the list at ``base`` (0 when empty): one seek."""
-    first = base + _LIST
-    cursor = txn.cursor()
-    moved = cursor.prev() if cursor.set_range(base + _MAP) else cursor.last()
-    last = cursor.key() if moved else b""
-    if last.startswith(first) and len(last) == len(first) + _INDEX.size:
-        return _INDEX.unpack_from(last, len(first))[0] + 1
-    return 0
-
-
-def _chunked(
-    records: Iterator[tuple[bytes, bytes]], prefix: bytes, limit: int | None = SECTION_ENTRIES
-) -> Iterator[tuple[bytes, Any, bool]]:
-    """``(key, part, continued)`` from a cursor's records under ``prefix``, streamed.
-
-    Collections come in parts of at most ``limit`` elements (``None``: whole).
-    """
-    at = len(prefix)
-    key: bytes | None = None
-    part: Any = None
-    continued = False
-    for raw_key, raw in records:
-        if not raw_key.startswith(prefix):
-            break
-        (length,) = _KEY_LENGTH.unpack_from(raw_key, at)
-        this = raw_key[at + 2 : at + 2 + length]
-        tail = raw_key[at + 2 + length :]
-        if this != key:
-            if key is not None:
-                yield key, part, continued
-            key, part, continued = this, None, False
-        elif limit is not None and part is not None and type(part) is not bytes and len(part) == limit:
-            yield key, part, continued
-            part, continued = None, True
-        if not tail:
-            part = raw
-        elif tail[:1] == _LIST:
-            if part is None:
-                part = []
-            part.append(raw)
-        else:
-            if part is None:
-                part = {}
-            part[tail[1:]] = raw
-    if key is not None:
-        yield key, part, continued
-
-
-def _entry_at(txn: _Txn, base: bytes) -> Any | None:
-    cursor = txn.cursor()
-    if not cursor.set_range(base) or not cursor.key().startswith(base):
-        return None
-    prefix = base[: 1 + base[0] + _KG.size]  # the state and key group part of the base
-    for _, entry in _decoded(iter(cursor), prefix):
-        return entry
-    return None
-
-
-def _remove(txn: _Txn, base: bytes) -> None:
-    """Delete the key's value record and every element record."""
-    txn.delete(base)
-    cursor = txn.cursor()
-    if cursor.set_range(base + _LIST):
-        while cursor.key().startswith(base) and cursor.delete():
-            pass
-
-
-def _store(txn: _Txn, base: bytes, entry: Any) -> None:
-    """Write ``entry`` at ``base``: bytes as one record, a list or map as one record per element."""
-    if type(entry) is bytes:
-        txn.put(base, entry)  # a key's state has one kind: no elements to remove
-        return
-    _remove(txn, base)
-    if isinstance(entry, list):
-        first = base + _LIST
-        for index, element in enumerate(entry):
-            txn.put(first + _INDEX.pack(index), element)
-    elif isinstance(entry, dict):
-        first = base + _MAP
-        for map_key, value in entry.items():
-            txn.put(first + map_key, value)
-    else:
-        msg = f"a state entry is bytes, a list or a dict of bytes, not {type(entry).__name__}"
-        raise TypeError(msg)

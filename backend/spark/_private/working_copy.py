@@ -30,7 +30,7 @@ from dstl.spi.kit.durability import fsync_directory
 
 from ...changelog import BackendSnapshot
 from ...delegate import LmdbDelegate
-from ...delegate.lmdb_store import LAYOUT
+from ...delegate.lmdb_records import LAYOUT
 from ...documents import MAX_DOCUMENT_BYTES, parse_json
 
 __all__ = ["WorkingCopy", "snapshot_digest"]
