@@ -80,13 +80,10 @@ class ChangeWriter:
     def apply_many(
         self, op: Op, state_id: int, state: str, keys: KeySet, args: Iterable[tuple[Any, ...]]
     ) -> None:
-        """:meth:`apply` for each key with its arguments (value puts in one write: :meth:`put_values`).
+        """:meth:`apply` for each key with its arguments (value puts in bulk: :meth:`put_values`).
 
         Each change is logged only once the working state took it.
         """
-        if op is Op.VALUE_PUT:
-            self.put_values(state_id, state, keys, [value for (value,) in args])
-            return
         log, changed, delegate = self._log, self._changed, self._delegate
         if op in _REMOVING:
             self._removed += len(keys.raw)
