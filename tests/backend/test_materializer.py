@@ -94,13 +94,19 @@ def test_a_snapshot_outside_the_jobs_directory_is_not_read(tmp_path):
         materializer.load(replace(ref, path="other-job/snapshots/x.snap"))
 
 
-def test_the_log_of_a_resumed_snapshot_is_read_once(tmp_path):
-    """Not full at first, then full by size, then bridged: the resumed log's keys are still read once."""
+def _snapshotted(tmp_path, keys):
+    """A materializer whose chain holds ``keys`` values of key group 0 (one full snapshot)."""
     target = FakeTarget(HeapDelegate())
     materializer = Materializer(target, (tmp_path / "snap").as_uri(), 3, full_every=5)
-    for i in range(3):
+    for i in range(keys):
         _write(target, materializer, 0, f"k{i}".encode(), b"%d" % i)
     materializer.start().result(timeout=30)
+    return target, materializer
+
+
+def test_the_log_of_a_resumed_snapshot_is_read_once(tmp_path):
+    """Not full at first, then full by size, then bridged: the resumed log's keys are still read once."""
+    target, materializer = _snapshotted(tmp_path, 3)
     reads = []
 
     def changed_in_resumed_log(sink):
@@ -121,11 +127,7 @@ def test_the_log_of_a_resumed_snapshot_is_read_in_the_background_and_handed_back
     """Reading that log grows with it: start() returns at once; a failed read is tried again next time."""
     import threading
 
-    target = FakeTarget(HeapDelegate())
-    materializer = Materializer(target, (tmp_path / "snap").as_uri(), 3, full_every=5)
-    for i in range(20):
-        _write(target, materializer, 0, f"k{i}".encode(), b"%d" % i)
-    materializer.start().result(timeout=30)
+    target, materializer = _snapshotted(tmp_path, 20)
     release, reads = threading.Event(), []
 
     def changed_in_resumed_log(sink):
