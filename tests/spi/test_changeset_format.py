@@ -7,15 +7,17 @@ import pytest
 import zstandard
 
 from dstl.spi import CorruptedError
-from dstl.spi.kit import decode_change_set, encode_change_set, iter_change_sets
+from dstl.spi.kit import change_set_identity, decode_change_set, encode_change_set, iter_change_sets
 
 CHANGES = [(0, b"alpha"), (5, b""), (-1, b"meta"), (127, bytes(range(256)))]
 COMPRESSIBLE = [(kg % 8, b"key-%05d value " % kg * 4) for kg in range(500)]
 
 
-def _framed(body: bytes, flags: int, count: int, log_id: bytes = b"log") -> bytes:
+def _framed(
+    body: bytes, flags: int, count: int, log_id: bytes = b"log", *, magic: bytes = b"DSTC", version: int = 1
+) -> bytes:
     """A change set framed by hand, from the layout the module documents (the backdoor)."""
-    header = struct.pack("<4sBBHQQII", b"DSTC", 1, flags, len(log_id), 1, 2, count, len(body))
+    header = struct.pack("<4sBBHQQII", magic, version, flags, len(log_id), 1, 2, count, len(body))
     crc = google_crc32c.extend(google_crc32c.extend(google_crc32c.value(header), log_id), body)
     return header + struct.pack("<I", crc) + log_id + body
 
@@ -77,8 +79,9 @@ def test_zstd_stores_compressible_changes_smaller_and_incompressible_ones_plain(
 
 
 def test_an_unknown_codec_is_refused_by_name():
-    with pytest.raises(ValueError, match="unknown change-set codec 'lzma'"):
+    with pytest.raises(ValueError) as refused:
         encode_change_set("log", 0, 0, CHANGES, codec="lzma")
+    assert str(refused.value) == "unknown change-set codec 'lzma': one of zstd, none"
 
 
 def test_zlib_bodies_of_earlier_releases_are_still_read():
@@ -123,3 +126,72 @@ def test_a_small_zstd_frame_declaring_gigabytes_is_refused_without_allocating_th
     finally:
         tracemalloc.stop()
     assert peak < 64 << 20, f"{peak} bytes allocated for a frame holding 1 MiB"
+
+
+# -- refusals, word for word: what a user reads names what is damaged and where -------------------
+
+GOOD = encode_change_set("log", 1, 2, [(0, b"abc")])
+DAMAGED = GOOD[:-1] + bytes([GOOD[-1] ^ 1])
+ONE = _plain_body([(0, b"a")])
+LARGE = [(kg % 8, b"key-%05d value " % kg * 4) for kg in range(2000)]
+BODY = _plain_body(LARGE)  # over 64 KiB: zstd writes a 4-byte size field
+PACKED = zstandard.ZstdCompressor().compress(BODY)
+UNDECODABLE = "change set undecodable after checksum: "
+REFUSALS = {
+    "empty": (b"", "change set header truncated"),
+    "bad magic": (_framed(ONE, 0, 1, magic=b"XXXX"), "bad change-set magic"),
+    "newer version": (_framed(ONE, 0, 1, version=9), "unsupported change-set version 9"),
+    "cut body": (GOOD[:-2], "change set truncated"),
+    "damaged": (DAMAGED, "change-set checksum mismatch"),
+    "unknown flags": (_framed(ONE, 0x40, 1), "unknown change-set flags 0x40 (a codec of a newer release?)"),
+    "short body": (_framed(b"", 0, 1), "change-set body shorter than its change count"),
+    "long change": (
+        _framed(struct.pack("<iI", 0, 99) + b"a", 0, 1),
+        "change length runs past the change-set body",
+    ),
+    "trailing": (_framed(ONE + b"zz", 0, 1), "trailing bytes in change-set body"),
+    "zstd without size": (
+        _framed(zstandard.ZstdCompressor(write_content_size=False).compress(ONE), 2, 1),
+        UNDECODABLE + "zstd frame declares no usable content size (-1)",
+    ),
+    "zstd bomb": (
+        _framed(_declaring(PACKED, 1 << 26), 2, len(LARGE)),
+        UNDECODABLE + f"zstd frame of {len(PACKED)} bytes declares 67108864: more than 256 times its size, "
+        "which no writer stores (a decompression bomb)",
+    ),
+    "zlib with trailing bytes": (
+        _framed(zlib.compress(ONE) + b"!!", 1, 1),
+        UNDECODABLE + "2 bytes follow the zlib stream",
+    ),
+    "zlib cut short": (
+        _framed(zlib.compress(ONE * 50)[:-6], 1, 50),
+        UNDECODABLE + "zlib stream longer than a change-set body may be, or cut short",
+    ),
+}
+
+
+@pytest.mark.parametrize(("data", "message"), REFUSALS.values(), ids=REFUSALS.keys())
+def test_each_refusal_says_what_is_damaged_and_where(data, message):
+    with pytest.raises(CorruptedError) as refused:
+        decode_change_set(data, 0, location="s3://b/o")
+    assert str(refused.value) == f"{message} (s3://b/o at offset 0)"
+
+
+def test_a_refusal_inside_an_object_names_the_offset_in_the_object():
+    with pytest.raises(CorruptedError) as refused:
+        decode_change_set(DAMAGED, 0, location="seg-3", base_offset=4096)
+    assert str(refused.value) == "change-set checksum mismatch (seg-3 at offset 4096)"
+
+
+@pytest.mark.parametrize(
+    ("head", "message"),
+    [
+        (b"DSTC", "change set header truncated (seg at offset 8)"),
+        (b"\0" * 64, "no change-set header (seg at offset 8)"),
+        (GOOD[:38], "change set header truncated in its log id (seg at offset 8)"),
+    ],
+)
+def test_header_checks_say_what_is_missing(head, message):
+    with pytest.raises(CorruptedError) as refused:
+        change_set_identity(head, location="seg", offset=8)
+    assert str(refused.value) == message
