@@ -36,6 +36,7 @@ KNOWN_CAPABILITIES = frozenset(
         "orphan_collection",  # collect_orphans deletes change data no live handle needs
         "metadata_check",  # the backdoor lists metadata (epoch files, markers, claims)
         "sync_failure_injection",  # the backdoor can make the next sync or upload fail once
+        "subsecond_ages",  # collect_orphans ages objects to the millisecond (S3 counts whole seconds)
     }
 )
 

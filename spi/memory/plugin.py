@@ -20,6 +20,7 @@ plugin = StoragePlugin(
                 "corruption_injection",
                 "forgery_injection",
                 "orphan_collection",
+                "subsecond_ages",
             }
         ),
     ),
