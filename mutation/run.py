@@ -38,6 +38,8 @@ from rich.console import Console
 from rich.progress import Progress
 
 from lint.package_tree import link_packages
+from mutation import coverage_map, selection
+from mutation.selection import NO_TEST
 
 ROOT = Path(__file__).resolve().parent.parent
 MUTMUT_STATUSES = {
@@ -49,10 +51,11 @@ MUTMUT_STATUSES = {
     "untested": "untested",
 }
 #: the suite on one storage, fixed hypothesis seed (a mutant is killed or not, every run); a
-#: mutant that hangs a persist fails the suite's 5 s bound before mutmut's own timeout
+#: mutant that hangs a persist fails the suite's 5 s bound, one that hangs elsewhere its test's
+#: 30 s bound (no test takes 5 s), long before mutmut's own timeout (10x the whole suite's time)
 _SUITE = (
     "-m pytest -p dstl.conformance --dstl-storage={storage} --dstl-timeout=5 -x -q -p no:cacheprovider"
-    " --hypothesis-seed=0"
+    " --hypothesis-seed=0 --timeout=30"
 )
 
 
@@ -100,7 +103,8 @@ TARGETS = {
         (
             _SUITE.format(storage="local"),
             # its own tests, but the 16 s random-SIGKILL soak (the suite's kill test stays)
-            "-m pytest -x -q -p no:cacheprovider tests/dstl_local -k 'not sigkill_at_random_points'",
+            "-m pytest -x -q -p no:cacheprovider --timeout=30 tests/dstl_local"
+            " -k 'not sigkill_at_random_points'",
         ),
         0.90,
     ),
@@ -170,14 +174,38 @@ def runner_script(scratch: Path, source: Path, target: Target) -> Path:
         # mutmut's own timeout kills this shell, not the test process under it: the bound
         # here ends that process too, so hanging mutants do not pile up as orphans
         *(
-            f"timeout -k 5 {COMMAND_BOUND_S} {python} {command} >/dev/null 2>&1 || exit 1"
-            for command in target.commands
+            _command_lines(python, index, command, scratch / SELECTION_DIR)
+            for index, command in enumerate(target.commands)
         ),
     ]
     script = scratch / f"run-{target.name}.sh"
     script.write_text("\n".join(lines) + "\n")
     script.chmod(0o755)
     return script
+
+
+#: Per scratch copy: the tests :mod:`mutation.selection` chose for the mutant under test.
+SELECTION_DIR = "selection"
+
+
+def _command_lines(python: str, index: int, command: str, selection: Path) -> str:
+    """Run one command: only the selected tests, none, or (no selection) all of them."""
+    chosen = shlex.quote(str(selection / str(index)))
+    bounded = f"timeout -k 5 {COMMAND_BOUND_S} {python}"
+    return (
+        f"if [ ! -f {chosen} ]; then {bounded} {command} >/dev/null 2>&1 || exit 1\n"
+        f'elif [ "$(cat {chosen})" != {shlex.quote(NO_TEST)} ]; then '
+        f"{bounded} {command} @{chosen} >/dev/null 2>&1 || exit 1\nfi"
+    )
+
+
+def _environment(scratch: Path, source: Path) -> dict[str, str]:
+    """What the tests run with: the scratch copy imported as ``dstl``, no bytecode cache."""
+    return {
+        **os.environ,
+        "PYTHONPATH": f"{scratch / 'shadow'}{os.pathsep}{source}",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
 
 
 def run_target(
@@ -204,6 +232,23 @@ def run_target(
         if baseline.returncode != 0:
             msg = f"the {target.name} tests fail without any mutant ({runs[0][1]}): fix them first"
             raise SystemExit(msg)
+        # which tests run each line, once: each mutant then runs only those (mutation.selection)
+        maps = coverage_map.build(
+            runs[0][0], _environment(scratches[0], runs[0][0]), target.commands, target.paths, scratches[0]
+        )
+        environments = []
+        for scratch, (source, _, _) in zip(scratches, runs, strict=True):
+            (scratch / SELECTION_DIR).mkdir()
+            (source / "mutmut_config.py").write_text(
+                "from mutation.selection import pre_mutation as pre_mutation\n"
+            )
+            environments.append(
+                {
+                    **os.environ,
+                    selection.MAPS_ENV: os.pathsep.join(str(path) for path in maps),
+                    selection.SELECTION_ENV: str(scratch / SELECTION_DIR),
+                }
+            )
         caches = [source / ".mutmut-cache" for source, _, _ in runs]
         with Progress(console=console, transient=True) as progress:
             task = progress.add_task(f"mutants of {target.name}", total=None)
@@ -215,10 +260,11 @@ def run_target(
                     subprocess.Popen(
                         _mutmut_command(source, script, paths),
                         cwd=source,
+                        env=environment,
                         stdout=subprocess.DEVNULL,
                         stderr=subprocess.DEVNULL,
                     )
-                    for source, script, paths in runs
+                    for (source, script, paths), environment in zip(runs, environments, strict=True)
                 ]
                 for process in processes:
                     process.wait()
