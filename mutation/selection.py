@@ -119,9 +119,39 @@ def _source(path: Path) -> str:
     return path.read_text()
 
 
+#: In the selection directory: the mutant under test, the command that killed it (the runner
+#: script writes it), and one line per mutant tested so far: file, line, index, killer.
+CURRENT, KILLER, KILLERS = "current", "killer", "killers.tsv"
+
+
+def record_killer(into: Path) -> None:
+    """Add the last mutant tested and the command that killed it (if any) to :data:`KILLERS`."""
+    current, killer = into / CURRENT, into / KILLER
+    if current.exists():
+        found = killer.read_text().strip() if killer.exists() else ""
+        with (into / KILLERS).open("a") as out:
+            out.write(f"{current.read_text()}\t{found}\n")
+        current.unlink()
+    killer.unlink(missing_ok=True)
+
+
+def killers(into: Path) -> dict[tuple[str, int, int], int]:
+    """``(file, line (1-based), mutmut index) -> index of the command that killed it``."""
+    found = {}
+    table = into / KILLERS
+    for row in table.read_text().splitlines() if table.exists() else []:
+        file, line, index, killer = row.split("\t")
+        if killer:
+            found[(file, int(line), int(index))] = int(killer)
+    return found
+
+
 def pre_mutation(context: Any) -> None:
     """Write, as mutmut's hook, each command's selection for the mutant about to be tested."""
     into = Path(os.environ[SELECTION_ENV])
+    record_killer(into)
+    mutant = context.mutation_id
+    (into / CURRENT).write_text(f"{context.filename}\t{mutant.line_number + 1}\t{mutant.index}")
     path = Path(context.filename)  # relative to the scratch copy, as in the maps
     # called before mutmut writes the mutant: the file is still the original
     source = _source(path)

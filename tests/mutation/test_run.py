@@ -3,7 +3,7 @@
 import subprocess
 import sys
 
-from mutation.run import Mutant, explain, score, scratch_copy, unused_explanations
+from mutation.run import Mutant, by_the_suite_alone, explain, score, scratch_copy, unused_explanations
 
 
 def _mutant(status, line="x = 1", file="spi/a.py", index=0):
@@ -63,3 +63,16 @@ def test_an_entry_for_another_index_or_file_does_not_explain():
     assert explain([_mutant("survived")], explained)[0].explanation is None
     explained = {"mutant": [{"file": "spi/a.py", "line": "x = 1", "index": 2, "kind": "k", "reason": "r"}]}
     assert explain([_mutant("survived")], explained)[0].explanation is None
+
+
+def test_the_suite_alone_is_scored_without_what_only_the_codes_own_tests_killed():
+    mutants = [
+        Mutant("f.py", 1, "x", 0, "killed", "y", killed_by=0),
+        Mutant("f.py", 2, "x", 0, "killed", "y", killed_by=2),  # the own tests' kill
+        Mutant("f.py", 3, "x", 0, "timeout", "y"),
+        Mutant("f.py", 4, "x", 0, "survived", "y"),
+    ]
+    alone = by_the_suite_alone(mutants, suite_commands=2)
+    assert [m.status for m in alone] == ["killed", "survived", "timeout", "survived"]
+    assert score(alone)["killed"] == 2
+    assert score(mutants)["killed"] == 3

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 from mutation import coverage_map
 from mutation.selection import NO_TEST, Statement, chosen_tests, code_lines, pre_mutation, statement_of
@@ -98,6 +99,7 @@ def test_the_hook_writes_each_commands_selection(tmp_path, monkeypatch):
     class Context:
         filename = "m.py"
         current_line_index = 8  # line 9, 0-based
+        mutation_id = SimpleNamespace(line_number=8, index=2)
 
     from mutation import selection
 
@@ -105,10 +107,14 @@ def test_the_hook_writes_each_commands_selection(tmp_path, monkeypatch):
     pre_mutation(Context())
     assert (tmp_path / "selection" / "0").read_text() == "t::a\n"
     assert (tmp_path / "selection" / "1").read_text() == NO_TEST
+    (tmp_path / "selection" / selection.KILLER).write_text("1\n")  # the runner script's word
     Context.current_line_index = 0  # an import: every test of both commands
+    Context.mutation_id = SimpleNamespace(line_number=0, index=0)
     pre_mutation(Context())
     assert not (tmp_path / "selection" / "0").exists()
     assert not (tmp_path / "selection" / "1").exists()
+    selection.record_killer(tmp_path / "selection")  # the last mutant survived
+    assert selection.killers(tmp_path / "selection") == {("m.py", 9, 2): 1}
     selection._maps.cache_clear()
 
 
