@@ -21,6 +21,7 @@ from dstl.conformance.testing import persist, read_data
 from dstl.spi import (
     ChangelogHandle,
     DstlError,
+    JobConflictError,
     KeyGroupRange,
     ReadOnlyError,
     load_storage,
@@ -141,3 +142,18 @@ def test_a_read_only_open_reads_and_creates_nothing(storage, sut):
         assert sut.backdoor.list_objects(storage) == objects
     assert read_data(storage, handle) == [b"read me"]
     storage.create_writer("op", KG, epoch=1).close()  # the read-only opens claimed no epoch
+
+
+def test_a_job_id_belongs_to_the_first_job_that_binds_it(sut):
+    """Two jobs configured with one job id would discard and collect each other's data: the first
+    owner to bind the id keeps it (its restarts bind again), any other owner is refused, naming both,
+    and another job id stays free."""
+    first, second = sut.open(), sut.open()
+    first.bind_job("s3://bucket/checkpoints/query-a")
+    second.bind_job("s3://bucket/checkpoints/query-a")  # the same job, restarted elsewhere
+    with pytest.raises(JobConflictError) as refused:
+        second.bind_job("s3://bucket/checkpoints/query-b")
+    assert refused.value.job_id == sut.job_id
+    assert refused.value.bound_to == "s3://bucket/checkpoints/query-a"
+    assert refused.value.claimed_by == "s3://bucket/checkpoints/query-b"
+    sut.open(job_id=f"{sut.job_id}-other").bind_job("s3://bucket/checkpoints/query-b")
