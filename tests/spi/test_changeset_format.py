@@ -195,3 +195,38 @@ def test_header_checks_say_what_is_missing(head, message):
     with pytest.raises(CorruptedError) as refused:
         change_set_identity(head, location="seg", offset=8)
     assert str(refused.value) == message
+
+
+def test_an_identity_says_how_it_differs_from_what_a_handle_names():
+    identity = change_set_identity(GOOD, location="x")
+    assert (identity.log_id, identity.epoch, identity.sqn) == ("log", 1, 2)
+    assert identity.differs_from("log", 1, 2) is None
+    assert identity.differs_from("log", 1) is None, "a handle recording no SQN is not compared on it"
+    assert identity.differs_from("other", 1, 2) == "it belongs to log 'log', not 'other'"
+    assert identity.differs_from("log", 3, 2) == "it was written with epoch 1, not 3"
+    assert identity.differs_from("log", 1, 7) == "it holds SQN 2, not 7"
+
+
+def test_an_identity_reads_a_log_id_that_is_not_utf8_without_failing():
+    head = _framed(ONE, 0, 1, log_id=b"\xfflog")
+    assert change_set_identity(head, location="x").log_id == "\ufffdlog"
+    with pytest.raises(CorruptedError) as refused:
+        change_set_identity(b"DSTC", location="seg")
+    assert str(refused.value) == "change set header truncated (seg at offset 0)"
+
+
+def test_a_zstd_body_of_two_chunks_reads_back_whole():
+    changes = [(kg % 8, b"%07d" % kg * 40) for kg in range(5_000)]  # 1.44 MB: two 1 MiB reads
+    blob = encode_change_set("log", 0, 0, changes, codec="zstd")
+    assert len(blob) < 1 << 20
+    assert decode_change_set(blob, 0, location="x").changes == changes
+
+
+def test_the_decompression_bomb_bound_is_256_times_the_stored_size():
+    at_bound = _framed(_declaring(PACKED, len(PACKED) * 256), 2, len(LARGE))
+    with pytest.raises(CorruptedError) as refused:
+        decode_change_set(at_bound, 0, location="x")
+    assert "decompression bomb" not in str(refused.value), "a frame declaring 256x its size is allowed"
+    over = _framed(_declaring(PACKED, len(PACKED) * 256 + 1), 2, len(LARGE))
+    with pytest.raises(CorruptedError, match="decompression bomb"):
+        decode_change_set(over, 0, location="x")
