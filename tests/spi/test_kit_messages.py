@@ -166,6 +166,16 @@ def test_reader_refusals(storage, persisted):
         InvalidHandleError,
         f"location of handle of log {log!r}: field 'object' must be str, got 5",
     )
+    empty = [{**persisted.location_dicts[0], "length": 0}]
+    assert refusal(lambda: reader.read(_handle(persisted, locations=empty))) == (
+        InvalidHandleError,
+        f"location of handle of log {log!r}: field 'length' is 0, outside [1, 2147483647]",
+    )
+    unnumbered = [{**persisted.location_dicts[0], "sqn": "first"}]
+    assert refusal(lambda: reader.read(_handle(persisted, locations=unnumbered))) == (
+        InvalidHandleError,
+        f"location of handle of log {log!r}: field 'sqn' must be int, got 'first'",
+    )
     name = persisted.location_dicts[0]["object"]
     storage.discard([persisted])
     assert refusal(lambda: reader.read(persisted)) == (

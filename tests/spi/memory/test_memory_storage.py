@@ -238,3 +238,56 @@ def test_a_delayed_upload_that_fails_on_its_worker_fails_the_persist(monkeypatch
         writer.append(0, b"lost")
         with pytest.raises(OSError, match="went away"):
             writer.persist(1, 2).result(timeout=5)
+
+
+def _relocated(handle, **changes):
+    """``handle`` with its first location's fields changed (a forged or damaged handle)."""
+    return ChangelogHandle.create(
+        storage_id=handle.storage_id,
+        log_id=handle.log_id,
+        key_groups=handle.key_groups,
+        sqn_range=handle.sqn_range,
+        epoch=handle.epoch,
+        locations=[{**handle.location_dicts[0], **changes}],
+    )
+
+
+def test_a_discard_naming_the_wrong_sqn_or_no_header_frees_nothing_and_says_why(storage, caplog):
+    """The change set at a location must be the handle's, SQN included; one that is not (or is no
+    change set at all) stays, with a warning naming the object, the offset and the reason."""
+    w = storage.create_writer("op", KG)
+    w.append(0, b"kept")
+    handle = w.persist(0, 1).result()
+    name = handle.location_dicts[0]["object"]
+    storage.discard([_relocated(handle, sqn=5)])
+    storage.discard([_relocated(handle, offset=3)])  # inside the change set: no header there
+    assert read_all(storage, handle) == [(0, 0, b"kept")]
+    assert storage.metrics.counters()["refused_discards"] == 2
+    warnings = [r.getMessage() for r in caplog.records if "ignoring the discard" in r.getMessage()]
+    assert warnings == [
+        f"ignoring the discard of memory://{name} offset 0 by a handle of log {handle.log_id!r}: "
+        "it holds SQN 0, not 5 (a damaged or forged handle)",
+        f"ignoring the discard of memory://{name} offset 3 by a handle of log {handle.log_id!r}: "
+        f"no change-set header (memory://{name} at offset 3) (a damaged or forged handle)",
+    ]
+
+
+def test_a_log_with_the_longest_operator_id_is_freed(storage):
+    """The header read before a discard holds the longest log id a name may have."""
+    w = storage.create_writer("o" * 190, KG)
+    for _ in range(3):
+        w.append(0, b"x" * 100)
+        w.next_sqn()
+    handles = [w.persist(0, 1).result()]  # one object, three change sets
+    storage.discard(handles)
+    assert storage.metrics.counters().get("refused_discards", 0) == 0
+    assert storage.list_objects() == []
+
+
+def test_a_batch_holds_as_many_bytes_as_its_changes_appended_one_by_one(storage):
+    one_by_one, batched = storage.create_writer("a", KG), storage.create_writer("b", KG)
+    changes = [(0, b"x" * 10), (1, b"y" * 20), (3, b"z" * 30)]
+    for key_group, data in changes:
+        one_by_one.append(key_group, data)
+    batched.append_all([kg for kg, _ in changes], [data for _, data in changes])
+    assert batched.buffered_bytes() == one_by_one.buffered_bytes() >= 60
