@@ -31,7 +31,7 @@ import tempfile
 import threading
 import time
 import tomllib
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from rich.console import Console
@@ -66,6 +66,7 @@ class Target:
     name: str
     paths: tuple[str, ...]
     commands: tuple[str, ...]
+    #: the least textbook score (killed over mutants that are not equivalent) the target must reach
     threshold: float
     #: how many of the first commands run the conformance suite (the rest: the code's own tests)
     suite_commands: int = 1
@@ -114,7 +115,7 @@ TARGETS = {
             "-m pytest -x -q -p no:cacheprovider --timeout=30 tests/dstl_local"
             " -k 'not sigkill_at_random_points'",
         ),
-        0.90,
+        0.85,
         suite_commands=1,
     ),
 }
@@ -573,7 +574,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.targets or list(TARGETS):
         target = TARGETS[name]
         if args.only:
-            target = Target(target.name, tuple(args.only.split(",")), target.commands, target.threshold)
+            target = replace(target, paths=tuple(args.only.split(",")))
         began = time.monotonic()
         keep = Path(args.keep) if args.keep else None
         if keep:
@@ -596,8 +597,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{total['score_without_equivalent']:.1%}), {figures['seconds'] / 60:.1f} min"
         )
         unexplained = [m for m in mutants if m.status == "survived" and not m.explanation]
-        if total["score"] < target.threshold:  # type: ignore[operator]
-            console.print(f"[red]{target.name}: score below {target.threshold:.0%}[/]")
+        if total["score_without_equivalent"] < target.threshold:  # type: ignore[operator]
+            console.print(f"[red]{target.name}: textbook score below {target.threshold:.0%}[/]")
             failed = True
         for m in unexplained[:20]:
             console.print(f"  survived: {m.file}:{m.line_number} {m.line!r} -> {m.mutated!r}")
