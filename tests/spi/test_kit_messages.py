@@ -9,11 +9,13 @@ messages that name the fix are part of the product). The format's refusals are p
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
+from dstl.conformance.testing import restricted_handle
 from dstl.spi import (
     ChangelogHandle,
     ClosedError,
@@ -44,18 +46,6 @@ def refusal(call: Callable[[], Any]) -> tuple[type[BaseException], str]:
 def storage(memory_config):
     with load_storage(memory_config, job_id="job") as opened:
         yield opened
-
-
-def _handle(handle: ChangelogHandle, **changes: Any) -> ChangelogHandle:
-    fields = {
-        "storage_id": handle.storage_id,
-        "log_id": handle.log_id,
-        "key_groups": handle.key_groups,
-        "sqn_range": handle.sqn_range,
-        "epoch": handle.epoch,
-        "locations": handle.location_dicts,
-    }
-    return ChangelogHandle.create(**{**fields, **changes})
 
 
 # -- writers -------------------------------------------------------------------------------
@@ -152,27 +142,27 @@ def persisted(storage) -> ChangelogHandle:
 def test_reader_refusals(storage, persisted):
     reader = storage.create_reader()
     log = persisted.log_id
-    assert refusal(lambda: reader.read(_handle(persisted, storage_id="other"))) == (
+    assert refusal(lambda: reader.read(dataclasses.replace(persisted, storage_id="other"))) == (
         StorageError,
         "handle of storage 'other' cannot be read by storage 'memory'",
     )
     bad_offset = [{**persisted.location_dicts[0], "offset": "zero"}]
-    assert refusal(lambda: reader.read(_handle(persisted, locations=bad_offset))) == (
+    assert refusal(lambda: reader.read(restricted_handle(persisted, bad_offset))) == (
         InvalidHandleError,
         f"location of handle of log {log!r}: field 'offset' must be int, got 'zero'",
     )
     unnamed = [{**persisted.location_dicts[0], "object": 5}]
-    assert refusal(lambda: reader.read(_handle(persisted, locations=unnamed))) == (
+    assert refusal(lambda: reader.read(restricted_handle(persisted, unnamed))) == (
         InvalidHandleError,
         f"location of handle of log {log!r}: field 'object' must be str, got 5",
     )
     empty = [{**persisted.location_dicts[0], "length": 0}]
-    assert refusal(lambda: reader.read(_handle(persisted, locations=empty))) == (
+    assert refusal(lambda: reader.read(restricted_handle(persisted, empty))) == (
         InvalidHandleError,
         f"location of handle of log {log!r}: field 'length' is 0, outside [1, 2147483647]",
     )
     unnumbered = [{**persisted.location_dicts[0], "sqn": "first"}]
-    assert refusal(lambda: reader.read(_handle(persisted, locations=unnumbered))) == (
+    assert refusal(lambda: reader.read(restricted_handle(persisted, unnumbered))) == (
         InvalidHandleError,
         f"location of handle of log {log!r}: field 'sqn' must be int, got 'first'",
     )
@@ -188,7 +178,7 @@ def test_a_change_set_of_another_log_is_named_with_both_identities(storage, pers
     other = storage.create_writer("other", KG)
     other.append(0, b"b")
     theirs = other.persist(0, 1).result()
-    swapped = _handle(persisted, locations=theirs.location_dicts)
+    swapped = restricted_handle(persisted, theirs.location_dicts)
     kind, message = refusal(lambda: storage.create_reader().read(swapped))
     assert kind is CorruptedError
     assert message.startswith(
@@ -199,7 +189,7 @@ def test_a_change_set_of_another_log_is_named_with_both_identities(storage, pers
 
 def test_a_discard_of_another_jobs_object_is_refused_by_name(storage, persisted):
     foreign = [{**persisted.location_dicts[0], "object": "someone-else/object-1"}]
-    assert refusal(lambda: storage.discard([_handle(persisted, locations=foreign)])) == (
+    assert refusal(lambda: storage.discard([restricted_handle(persisted, foreign)])) == (
         InvalidHandleError,
         "object location 'someone-else/object-1' does not belong to job 'job' of this storage: "
         "a damaged or foreign handle",

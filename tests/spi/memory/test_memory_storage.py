@@ -2,6 +2,7 @@
 
 import pytest
 
+from dstl.conformance.testing import restricted_handle
 from dstl.spi import (
     ChangelogHandle,
     ClosedError,
@@ -242,14 +243,7 @@ def test_a_delayed_upload_that_fails_on_its_worker_fails_the_persist(monkeypatch
 
 def _relocated(handle, **changes):
     """``handle`` with its first location's fields changed (a forged or damaged handle)."""
-    return ChangelogHandle.create(
-        storage_id=handle.storage_id,
-        log_id=handle.log_id,
-        key_groups=handle.key_groups,
-        sqn_range=handle.sqn_range,
-        epoch=handle.epoch,
-        locations=[{**handle.location_dicts[0], **changes}],
-    )
+    return restricted_handle(handle, [{**handle.location_dicts[0], **changes}])
 
 
 def test_a_discard_naming_the_wrong_sqn_or_no_header_frees_nothing_and_says_why(storage, caplog):
