@@ -177,10 +177,10 @@ def runner_script(scratch: Path, source: Path, target: Target) -> Path:
         "#!/bin/sh",
         "set -e",
         f"cd {shlex.quote(str(source))}",
-        f"export PYTHONPATH={shlex.quote(str(scratch / 'shadow'))}:{shlex.quote(str(source))}",
-        # No bytecode cache: mutmut writes a mutant and restores the original within one second,
-        # and a .pyc is trusted on (mtime in seconds, size): a same-size mutant would run stale code.
-        "export PYTHONDONTWRITEBYTECODE=1",
+        *(
+            f"export {name}={shlex.quote(value)}"
+            for name, value in _test_environment(scratch, source).items()
+        ),
         # mutmut counts only exit code 1 as "killed"; pytest says 2, 3 or 4 when a mutant breaks
         # collection or a plugin's import, which kills it just as well
         # mutmut's own timeout kills this shell, not the test process under it: the bound
@@ -212,10 +212,13 @@ def _command_lines(python: str, index: int, command: str, selection: Path) -> st
     )
 
 
-def _environment(scratch: Path, source: Path) -> dict[str, str]:
-    """What the tests run with: the scratch copy imported as ``dstl``, no bytecode cache."""
+def _test_environment(scratch: Path, source: Path) -> dict[str, str]:
+    """What the tests run with: the scratch copy imported as ``dstl``, no bytecode cache.
+
+    No bytecode cache: mutmut writes a mutant and restores the original within one second,
+    and a .pyc is trusted on (mtime in seconds, size): a same-size mutant would run stale code.
+    """
     return {
-        **os.environ,
         "PYTHONPATH": f"{scratch / 'shadow'}{os.pathsep}{source}",
         "PYTHONDONTWRITEBYTECODE": "1",
     }
@@ -247,7 +250,11 @@ def run_target(
             raise SystemExit(msg)
         # which tests run each line, once: each mutant then runs only those (mutation.selection)
         maps = coverage_map.build(
-            runs[0][0], _environment(scratches[0], runs[0][0]), target.commands, target.paths, scratches[0]
+            runs[0][0],
+            {**os.environ, **_test_environment(scratches[0], runs[0][0])},
+            target.commands,
+            target.paths,
+            scratches[0],
         )
         environments = []
         for scratch, (source, _, _) in zip(scratches, runs, strict=True):

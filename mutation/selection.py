@@ -79,10 +79,16 @@ def statement_of(source: str, line: int) -> Statement:
                 body = (child.body[0].lineno, child.end_lineno)
             visit(child, body)  # statements nest
 
-    visit(ast.parse(source), body=None)
+    visit(_tree(source), body=None)
     return found
 
 
+@cache
+def _tree(source: str) -> ast.Module:
+    return ast.parse(source)  # once per file: every mutant of it asks
+
+
+@cache
 def code_lines(source: str) -> frozenset[int]:
     """The lines that hold an instruction once compiled (``try:``, ``else:``, a folded constant may not)."""
     lines: set[int] = set()
