@@ -60,6 +60,30 @@ def test_a_handle_naming_another_logs_change_sets_frees_none_of_them(storage, su
     assert read_data(sut.open(), live) == [b"the victim's live change set"]
 
 
+def test_a_handle_relabelling_its_own_change_sets_frees_none_of_them(storage, sut):
+    """A handle of the right log and epoch whose locations swap their SQNs frees nothing.
+
+    The header of every change set names its SQN: a discard that checks only the log
+    and the epoch frees a change set another handle of the same log still needs (a
+    handle edited by hand, or damaged, that names SQN 1 where SQN 0 lies).
+    """
+    writer = storage.create_writer("op", KG)
+    writer.append(0, b"first")
+    persist(writer, 0, 1, sut.timeout)
+    writer.append(1, b"second")
+    live = persist(writer, 0, 2, sut.timeout)
+    writer.close()
+    locations = json.loads(live.to_json())["locations"]
+    sqns = [location.get("sqn") for location in locations]
+    if len(locations) != 2 or len(set(sqns)) != 2 or None in sqns:
+        pytest.skip("the storage's locations do not name one SQN each")
+    swapped = [{**location, "sqn": sqn} for location, sqn in zip(locations, reversed(sqns), strict=True)]
+    with contextlib.suppress(DstlError):  # refusing the handle outright is fine too
+        storage.discard([_forged(live, locations=swapped)])
+    assert read_data(storage, live) == [b"first", b"second"]
+    assert read_data(sut.open(), live) == [b"first", b"second"]
+
+
 def test_logs_whose_ids_prefix_each_other_stay_apart(storage, sut):
     """Discarding (and orphan-collecting) ``op.kg0-4`` leaves ``op.kg0-43`` and ``op.kg0-4.kg0-8`` whole.
 

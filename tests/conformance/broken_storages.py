@@ -465,6 +465,16 @@ class KeepsNewestObjectStorage(MemoryStorage):
         return super().collect_orphans(newest, older_than=older_than)
 
 
+class IgnoresSqnOnDiscardStorage(MemoryStorage):
+    """Bug: a discard checks that the change set's header names the handle's log and epoch, not the
+    SQN its location claims, so a handle relabelling its own change sets frees one still needed."""
+
+    storage_id = "broken-ignores-sqn-on-discard"
+
+    def _holds(self, name, offset, handle, loc):
+        return super()._holds(name, offset, handle, {**loc, "sqn": None})
+
+
 class SlicingReader(MemoryStorageReader):
     """Hands the decoder only the change set's own bytes, and forgets where they lie."""
 
@@ -575,6 +585,7 @@ BROKEN = {
         KeepsNewestObjectStorage,
         MEMORY_CAPABILITIES | {"orphan_collection"},
     ),
+    IgnoresSqnOnDiscardStorage.storage_id: (IgnoresSqnOnDiscardStorage, MEMORY_CAPABILITIES),
     MisplacesDamageStorage.storage_id: (MisplacesDamageStorage, MEMORY_CAPABILITIES | {"forgery_injection"}),
     AcksBeforeSyncStorage.storage_id: (
         AcksBeforeSyncStorage,
