@@ -24,6 +24,7 @@ from dstl.spi.kit.changeset_format import CHANGE_ITEM, CHANGE_SET_HEADER_SIZE, f
 KG = KeyGroupRange(0, 4)
 CHANGES = [(0, b"alpha"), (1, b""), (3, b"gamma" * 20)]
 ZLIB, ZSTD = 1, 2  # the format's flags: pinned here, as an earlier release wrote them
+MAX_RATIO = 256  # the format's bound on a body over its stored size: no writer stores more, so more is a bomb
 
 pytestmark = requires("forgery_injection")
 
@@ -38,6 +39,18 @@ def _zstd_declaring(body: bytes, declared: int) -> bytes:
     assert frame[4] & 0xE0 == 0x20, "expected a single-segment frame with a one-byte content size"
     frame[5] = declared
     return bytes(frame)
+
+
+def _zeros_at_ratio(extra: int) -> tuple[bytes, bytes]:
+    """``(body, zstd frame)``: one change of zeros, the body ``MAX_RATIO`` times the frame plus ``extra``."""
+    compressor = zstandard.ZstdCompressor(write_content_size=True)
+    for size in range(8, 200):  # the frame's size barely moves with the body's: find where they meet
+        length = MAX_RATIO * size + extra - CHANGE_ITEM.size
+        body = CHANGE_ITEM.pack(0, length) + bytes(length)
+        stored = compressor.compress(body)
+        if len(stored) == size:
+            return body, stored
+    raise AssertionError(f"no zstd frame of zeros is exactly 1/{MAX_RATIO} of its body (+{extra})")
 
 
 def _forgeries(log_id: str, epoch: int, sqn: int) -> dict[str, bytes]:
@@ -73,6 +86,7 @@ def _forgeries(log_id: str, epoch: int, sqn: int) -> dict[str, bytes]:
         ),
         "zstd frame declaring less": frame(_zstd_declaring(body, len(body) - 1), flags=ZSTD),
         "zstd frame declaring more": frame(_zstd_declaring(body, len(body) + 1), flags=ZSTD),
+        "zstd frame one byte over the bound": frame(_zeros_at_ratio(1)[1], flags=ZSTD, count=1),
         "zstd frame cut short": frame(_zstd_declaring(body, len(body))[:-3], flags=ZSTD),
         "zstd frame with trailing bytes": frame(_zstd_declaring(body, len(body)) + b"tail", flags=ZSTD),
         "not a zstd frame": frame(body, flags=ZSTD),
@@ -165,3 +179,17 @@ def test_a_change_set_in_any_codec_a_release_wrote_reads_back_exactly(storage, s
     held = [(sqn, list(decoded)) for sqn, decoded in sets if decoded]
     assert held == ([(start, changes)] if changes else [])
     assert all(sqn == start for sqn, _ in sets)
+
+
+def test_a_zstd_frame_at_the_bound_reads_back(storage, sut, honest):
+    """A body exactly ``MAX_RATIO`` times its zstd frame is what a writer may store: it reads back."""
+    backdoor = sut.require_backdoor()
+    body, stored = _zeros_at_ratio(0)
+    data = forge_change_set(honest.log_id, honest.epoch, honest.sqn_range.start, 1, stored, flags=ZSTD)
+    forged, _ = backdoor.forge(storage, honest, data)
+    reader = storage.create_reader()
+    try:
+        read = [(change.key_group, change.data) for change in reader.read(forged)]
+    finally:
+        reader.close()
+    assert read == [(0, bytes(len(body) - CHANGE_ITEM.size))]

@@ -38,7 +38,8 @@ def test_handle_sizes_count_every_byte_appended(storage, sut):
     """``size`` is the data of every change the handle holds, metadata included; ``incremental_size``
     what this persist uploaded anew."""
     writer = storage.create_writer("op", KeyGroupRange(0, 2))
-    writer.append(0, b"x" * 70)
+    writer.append(0, b"x" * 40)
+    writer.append_all([1, 0, 1], [b"a" * 20, b"b" * 7, b"c" * 3])  # the bulk path counts each change
     writer.append_meta(b"m" * 30)
     first = persist(writer, 0, 1, sut.timeout)
     assert (first.size, first.incremental_size) == (100, 100)
