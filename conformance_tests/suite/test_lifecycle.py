@@ -10,6 +10,7 @@ import pytest
 from dstl.conformance import requires
 from dstl.conformance.testing import change_bytes, persist, read_data, restricted_handle
 from dstl.spi import KeyGroupRange
+from dstl.spi.names import MAX_NAME_LENGTH
 
 KG = KeyGroupRange(0, 4)
 
@@ -88,10 +89,11 @@ def test_no_objects_remain_after_discard_and_close(sut):
     backdoor = sut.require_backdoor()
     storage = sut.open()
     handles = []
-    for n in range(3):
-        writer = storage.create_writer(f"op-{n}", KG)
+    longest = "o" * (MAX_NAME_LENGTH - len(f".kg{KG.start}-{KG.end}"))  # its log id is as long as names go
+    for name in ("op-0", "op-1", longest):
+        writer = storage.create_writer(name, KG)
         for round_ in range(4):
-            writer.append(round_ % 4, change_bytes(f"{n}", round_, 2000))
+            writer.append(round_ % 4, change_bytes(name[:4], round_, 2000))
             handles.append(persist(writer, 0, round_ + 1, sut.timeout))
             writer.confirm(0, handles[-1].sqn_range.end, round_ + 1)
         writer.close()
