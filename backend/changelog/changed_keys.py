@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import compress, repeat
+from operator import itemgetter
 from typing import Any
 
 from ..delegate import StateView
@@ -17,6 +20,10 @@ class ChangedKeys:
     their keys are forgotten and an incremental snapshot holds each such group
     entirely, replacing it on restore. Memory stays bounded by ``limit`` whatever the
     state's size or how much of it changes; precision degrades by key group.
+
+    The keys are one flat set of ``(key group, state, key)``, so a batch's keys go in
+    with one C-level ``set.update`` (a Python loop per key cost more than the state's
+    own write); coarsening, which needs them by key group, is rare.
     """
 
     def __init__(self, limit: int) -> None:
@@ -24,45 +31,41 @@ class ChangedKeys:
             msg = f"the changed-key limit must be positive, got {limit}"
             raise ValueError(msg)
         self.limit = limit
-        self._keys: dict[int, set[tuple[str, bytes]]] = {}
-        self._count = 0
+        self._tracked: set[tuple[int, str, bytes]] = set()
         self.whole: set[int] = set()
 
     def add(self, state: str, key_group: int, key: bytes) -> None:
-        """Record one change (the hot path: every state mutation)."""
-        group = self._keys.get(key_group)
-        if group is None:
-            if key_group in self.whole:
-                return
-            group = self._keys[key_group] = set()
-        size = len(group)
-        group.add((state, key))
-        if len(group) > size:
-            self._count += 1
-            if self._count > self.limit:
-                self._coarsen()
+        """Record one change (the hot path of the per-key API)."""
+        if key_group in self.whole:
+            return
+        self._tracked.add((key_group, state, key))
+        if len(self._tracked) > self.limit:
+            self._coarsen()
 
-    def add_many(self, state: str, key_groups: Iterable[int], keys: Iterable[bytes]) -> None:
+    def add_many(self, state: str, key_groups: Sequence[int], keys: Sequence[bytes]) -> None:
         """:meth:`add` for each key (the bulk write path); the limit is applied once, after all."""
-        tracked, whole = self._keys, self.whole
-        for key_group, key in zip(key_groups, keys, strict=True):
-            group = tracked.get(key_group)
-            if group is None:
-                if key_group in whole:
-                    continue
-                group = tracked[key_group] = set()
-            group.add((state, key))
-        self._count = sum(map(len, tracked.values()))  # what add counts one by one: O(key groups)
-        if self._count > self.limit:
+        if len(key_groups) != len(keys):
+            msg = f"{len(key_groups)} key groups for {len(keys)} keys"
+            raise ValueError(msg)
+        changes: Iterable[tuple[int, str, bytes]] = zip(key_groups, repeat(state), keys)
+        if self.whole and not self.whole.isdisjoint(key_groups):
+            tracked_groups = set(key_groups) - self.whole
+            changes = compress(changes, map(tracked_groups.__contains__, key_groups))
+        self._tracked.update(changes)
+        if len(self._tracked) > self.limit:
             self._coarsen()
 
     def _coarsen(self) -> None:
         """Make the fullest key groups whole until half the limit is tracked (so this runs rarely)."""
-        for key_group in sorted(self._keys, key=lambda kg: len(self._keys[kg]), reverse=True):
-            if self._count <= self.limit // 2:
+        left = len(self._tracked)
+        made_whole = set()
+        for key_group, count in Counter(map(itemgetter(0), self._tracked)).most_common():
+            if left <= self.limit // 2:
                 break
-            self._count -= len(self._keys.pop(key_group))
-            self.whole.add(key_group)
+            left -= count
+            made_whole.add(key_group)
+        self.whole |= made_whole
+        self._tracked = {change for change in self._tracked if change[0] not in made_whole}
 
     def add_all(self, changes: Iterable[tuple[str, int, bytes]]) -> None:
         """Record several changes."""
@@ -71,32 +74,34 @@ class ChangedKeys:
 
     def update(self, other: ChangedKeys) -> None:
         """Take in ``other``'s changes (a failed snapshot hands its keys back)."""
-        for key_group in other.whole:
-            self._count -= len(self._keys.pop(key_group, ()))
-            self.whole.add(key_group)
-        self.add_all(other)
+        if not other.whole <= self.whole:
+            self.whole |= other.whole
+            self._tracked = {change for change in self._tracked if change[0] not in self.whole}
+        whole = self.whole
+        self._tracked.update(change for change in other._tracked if change[0] not in whole)
+        if len(self._tracked) > self.limit:
+            self._coarsen()
 
     def __iter__(self) -> Iterator[tuple[str, int, bytes]]:
         """The tracked keys (not those of whole key groups)."""
-        for key_group, keys in self._keys.items():
-            for state, key in keys:
-                yield state, key_group, key
+        for key_group, state, key in self._tracked:
+            yield state, key_group, key
 
     def __len__(self) -> int:
         """How many keys are tracked one by one."""
-        return self._count
+        return len(self._tracked)
 
     def __bool__(self) -> bool:
         """Whether anything changed."""
-        return bool(self._count or self.whole)
+        return bool(self._tracked or self.whole)
 
     def keys_in(self, key_group: int) -> set[tuple[str, bytes]]:
-        """``(state, key)`` tracked in ``key_group`` (empty for a whole one)."""
-        return self._keys.get(key_group, set())
+        """``(state, key)`` tracked in ``key_group`` (empty for a whole one): a scan, for inspection."""
+        return {(state, key) for group, state, key in self._tracked if group == key_group}
 
     def estimate(self, keys_per_group: float) -> float:
         """The keys an incremental would hold, counting a whole key group as ``keys_per_group``."""
-        return self._count + len(self.whole) * keys_per_group
+        return len(self._tracked) + len(self.whole) * keys_per_group
 
 
 class ChangedKeysView(StateView):
