@@ -15,6 +15,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import TYPE_CHECKING, Protocol
 
 from ..errors import ClosedError, FencedError, TruncatedError
@@ -227,19 +228,24 @@ class ChangeSetWriter(StateChangelogWriter):
         """Every change under one lock, after checking them all (a refused call appends none)."""
         self._refuse_bad_batch(key_groups, data)
         if data:
-            self._add(key_groups, [change if type(change) is bytes else _as_bytes(change) for change in data])
+            if set(map(type, data)) != {bytes}:  # copies of other bytes-likes (the caller may reuse them)
+                data = [change if type(change) is bytes else _as_bytes(change) for change in data]
+            self._add(key_groups, data)
 
     def _add(self, key_groups: Sequence[int], changes: Sequence[bytes]) -> None:
         """Frame checked changes (at least one, bytes) into the open change set, under the lock."""
         with self._lock:
             if self._state is not WriterState.OPEN:
                 self._check_open()
-            active = self._active
-            size = 0
-            for key_group, change in zip(key_groups, changes, strict=True):
-                active += _PACK_ITEM(key_group, len(change))
-                active += change
-                size += len(change)
+            if len(changes) == 1:  # append's path: two extends beat building a join
+                size = len(changes[0])
+                self._active += _PACK_ITEM(key_groups[0], size)
+                self._active += changes[0]
+            else:  # each item's header, then its bytes: framed in C, not a Python step per change
+                lengths = list(map(len, changes))
+                items = zip(map(_PACK_ITEM, key_groups, lengths), changes, strict=True)
+                self._active += b"".join(chain.from_iterable(items))
+                size = sum(lengths)
             self._active_count += len(changes)
             self._active_bytes += size
             self._last_appended = self._active_sqn
