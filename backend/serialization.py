@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import functools
 import pickle
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgpack
@@ -48,6 +49,17 @@ class Serializer(ABC):
         dumps = self.dumps
         return [dumps(value) for value in values]
 
+    def loads_many(self, stored: Sequence[bytes | None]) -> list[Any | None]:
+        """:meth:`loads` of each stored value, ``None`` (nothing stored) kept as ``None``."""
+        loads = self._decoder()
+        if None in stored:
+            return [None if data is None else loads(data) for data in stored]
+        return list(map(loads, stored))  # type: ignore[arg-type]  # no None among them
+
+    def _decoder(self) -> Callable[[bytes], Any]:
+        """What :meth:`loads_many` maps over the values (a C function where there is one)."""
+        return self.loads
+
 
 class MsgpackSerializer(Serializer):
     """Plain data: None, bool, int, float, str, bytes, lists/tuples (as lists) and dicts."""
@@ -68,6 +80,9 @@ class MsgpackSerializer(Serializer):
     def loads(self, data: bytes) -> Any:
         """Decode (lists stay lists; map keys keep their types)."""
         return msgpack.unpackb(data, raw=False, strict_map_key=False)
+
+    def _decoder(self) -> Callable[[bytes], Any]:
+        return functools.partial(msgpack.unpackb, raw=False, strict_map_key=False)
 
     def dumps_many(self, values: Sequence[Any]) -> list[bytes]:
         """Each value with one packer (a packer per value costs more than its value); errors as ``dumps``."""
@@ -104,6 +119,9 @@ class SparkValueSerializer(MsgpackSerializer):
     def loads(self, data: bytes) -> Any:
         """Decode; an extension that does not parse is a ``ValueError`` naming it."""
         return msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=_spark_value)
+
+    def _decoder(self) -> Callable[[bytes], Any]:
+        return functools.partial(msgpack.unpackb, raw=False, strict_map_key=False, ext_hook=_spark_value)
 
 
 #: msgpack extension codes of :class:`SparkValueSerializer`: text forms, parsed on read

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import repeat
 from typing import Any
 
 import msgpack
@@ -19,9 +20,11 @@ def encode_change(op: Op, state_id: int, key: bytes, *args: Any) -> bytes:
 
 def encode_value_puts(state_id: int, keys: Sequence[bytes], values: Sequence[bytes]) -> list[bytes]:
     """The ``VALUE_PUT`` records of ``keys`` (each :func:`encode_change`'s), with one packer for all."""
-    pack = msgpack.Packer(use_bin_type=True).pack
-    op = int(Op.VALUE_PUT)
-    return [pack([op, state_id, key, value]) for key, value in zip(keys, values, strict=True)]
+    if len(keys) != len(values):
+        msg = f"{len(keys)} keys for {len(values)} values"
+        raise ValueError(msg)
+    pack = msgpack.Packer(use_bin_type=True).pack  # packs a tuple as the array encode_change writes
+    return list(map(pack, zip(repeat(int(Op.VALUE_PUT)), repeat(state_id), keys, values)))
 
 
 _OPS = tuple(Op)  # index -> member: cheaper than Op(value) on the replay path

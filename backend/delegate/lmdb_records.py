@@ -9,7 +9,7 @@ under ``0x01`` and an index, a map's entries under ``0x02`` and the map key.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from .base import SECTION_ENTRIES
@@ -32,6 +32,11 @@ def _prefix(state: str, key_group: int) -> bytes:
 def _base(prefix: bytes, key: bytes) -> bytes:
     """A key's records start with this: length-prefixed, so no key's records fall among another's."""
     return prefix + _KEY_LENGTH.pack(len(key)) + key
+
+
+def _bases_of(prefixes: Iterable[bytes], keys: Sequence[bytes]) -> list[bytes]:
+    """:func:`_base` of each key after its prefix, built in C (the bulk paths bind many keys)."""
+    return list(map(b"".join, zip(prefixes, map(_KEY_LENGTH.pack, map(len, keys)), keys, strict=True)))
 
 
 def _decoded(records: Iterator[tuple[bytes, bytes]], prefix: bytes) -> Iterator[tuple[bytes, Any]]:

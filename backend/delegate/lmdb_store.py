@@ -26,6 +26,7 @@ from .lmdb_records import (
     _MAP,
     _MAX_KEY,
     _base,
+    _bases_of,
     _chunked,
     _decoded,
     _entry_at,
@@ -64,6 +65,9 @@ class LmdbDelegate(StateDelegate):
         # may only grow while none is open.
         self._views = 0
         self._views_closed = threading.Condition()
+        # The bases of the last keys bulk-accessed, by identity: a batch reads a state's values,
+        # then writes them back, with the same bound keys (tuples: they cannot change meanwhile).
+        self._last_bases: tuple[str, Sequence[int], Sequence[bytes], list[bytes]] | None = None
 
     @property
     def map_size(self) -> int:
@@ -128,11 +132,16 @@ class LmdbDelegate(StateDelegate):
 
     def _bases(self, state: str, key_groups: Sequence[int], keys: Sequence[bytes]) -> list[bytes]:
         """The bases of ``keys`` (each in its key group), checked as :meth:`_base` checks one."""
+        last = self._last_bases
+        if last is not None and last[0] == state and last[1] is key_groups and last[2] is keys:
+            return last[3]
         prefixes = {key_group: _prefix(state, key_group) for key_group in set(key_groups)}
-        bases = [_base(prefixes[key_group], key) for key_group, key in zip(key_groups, keys, strict=True)]
+        bases = _bases_of(map(prefixes.__getitem__, key_groups), keys)
         longest = max(bases, key=len, default=b"")
         too_long = len(longest) > _MAX_KEY
         self._base(state, 0, keys[bases.index(longest)] if too_long else b"")  # raises, naming the problem
+        if type(key_groups) is tuple and type(keys) is tuple:  # immutable: safe to know again by identity
+            self._last_bases = (state, key_groups, keys, bases)
         return bases
 
     def get(self, state: str, key_group: int, key: bytes) -> Any | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import msgpack
@@ -82,7 +83,7 @@ def map_keys_bytes(keys: Sequence[object]) -> tuple[bytes, ...]:
     """:func:`map_key_bytes` of each key, with one packer for all (the bulk path binds many keys)."""
     pack = msgpack.Packer(use_bin_type=True).pack
     try:
-        return tuple(pack(key) for key in keys)
+        return tuple(map(pack, keys))
     except (TypeError, ValueError):
         return tuple(map_key_bytes(key) for key in keys)  # raises, naming the key's type
 
@@ -104,6 +105,11 @@ class KeySet:
         """How many keys."""
         return len(self.keys)
 
+    @cached_property
+    def distinct(self) -> bool:
+        """Whether no key is there twice (known once per key set, whatever states it serves)."""
+        return len(set(self.raw)) == len(self.raw)
+
     def subset(self, positions: Iterable[int]) -> KeySet:
         """The keys at ``positions``, in that order."""
         positions = list(positions)
@@ -120,7 +126,7 @@ def _last_per_key(keys: KeySet, values: Iterable[Any]) -> tuple[KeySet, list[Any
     if len(values) != len(keys):
         msg = f"got {len(values)} values for {len(keys)} keys"
         raise ValueError(msg)
-    if len(set(keys.raw)) == len(keys):
+    if keys.distinct:
         return keys, values
     last = {raw: i for i, raw in enumerate(keys.raw)}
     first = list(dict.fromkeys(keys.raw))
@@ -198,8 +204,7 @@ class _KeyedState:
         bound = self._bound(keys)
         raws = self._context.delegate.get_values(self.name, bound.groups, bound.raw)
         if self.descriptor.ttl is None:
-            loads = self._serializer.loads
-            return [None if raw is None else loads(raw) for raw in raws]
+            return self._serializer.loads_many(raws)
         values: list[Any | None] = []
         expired: list[int] = []
         for index, raw in enumerate(raws):

@@ -64,7 +64,7 @@ def test_read_only_tools_decode_spark_values_but_never_pickle():
 
 
 @pytest.mark.parametrize("name", ["msgpack", "spark", "pickle"])
-def test_a_batch_encodes_as_each_value_does(name):
+def test_a_batch_encodes_and_decodes_as_each_value_does(name):
     serializer = serializer_for(name)
     values = [
         v
@@ -73,9 +73,20 @@ def test_a_batch_encodes_as_each_value_does(name):
     ]
     assert serializer.dumps_many(values) == [serializer.dumps(v) for v in values]
     assert serializer.dumps_many([]) == []
+    stored = serializer.dumps_many(values)
+    assert serializer.loads_many(stored) == [serializer.loads(data) for data in stored]
+    with_gaps = [None, *stored[:3], None, *stored[3:]]  # None: nothing stored for that key
+    assert serializer.loads_many(with_gaps) == [None if d is None else serializer.loads(d) for d in with_gaps]
+    assert serializer.loads_many([]) == []
 
 
 @pytest.mark.parametrize("name", ["msgpack", "spark"])
 def test_a_batch_with_a_value_it_cannot_store_names_that_value_type(name):
     with pytest.raises(TypeError, match="state value of type object"):
         serializer_for(name).dumps_many([1, "two", object(), 4])
+
+
+def test_a_batch_with_a_spark_value_that_does_not_parse_names_it():
+    bad = msgpack.packb(msgpack.ExtType(1, b"not a datetime"))
+    with pytest.raises(ValueError, match="does not parse"):
+        serializer_for("spark").loads_many([serializer_for("spark").dumps(1), bad])
