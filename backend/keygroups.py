@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import xxhash
 
@@ -33,6 +34,7 @@ __all__ = [
     "MAX_KEY_GROUPS",
     "SPARK_SEED",
     "key_group_for",
+    "key_groups_trusting",
     "key_groups_for",
     "key_group_range_for_instance",
     "spark_key_group_expr",
@@ -114,6 +116,41 @@ def key_groups_for(keys: Iterable[object], max_parallelism: int = DEFAULT_MAX_PA
             continue
         groups.append((hashed - whole if hashed >= half else hashed) % max_parallelism)
     return groups
+
+
+#: keys of a batch whose given key groups are checked against their hashes
+_KEY_GROUP_SAMPLE = 16
+
+
+def _agree(keys: Sequence[Any], key_groups: Sequence[int], max_parallelism: int) -> bool:
+    """Whether ``key_groups`` are the keys' own: keys all ``str`` or ``int``, a spread sample checked.
+
+    Those two hash the same bytes in Spark and here (UTF-8, a long) for every value,
+    so a difference would be one of the whole batch (another ``max_parallelism``, a
+    shifted column), which a sample finds; a float's or a date's hash may differ by value.
+    """
+    if len(key_groups) != len(keys) or not set(map(type, keys)) <= _EXACT_KEY_TYPES:
+        return False
+    if set(map(type, key_groups)) != {int}:  # e.g. numpy's: what the log's writer refuses
+        return False
+    sample = range(0, len(keys), max(1, len(keys) // _KEY_GROUP_SAMPLE))
+    return key_groups_for([keys[i] for i in sample], max_parallelism) == [key_groups[i] for i in sample]
+
+
+_EXACT_KEY_TYPES = frozenset({str, int})
+
+
+def key_groups_trusting(
+    keys: Sequence[Any], given: Sequence[int] | None, max_parallelism: int = DEFAULT_MAX_PARALLELISM
+) -> tuple[int, ...]:
+    """The keys' key groups: ``given`` once a sample agrees with the keys' hashes, else hashed.
+
+    ``given`` is e.g. what Spark computed to route the rows: hashing again costs more
+    than the state's own read of a key.
+    """
+    if given is not None and _agree(keys, given, max_parallelism):
+        return tuple(given)
+    return tuple(key_groups_for(keys, max_parallelism))
 
 
 def key_group_range_for_instance(

@@ -30,7 +30,7 @@ from ..keyed import (
     map_key_bytes,
     map_keys_bytes,
 )
-from ..keygroups import key_group_for, key_groups_for
+from ..keygroups import key_group_for, key_groups_trusting
 from ..materialization import MaterializationRef
 from ..serialization import Serializer, serializer_for
 from .delegates import delegate_for
@@ -160,14 +160,16 @@ class ChangelogKeyedStateBackend(StateFactories):
             raise ValueError(msg)
         self._key = (key_group, map_key_bytes(key))
 
-    def key_set(self, keys: Iterable[Any]) -> KeySet:
-        """Bind ``keys`` once for bulk state access (``*_many``): their key groups and stored bytes."""
+    def key_set(self, keys: Iterable[Any], *, key_groups: Sequence[int] | None = None) -> KeySet:
+        """Bind ``keys`` once for bulk state access (``*_many``): their key groups and stored bytes.
+
+        :param key_groups: theirs when known (Spark routed the rows by them): used once a sample agrees.
+        """
         keys = tuple(keys)
         max_parallelism, start, end = self.max_parallelism, self.key_groups.start, self.key_groups.end
-        groups = tuple(key_groups_for(keys, max_parallelism))
-        for key, key_group in zip(keys, groups, strict=True):
-            if not start <= key_group < end:
-                self.set_current_key(key)  # raises, naming the key and its key group
+        groups = key_groups_trusting(keys, key_groups, max_parallelism)
+        if groups and not start <= min(groups) <= max(groups) < end:  # raises, naming the first such key
+            self.set_current_key(next(k for k, g in zip(keys, groups, strict=True) if not start <= g < end))
         return KeySet(keys, groups, map_keys_bytes(keys))
 
     @contextmanager

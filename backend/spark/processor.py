@@ -27,6 +27,7 @@ from ..keyed import TTL_SUFFIX, TimeDomain
 from ._private.collected import Collected
 
 if TYPE_CHECKING:
+    import numpy as np
     import pandas as pd
 
     from ..changelog import ChangelogKeyedStateBackend
@@ -113,8 +114,12 @@ class StateContext:
         attempt: int,
         key_columns: tuple[str, ...],
         clock: BatchClock | None = None,
+        routed_key_groups: np.ndarray | None = None,
     ) -> None:
         self._backend = backend
+        #: each input row's key group as Spark's routing computed it (the batch API binds its keys
+        #: with them rather than hashing every key again); ``None`` when the rows did not carry them
+        self.routed_key_groups = routed_key_groups
         self.batch_id = batch_id
         self.attempt = attempt
         self.key_groups = backend.key_groups
@@ -173,9 +178,12 @@ class StateContext:
         self._backend.set_current_key(key)
         self.keys_touched.add(key)
 
-    def key_set(self, keys: Iterable[Any]) -> KeySet:
-        """Bind ``keys`` for bulk state access (a :class:`~.batch.KeyedBatch` has its own, ``key_set``)."""
-        return self._backend.key_set(keys)
+    def key_set(self, keys: Iterable[Any], *, key_groups: Sequence[int] | None = None) -> KeySet:
+        """Bind ``keys`` for bulk state access (a :class:`~.batch.KeyedBatch` has its own, ``key_set``).
+
+        :param key_groups: the keys' key groups, when known (they are checked, not trusted).
+        """
+        return self._backend.key_set(keys, key_groups=key_groups)
 
     def get_value_state(
         self, name: str, *, ttl: float | None = None, serializer: str = "msgpack"
@@ -252,7 +260,11 @@ class StatefulProcessor(ABC):
 
         began = time.perf_counter()
         batch = KeyedBatch.of(rows, context.key_columns)
-        batch.key_set = context.key_set(batch.keys)
+        routed = context.routed_key_groups
+        if routed is not None and batch.first_rows is not None and len(routed) == len(rows):
+            batch.key_set = context.key_set(batch.keys, key_groups=routed[batch.first_rows].tolist())
+        else:
+            batch.key_set = context.key_set(batch.keys)
         context.keys_touched.update(batch.keys)
         context.phases_ms["group"] = round((time.perf_counter() - began) * 1000, 3)
         return self.handle_batch(batch, context)

@@ -9,6 +9,7 @@ from dstl.backend.keygroups import (
     key_group_for,
     key_group_range_for_instance,
     key_groups_for,
+    key_groups_trusting,
     spark_key_group_expr,
     spark_xxhash64,
 )
@@ -70,6 +71,26 @@ def test_bulk_key_groups_of_other_keys_are_each_keys_and_refuse_what_it_refuses(
         key_groups_for([1, {"a": 1}])
     with pytest.raises(ValueError, match="at least 1"):
         key_groups_for(["a"], 0)
+
+
+def test_given_key_groups_stand_only_for_string_and_long_keys_whose_sample_agrees():
+    keys = [f"user-{i}" for i in range(1000)] + list(range(1000))
+    own = key_groups_for(keys, 128)
+    assert key_groups_trusting(keys, own, 128) == tuple(own)
+    assert all(type(group) is int for group in key_groups_trusting(keys, own, 128))
+    wrong = [
+        key_groups_for(keys, 64),  # hashed for another max parallelism
+        own[1:] + own[:1],  # a column shifted by a row
+        [group + 1 for group in own],
+        own[:-1],  # one short
+    ]
+    for given in wrong:
+        assert key_groups_trusting(keys, given, 128) == tuple(own)
+    # a float's, a tuple's or a None's hash may differ by value: hashed here, whatever is given
+    others = [0.5, -0.0, ("a", 1), None, True]
+    assert key_groups_trusting(others, [0] * len(others), 128) == tuple(key_groups_for(others, 128))
+    assert key_groups_trusting(keys, None, 128) == tuple(own)
+    assert key_groups_trusting([], [], 128) == ()
 
 
 def test_booleans_and_nulls_agree_with_spark(spark):

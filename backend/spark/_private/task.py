@@ -125,11 +125,18 @@ def process_instance(
             }
             process_began = time.perf_counter()
             processor = make_processor()
-            context = StateContext(backend, plan.batch_id, task_attempt, plan.key_columns, plan.clock)
+            user_rows, routed_key_groups, event_stats = _on_time(rows, plan.clock, woken=own.wake)
+            context = StateContext(
+                backend,
+                plan.batch_id,
+                task_attempt,
+                plan.key_columns,
+                plan.clock,
+                routed_key_groups=routed_key_groups,
+            )
             processor.init(context)
             if initial is not None and len(initial):
                 _load_initial_state(processor, context, initial)
-            user_rows, event_stats = _on_time(rows, plan.clock, woken=own.wake)
             output = (
                 output_columns(processor.handle_input_batch(user_rows, context), plan.output_columns)
                 if len(user_rows)
@@ -225,11 +232,12 @@ def _load_initial_state(processor: StatefulProcessor, context: StateContext, ini
         processor.handle_initial_state(key, key_rows, context)
 
 
-def _on_time(rows: Any, clock: BatchClock, *, woken: bool) -> tuple[Any, dict[str, Any]]:
+def _on_time(rows: Any, clock: BatchClock, *, woken: bool) -> tuple[Any, Any, dict[str, Any]]:
     """The rows the processor gets: no wake rows, and in event time none at or below the late watermark.
 
-    Returns them (without dstl's columns) and the batch's figures: the data rows,
-    the largest event time seen (late rows count, as in Spark) and how many were late.
+    Returns them (without dstl's columns), each one's key group as the routing computed
+    it, and the batch's figures: the data rows, the largest event time seen (late rows
+    count, as in Spark) and how many were late.
     """
     data = rows[rows[KEY_GROUP_COLUMN] != WAKE_KEY_GROUP] if woken and len(rows) else rows
     stats: dict[str, Any] = {"rows": len(data)}
@@ -243,7 +251,8 @@ def _on_time(rows: Any, clock: BatchClock, *, woken: bool) -> tuple[Any, dict[st
             stats["late_rows"] = int(len(data) - int(on_time.sum()))
             data = data[on_time]
         data = data.drop(columns=[EVENT_TIME_COLUMN])
-    return data.drop(columns=[KEY_GROUP_COLUMN, INSTANCE_COLUMN]), stats
+    routed = data[KEY_GROUP_COLUMN].to_numpy(dtype="int64", copy=False)
+    return data.drop(columns=[KEY_GROUP_COLUMN, INSTANCE_COLUMN]), routed, stats
 
 
 def _fire_timers(

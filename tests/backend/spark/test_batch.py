@@ -25,6 +25,29 @@ def test_rows_are_grouped_by_key_in_first_seen_order_with_offsets():
     assert batch.column("n").tolist() == [1, 3, 2, 6, 4, 7, 5]
 
 
+@pytest.mark.parametrize(
+    "column",
+    [
+        pd.Series(["b", "a", None, "b", "ü", None, "a"], dtype=object),  # strings and nulls (Arrow)
+        pd.Series([3, -1, 3, 2**40, -1]),  # longs (Arrow)
+        pd.Series([3, None, 3, 7], dtype="Int64"),  # nullable longs (Arrow)
+        pd.Series([1, "1", 1, "1"], dtype=object),  # mixed: pandas groups them
+        pd.Series([b"x", b"y", b"x"], dtype=object),  # bytes: pandas
+        pd.Series([0.5, math.nan, 0.5, math.nan, -0.0, 0.0]),  # floats: pandas (-0.0 is 0.0)
+        pd.Series([2**64 + 1, 5, 2**64 + 1], dtype=object),  # beyond a long: pandas
+    ],
+    ids=["strings", "longs", "nullable-longs", "mixed", "bytes", "floats", "huge-ints"],
+)
+def test_every_key_column_groups_as_pandas_groupby_does(column):
+    frame = pd.DataFrame({"k": column, "i": range(len(column))})
+    batch = KeyedBatch.of(frame, ["k"])
+    expected = frame.groupby("k", sort=False, dropna=False)["i"].apply(list).tolist()
+    assert [rows["i"].tolist() for _, rows in batch.per_key()] == expected
+    firsts = [positions[0] for positions in expected]
+    assert batch.first_rows.tolist() == firsts
+    assert [repr(key) for key in batch.keys] == [repr(key) for key in frame["k"].iloc[firsts].tolist()]
+
+
 def test_keys_of_several_columns_are_tuples_of_python_values():
     frame = pd.DataFrame({"a": [1, 1, 2, 1], "b": [1.5, 2.5, 1.5, 1.5], "x": list("wxyz")})
     batch = KeyedBatch.of(frame, ["a", "b"])

@@ -130,3 +130,30 @@ def test_fired_timers_are_counted_whatever_rows_their_handlers_return(memory_con
         rows, fired, next_timer = _fire_timers(Silent(), context, backend, ("k",))
         assert (rows["k"], fired, next_timer) == (["a", "a"], 3, None)
         backend.close()
+
+
+def test_the_rows_key_groups_from_the_routing_stay_aligned_with_the_rows_the_processor_gets():
+    import pandas as pd
+
+    from dstl.backend.spark import BatchClock, TimeMode
+    from dstl.backend.spark._private.columns import (
+        EVENT_TIME_COLUMN,
+        INSTANCE_COLUMN,
+        KEY_GROUP_COLUMN,
+        WAKE_KEY_GROUP,
+    )
+    from dstl.backend.spark._private.task import _on_time
+
+    rows = pd.DataFrame(
+        {
+            "k": ["a", "wake", "b", "late", "c"],
+            KEY_GROUP_COLUMN: [5, WAKE_KEY_GROUP, 6, 7, 8],
+            INSTANCE_COLUMN: [0] * 5,
+            EVENT_TIME_COLUMN: [2_000, 0, 3_000, 500, 4_000],
+        }
+    )
+    clock = BatchClock(10_000, watermark_ms=1_000, mode=TimeMode.EVENT)
+    user_rows, routed, stats = _on_time(rows, clock, woken=True)
+    assert user_rows["k"].tolist() == ["a", "b", "c"] and list(user_rows.columns) == ["k"]
+    assert routed.tolist() == [5, 6, 8]
+    assert stats["late_rows"] == 1
