@@ -173,6 +173,7 @@ class LmdbDelegate(StateDelegate):
     ) -> None:
         """Every key group's values in one write transaction (a value replaces one record)."""
         bases = self._bases(state, key_groups, keys)
+        self._last_bases = None  # the write is their last use: keep no batch's keys between batches
         # one C call for every record (putmulti), not a Python call per record
         self._write(lambda txn: txn.cursor().putmulti(zip(bases, values, strict=True)))
 

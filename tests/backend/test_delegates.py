@@ -124,6 +124,19 @@ def test_values_are_read_and_written_in_bulk_as_one_by_one(make_delegate):
     assert delegate.get("v", 3, b"x") is None
 
 
+def test_one_key_set_read_and_written_across_states_finds_each_states_own(make_delegate):
+    """A batch binds its keys once (tuples) and uses them for every state: each keeps its own records."""
+    delegate = make_delegate()
+    groups, keys = (3, 60, 3), (b"a", b"b", b"c")
+    assert delegate.get_values("v", groups, keys) == [None, None, None]
+    delegate.put_values("w", groups, keys, [b"w1", b"w2", b"w3"])
+    delegate.put_values("v", groups, keys, [b"v1", b"v2", b"v3"])
+    assert delegate.get_values("w", groups, keys) == [b"w1", b"w2", b"w3"]
+    assert delegate.get_values("v", groups, keys) == [b"v1", b"v2", b"v3"]
+    assert delegate.get_values("v", (9, 60, 3), keys) == [None, b"v2", b"v3"]  # other groups, same keys
+    assert delegate.get("v", 3, b"a") == b"v1" and delegate.get("w", 60, b"b") == b"w2"
+
+
 def test_lmdb_grows_its_map_instead_of_failing(tmp_path):
     delegate = LmdbDelegate(tmp_path / "grow", map_size=1 << 20)
     value = b"v" * 1000
