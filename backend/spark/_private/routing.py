@@ -71,12 +71,17 @@ def with_wake_rows(routed: DataFrame, wake: frozenset[int]) -> DataFrame:
 
     spark = routed.sparkSession
     marks = spark.createDataFrame([(index,) for index in sorted(wake)], f"{INSTANCE_COLUMN} int")
+    from pyspark.sql.types import BooleanType, ByteType, IntegerType, LongType, ShortType
+
     columns = []
     for field in routed.schema.fields:
         if field.name == INSTANCE_COLUMN:
             columns.append(F.col(INSTANCE_COLUMN))
         elif field.name == KEY_GROUP_COLUMN:
             columns.append(F.lit(WAKE_KEY_GROUP).cast(field.dataType).alias(field.name))
+        elif isinstance(field.dataType, ByteType | ShortType | IntegerType | LongType | BooleanType):
+            # not null: a null would make pandas turn the instance's int (bool) column into floats (objects)
+            columns.append(F.lit(0).cast(field.dataType).alias(field.name))
         else:
             columns.append(F.lit(None).cast(field.dataType).alias(field.name))
     return routed.unionByName(marks.select(columns))

@@ -193,9 +193,14 @@ class EventWindows(StatefulProcessor):
         return [{"user": key, "window": start, "events": total}]
 
 
-def test_event_time_windows_close_when_the_watermark_passes_them(spark, tmp_path):
+@pytest.mark.parametrize("placement", ["sticky", "spark"])
+def test_event_time_windows_close_when_the_watermark_passes_them(spark, tmp_path, placement):
     """Spark's rules: a batch's timers fire by the watermark of the batches before it (starting at
-    0), and its late rows are judged by the watermark the batch before it used."""
+    0), and its late rows are judged by the watermark the batch before it used.
+
+    An instance woken with rows of its own in the batch gets them typed as without the wake row
+    (its long ``ts`` stays a long: the fired windows are ints).
+    """
     batches = [
         [("a", 1_000), ("b", 2_000), ("a", 12_000)],
         # watermark 12 000 - 5 000 = 7 000 fires timers; late rows are judged by batch 0's, 0: 3 000 counts
@@ -225,6 +230,7 @@ def test_event_time_windows_close_when_the_watermark_passes_them(spark, tmp_path
             "dstl.storage": "local",
             "dstl.spark.working-dir": str(tmp_path / "working"),
             "state.changelog.materialization.interval": "0s",
+            "dstl.spark.placement": placement,
         },
         event_time_column="ts",
         watermark_delay="5 seconds",
