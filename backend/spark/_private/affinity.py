@@ -23,7 +23,7 @@ import time
 from collections import Counter
 from typing import Any
 
-__all__ = ["ExecutorHomes", "pinned_instances"]
+__all__ = ["ExecutorHomes", "executors_to_pin", "pinned_instances"]
 
 log = logging.getLogger(__name__)
 
@@ -133,13 +133,31 @@ def pinned_instances(sc: Any, groups: Any, homes: ExecutorHomes) -> Any:
         zipped = preferring.toJavaRDD().zip(groups._jrdd)
         return RDD(zipped, sc, PairDeserializer(CPickleSerializer(), groups._jrdd_deserializer))
     except Exception as exc:
-        homes.unavailable = str(exc)
-        log.warning(
-            "dstl: sticky placement is not available (%s); instances run where Spark places them "
-            "(set dstl.spark.placement=spark to silence this)",
-            exc,
-        )
+        _unavailable(homes, exc)
         return None
+
+
+def executors_to_pin(sc: Any, homes: ExecutorHomes) -> list[tuple[str, str]] | None:
+    """The live executors instances may be pinned to (none in local mode: only the driver runs tasks).
+
+    ``None`` when the gateway cannot tell (the caller falls back; the reason is logged once).
+    """
+    if homes.unavailable is not None:
+        return None
+    try:
+        return homes.live_executors(sc)
+    except Exception as exc:
+        _unavailable(homes, exc)
+        return None
+
+
+def _unavailable(homes: ExecutorHomes, exc: Exception) -> None:
+    homes.unavailable = str(exc)
+    log.warning(
+        "dstl: sticky placement is not available (%s); instances run where Spark places them "
+        "(set dstl.spark.placement=spark to silence this)",
+        exc,
+    )
 
 
 def arrow_batches(frame: Any) -> Any:

@@ -30,7 +30,7 @@ from .task import process_instance
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["CARRIER_SCHEMA", "arrow_groups", "pinned_arrow_function"]
+__all__ = ["CARRIER_SCHEMA", "arrow_groups", "frame_of", "pinned_arrow_function", "run_instance"]
 
 #: One row per instance: its index and its rows as Arrow IPC streams.
 CARRIER_SCHEMA = f"{INSTANCE_COLUMN} int, streams array<binary>"
@@ -72,10 +72,18 @@ def _ipc_stream(batch: Any) -> bytes:
 
 
 def _frame(streams: list[bytes], timezone: str) -> Any:
-    """An instance's rows as one pandas frame, converted as Spark's ``applyInPandas`` converts them."""
+    """An instance's rows, from its IPC streams, as one pandas frame (:func:`frame_of`)."""
     import pyarrow as pa
 
-    table = pa.concat_tables(pa.ipc.open_stream(pa.py_buffer(stream)).read_all() for stream in streams)
+    return frame_of(
+        pa.concat_tables(pa.ipc.open_stream(pa.py_buffer(stream)).read_all() for stream in streams), timezone
+    )
+
+
+def frame_of(table: Any, timezone: str) -> Any:
+    """An Arrow table of rows as a pandas frame, converted as Spark's ``applyInPandas`` converts them."""
+    import pyarrow as pa
+
     frame = table.to_pandas(coerce_temporal_nanoseconds=True)  # Spark hands pandas datetime64[ns]
     for field in table.schema:  # Spark hands pandas its timestamps as naive session-local times
         if pa.types.is_timestamp(field.type) and field.type.tz is not None:
@@ -103,7 +111,7 @@ def pinned_arrow_function(
                     began = time.perf_counter()
                     frame = _frame(streams, timezone) if streams else _empty(columns)
                     decode_ms = round((time.perf_counter() - began) * 1000, 3)
-                    yield from _run(plan, make_processor, instance, frame, timezone, decode_ms)
+                    yield from run_instance(plan, make_processor, instance, frame, timezone, decode_ms)
 
     return process
 
@@ -114,7 +122,7 @@ def _empty(columns: tuple[str, ...]) -> Any:
     return pd.DataFrame(columns=list(columns))
 
 
-def _run(
+def run_instance(
     plan: TaskPlan,
     make_processor: Callable[[], StatefulProcessor],
     instance: int,

@@ -35,8 +35,9 @@ from ..placement import (
 from ..processor import BatchClock, StatefulProcessor, TimeMode
 from ..progress import BatchProgress
 from .adapters import cogroup_function, instance_function
-from .affinity import ExecutorHomes, pinned_instances
+from .affinity import ExecutorHomes, executors_to_pin, pinned_instances
 from .arrow_pinning import CARRIER_SCHEMA, arrow_groups, pinned_arrow_function
+from .arrow_shuffle import instance_shuffled, shuffled_arrow_function
 from .columns import INSTANCE_COLUMN, REPORT_COLUMN
 from .idle_batches import without_heartbeat
 from .protocol import InstancePlan, InstanceReport, InstanceStats, TaskPlan
@@ -248,6 +249,13 @@ class BatchRunner:
             return None
         spark = rows.sparkSession
         timezone = str(spark.conf.get("spark.sql.session.timeZone"))
+        executors = executors_to_pin(spark.sparkContext, self.homes)
+        if executors is None:
+            return None
+        if not executors:  # only the driver runs tasks (local mode): nothing to pin, the JVM shuffles
+            shuffled = instance_shuffled(with_wake_rows(rows, plan.wake), self.parallelism)
+            work = shuffled_arrow_function(plan, self.spec.make_processor, timezone)
+            return shuffled.mapInArrow(work, schema)
         groups = arrow_groups(rows, self.parallelism, timezone)
         pairs = pinned_instances(spark.sparkContext, groups, self.homes)
         if pairs is None:

@@ -52,9 +52,10 @@ def test_without_the_gateway_the_query_falls_back_to_spark_placement(
 
     if failing == "executor list":
         monkeypatch.setattr(affinity, "live_executors", unavailable)
-    else:
+    else:  # an executor to pin to (local mode has none: it would shuffle in the JVM, no gateway needed)
         import pyspark.serializers
 
+        monkeypatch.setattr(affinity, "live_executors", lambda sc: [("0", "127.0.0.1")])
         monkeypatch.setattr(pyspark.serializers, "PairDeserializer", unavailable)
     workdir = tmp_path / "job"
     with caplog.at_level(logging.WARNING, logger="dstl.backend.spark"):
