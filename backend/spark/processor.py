@@ -181,7 +181,7 @@ class StateContext:
     def key_set(self, keys: Iterable[Any], *, key_groups: Sequence[int] | None = None) -> KeySet:
         """Bind ``keys`` for bulk state access (a :class:`~.batch.KeyedBatch` has its own, ``key_set``).
 
-        :param key_groups: the keys' key groups, when known (they are checked, not trusted).
+        :param key_groups: their key groups when known, used once a sample agrees with their hashes.
         """
         return self._backend.key_set(keys, key_groups=key_groups)
 
