@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..processor import StatefulProcessor
 from .arrow_pinning import frame_of, run_instance
-from .columns import INSTANCE_COLUMN, KEY_GROUP_COLUMN, WAKE_KEY_GROUP
+from .columns import INSTANCE_COLUMN
 from .protocol import TaskPlan
 
 if TYPE_CHECKING:
@@ -76,8 +76,8 @@ def shuffled_arrow_function(
     """The ``mapInArrow`` function over :func:`instance_shuffled` rows: each instance present runs.
 
     An instance whose timers are due has a wake row (``with_wake_rows``), so its
-    partition holds it even in a batch without its data; the instance gets its data
-    rows only (none, then), typed as without the wake row.
+    partition holds it even in a batch without its data (the task drops it, as on
+    every placement).
     """
 
     def process(batches: Iterator[Any]) -> Iterator[Any]:
@@ -89,11 +89,8 @@ def shuffled_arrow_function(
         if not received or not any(batch.num_rows for batch in received):
             return
         table = pa.Table.from_batches(received)
-        present = sorted(pc.unique(table.column(INSTANCE_COLUMN)).to_pylist())
-        waking = pc.equal(table.column(KEY_GROUP_COLUMN), WAKE_KEY_GROUP)
-        if pc.any(waking).as_py():  # dropped in Arrow: their nulls would make pandas floats of int columns
-            table = table.filter(pc.invert(waking))
         instances = table.column(INSTANCE_COLUMN)
+        present = sorted(pc.unique(instances).to_pylist())
         for instance in present:
             rows = table if len(present) == 1 else table.filter(pc.equal(instances, instance))
             frame = frame_of(rows, timezone)

@@ -68,11 +68,10 @@ def with_wake_rows(routed: DataFrame, wake: frozenset[int]) -> DataFrame:
     if not wake:
         return routed
     from pyspark.sql import functions as F
+    from pyspark.sql.types import BooleanType, ByteType, IntegerType, LongType, ShortType
 
     spark = routed.sparkSession
     marks = spark.createDataFrame([(index,) for index in sorted(wake)], f"{INSTANCE_COLUMN} int")
-    from pyspark.sql.types import BooleanType, ByteType, IntegerType, LongType, ShortType
-
     columns = []
     for field in routed.schema.fields:
         if field.name == INSTANCE_COLUMN:
