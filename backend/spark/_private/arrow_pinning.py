@@ -24,6 +24,7 @@ from .affinity import arrow_batches
 from .columns import INSTANCE_COLUMN
 from .output import output_batch
 from .protocol import TaskPlan
+from .report_channel import ReportSender, reporting
 from .routing import instance_partition
 from .task import process_instance
 
@@ -96,14 +97,16 @@ def pinned_arrow_function(
     make_processor: Callable[[], StatefulProcessor],
     columns: tuple[str, ...],
     timezone: str,
+    sender: ReportSender | None = None,
 ) -> Callable[[Iterator[Any]], Iterator[Any]]:
     """The ``mapInArrow`` function of sticky placement: carrier rows in, output and report rows out.
 
     :param columns: the routed rows' columns (an instance woken without rows gets none of them).
     :param timezone: Spark's session time zone (``spark.sql.session.timeZone``).
+    :param sender: where the task also sends its reports (:mod:`.report_channel`).
     """
 
-    def process(carriers: Iterator[Any]) -> Iterator[Any]:
+    def process(carriers: Iterator[Any], reports: list[str]) -> Iterator[Any]:
         for carrier in carriers:
             instances = carrier.column(INSTANCE_COLUMN).to_pylist()
             for instance, streams in zip(instances, carrier.column("streams").to_pylist(), strict=True):
@@ -111,9 +114,11 @@ def pinned_arrow_function(
                     began = time.perf_counter()
                     frame = _frame(streams, timezone) if streams else _empty(columns)
                     decode_ms = round((time.perf_counter() - began) * 1000, 3)
-                    yield from run_instance(plan, make_processor, instance, frame, timezone, decode_ms)
+                    yield from run_instance(
+                        plan, make_processor, instance, frame, timezone, decode_ms, reports
+                    )
 
-    return process
+    return reporting(process, sender)
 
 
 def _empty(columns: tuple[str, ...]) -> Any:
@@ -129,8 +134,12 @@ def run_instance(
     frame: Any,
     timezone: str,
     decode_ms: float,
+    reports: list[str],
 ) -> Iterator[Any]:
-    """One instance's batch: its output rows, then the row carrying its report (both as Arrow)."""
+    """One instance's batch: its output rows, then the row carrying its report (both as Arrow).
+
+    The report, encoded, is also appended to ``reports``.
+    """
     output, report = process_instance(plan, make_processor, frame, instance)
     encoding = time.perf_counter()
     batch = output_batch(output, plan.output_schema, timezone)
@@ -139,6 +148,7 @@ def run_instance(
         **report.stats.phases_ms,
         "encode": round((time.perf_counter() - encoding) * 1000, 3),
     }
-    report = replace(report, stats=replace(report.stats, phases_ms=phases))
+    encoded = replace(report, stats=replace(report.stats, phases_ms=phases)).to_json()
+    reports.append(encoded)
     yield batch
-    yield output_batch({}, plan.output_schema, timezone, report=report.to_json())
+    yield output_batch({}, plan.output_schema, timezone, report=encoded)

@@ -19,6 +19,7 @@ from ..processor import StatefulProcessor
 from .arrow_pinning import frame_of, run_instance
 from .columns import INSTANCE_COLUMN
 from .protocol import TaskPlan
+from .report_channel import ReportSender, reporting
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -72,15 +73,16 @@ def shuffled_arrow_function(
     plan: TaskPlan,
     make_processor: Callable[[], StatefulProcessor],
     timezone: str,
+    sender: ReportSender | None = None,
 ) -> Callable[[Iterator[Any]], Iterator[Any]]:
     """The ``mapInArrow`` function over :func:`instance_shuffled` rows: each instance present runs.
 
     An instance whose timers are due has a wake row (``with_wake_rows``), so its
     partition holds it even in a batch without its data (the task drops it, as on
-    every placement).
+    every placement). ``sender``: where the task also sends its reports (:mod:`.report_channel`).
     """
 
-    def process(batches: Iterator[Any]) -> Iterator[Any]:
+    def process(batches: Iterator[Any], reports: list[str]) -> Iterator[Any]:
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -95,7 +97,7 @@ def shuffled_arrow_function(
             rows = table if len(present) == 1 else table.filter(pc.equal(instances, instance))
             frame = frame_of(rows, timezone)
             decode_ms = round((time.perf_counter() - began) * 1000, 3)
-            yield from run_instance(plan, make_processor, instance, frame, timezone, decode_ms)
+            yield from run_instance(plan, make_processor, instance, frame, timezone, decode_ms, reports)
             began = time.perf_counter()
 
-    return process
+    return reporting(process, sender)

@@ -41,6 +41,7 @@ from .arrow_shuffle import instance_shuffled, shuffled_arrow_function
 from .columns import INSTANCE_COLUMN, REPORT_COLUMN
 from .idle_batches import without_heartbeat
 from .protocol import InstancePlan, InstanceReport, InstanceStats, TaskPlan
+from .report_channel import ReportChannel
 from .routing import routed, with_wake_rows
 from .working_copy import snapshot_digest
 
@@ -129,6 +130,7 @@ class BatchRunner:
         self.run_id = self.coordinator.generation or 1
         self.working_dir = cfg.get(SPARK_WORKING_DIR) or f"{tempfile.gettempdir()}/dstl-working"
         self.homes = ExecutorHomes() if cfg.get(SPARK_PLACEMENT) == "sticky" else None
+        self._reports: ReportChannel | None = None  # set up by the first batch that can use one
         self.interval = cfg.get(CHANGELOG_MATERIALIZATION_INTERVAL)
         self.policy = MaterializationPolicy(cfg.get(CHANGELOG_MATERIALIZATION_MAX_LOG_RATIO))
         started = time.monotonic()
@@ -242,7 +244,8 @@ class BatchRunner:
         """The instances' results with sticky placement (one partition per instance, on its home).
 
         Rows reach each instance as Arrow and its results return as Arrow
-        (:mod:`.arrow_pinning`). ``None`` when placement is Spark's (by config, or
+        (:mod:`.arrow_pinning`); each partition's tasks also send their reports
+        through :attr:`_reports`. ``None`` when placement is Spark's (by config, or
         the gateway cannot pin).
         """
         if self.homes is None:
@@ -252,16 +255,19 @@ class BatchRunner:
         executors = executors_to_pin(spark.sparkContext, self.homes)
         if executors is None:
             return None
+        if self._reports is None:
+            self._reports = ReportChannel(spark.sparkContext)
+        sender = self._reports.sender(plan.batch_id)
         if not executors:  # only the driver runs tasks (local mode): nothing to pin, the JVM shuffles
             shuffled = instance_shuffled(with_wake_rows(rows, plan.wake), self.parallelism)
-            work = shuffled_arrow_function(plan, self.spec.make_processor, timezone)
+            work = shuffled_arrow_function(plan, self.spec.make_processor, timezone, sender)
             return shuffled.mapInArrow(work, schema)
         groups = arrow_groups(rows, self.parallelism, timezone)
         pairs = pinned_instances(spark.sparkContext, groups, self.homes)
         if pairs is None:
             return None
         carriers = spark.createDataFrame(pairs, CARRIER_SCHEMA)
-        work = pinned_arrow_function(plan, self.spec.make_processor, tuple(rows.columns), timezone)
+        work = pinned_arrow_function(plan, self.spec.make_processor, tuple(rows.columns), timezone, sender)
         return carriers.mapInArrow(work, schema)
 
     def _clock(
@@ -381,6 +387,7 @@ class BatchRunner:
         rows = routed(batch, self.spec.key_columns, key_group, instance, self.spec.event_time_column)
         initial = self.spec.initial_state if base is None else None
         result = None if initial is not None else self._pinned(rows, plan, schema)
+        channel = None if result is None else self._reports  # reports come with the sink's job
         if result is None:
             grouped = with_wake_rows(rows, wake).groupBy(INSTANCE_COLUMN)
             if initial is not None:  # first batch: the initial state's rows go with each instance's rows
@@ -392,20 +399,25 @@ class BatchRunner:
                 result = grouped.applyInPandas(instance_function(plan, self.spec.make_processor), schema)
         phases = Phases(began)
         phases.mark("plan")
-        # Checkpointed by the job that collects the reports (one job, not two): the sink then
-        # reads the very output those reports describe, without running the instances again.
+        # The sink (and every later action) reads the very output the reports describe, without
+        # running the instances again.
         result = result.localCheckpoint(eager=False)
-        reports = [
-            row[REPORT_COLUMN]
-            for row in result.where(F.col(REPORT_COLUMN).isNotNull()).select(REPORT_COLUMN).collect()
-        ]
-        phases.mark("tasks")  # routing, shuffle, the instances' tasks, pinning the result, the reports
         output = result.where(F.col(REPORT_COLUMN).isNull()).drop(REPORT_COLUMN)
+        reports = None
+        if channel is None or (spec.next_step is None and spec.idle_batches):
+            # whether the sink is called depends on the reports: collected first, in a job of their own
+            reports = collected_reports(result)
+            phases.mark("tasks")  # routing, shuffle, the instances' tasks, pinning the result, the reports
         if spec.next_step is not None:  # every batch: the next step's timers may be due
             spec.next_step(output, batch_id, clock)
         elif reports or not spec.idle_batches:  # an idle batch in which nothing ran has no output
             spec.sink(output, batch_id)
-        phases.mark("sink")
+        phases.mark("sink")  # with reports to come: the instances' tasks ran in the sink's job
+        if reports is None and channel is not None:
+            reports = channel.received(batch_id, self.parallelism)
+        if reports is None:  # the sink left partitions unread: they run now
+            reports = collected_reports(result)
+            phases.mark("tasks")
         self.complete_batch(batch_id, base, bases, clock, reports, phases)
 
     def complete_batch(
@@ -453,6 +465,14 @@ class BatchRunner:
         for listener in self.listeners:
             listener(progress)
         return progress
+
+
+def collected_reports(result: DataFrame) -> list[str]:
+    """The instances' encoded reports among ``result``'s rows (a job: it runs what has not run)."""
+    from pyspark.sql import functions as F
+
+    reported = result.where(F.col(REPORT_COLUMN).isNotNull()).select(REPORT_COLUMN)
+    return [row[REPORT_COLUMN] for row in reported.collect()]
 
 
 class Phases:
