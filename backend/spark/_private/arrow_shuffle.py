@@ -65,8 +65,9 @@ def instance_shuffled(rows: DataFrame, parallelism: int) -> DataFrame:
     """``rows`` in ``parallelism`` partitions, instance ``i``'s all in partition ``i`` (a JVM shuffle)."""
     from pyspark.sql import functions as F
 
-    keys = F.array(*(F.lit(key).cast("int") for key in spark_partition_keys(parallelism)))
-    return rows.repartition(parallelism, F.element_at(keys, F.col(INSTANCE_COLUMN) + 1))
+    keys = ", ".join(str(key) for key in spark_partition_keys(parallelism))  # int literals, as hashed
+    # one expression the JVM parses at once: a batch's planning pays per Column built through py4j
+    return rows.repartition(parallelism, F.expr(f"element_at(array({keys}), {INSTANCE_COLUMN} + 1)"))
 
 
 def shuffled_arrow_function(
