@@ -22,7 +22,9 @@ __all__ = ["KeyedBatch"]
 class KeyedBatch:
     """Rows grouped by key: ``rows`` sorted so each key's rows are contiguous.
 
-    :ivar rows: the rows, each key's together, keys in first-seen order (pandas).
+    :ivar rows: the rows, each key's together, keys in first-seen order (pandas;
+        sorted when first read, so a processor that reads only keys and counts never
+        copies the rows).
     :ivar keys: the distinct keys in that order (Python values; a tuple per key
         when the key has several columns).
     :ivar offsets: ``len(keys) + 1`` row positions: key ``i``'s rows are
@@ -35,11 +37,20 @@ class KeyedBatch:
     def __init__(
         self, rows: pd.DataFrame, keys: list[Any], offsets: np.ndarray, key_set: KeySet | None = None
     ) -> None:
-        self.rows = rows
+        self._rows = rows
+        self._order: np.ndarray | None = None  # set by :meth:`of`: ``rows`` is the frame, unsorted
         self.keys = keys
         self.offsets = offsets
         self.key_set = key_set
         self.first_rows: np.ndarray | None = None
+
+    @property
+    def rows(self) -> pd.DataFrame:
+        """The rows, each key's together, keys in first-seen order."""
+        if self._order is not None:
+            self._rows = self._rows.iloc[self._order].reset_index(drop=True)
+            self._order = None
+        return self._rows
 
     @classmethod
     def of(cls, frame: pd.DataFrame, key_columns: Sequence[str]) -> KeyedBatch:
@@ -54,14 +65,14 @@ class KeyedBatch:
         counts = np.bincount(ids)
         offsets = np.zeros(len(counts) + 1, dtype=np.int64)
         np.cumsum(counts, out=offsets[1:])
-        rows = frame.iloc[order].reset_index(drop=True)
-        firsts = rows.iloc[offsets[:-1]]
+        first_rows = order[offsets[:-1]]
         if len(columns) == 1:
-            keys = firsts[columns[0]].tolist()
+            keys = frame[columns[0]].take(first_rows).tolist()
         else:
-            keys = list(zip(*(firsts[column].tolist() for column in columns), strict=True))
-        batch = cls(rows, keys, offsets)
-        batch.first_rows = order[offsets[:-1]]
+            keys = list(zip(*(frame[column].take(first_rows).tolist() for column in columns), strict=True))
+        batch = cls(frame, keys, offsets)
+        batch._order = order
+        batch.first_rows = first_rows
         return batch
 
     def __len__(self) -> int:

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     #: What a processor returns: a DataFrame, a mapping of column to values, row dicts, or nothing.
     Output: TypeAlias = pd.DataFrame | Mapping[str, Sequence[Any]] | Iterable[dict] | None
 
-__all__ = ["BatchClock", "StateContext", "StatefulProcessor", "TimeMode"]
+__all__ = ["BatchClock", "StateContext", "StatefulProcessor", "TimeMode", "TouchedKeys"]
 
 
 class TimeMode(enum.Enum):
@@ -125,7 +125,7 @@ class StateContext:
         self.key_groups = backend.key_groups
         self.key_columns = key_columns
         self.clock = clock or BatchClock(int(time.time() * 1000))
-        self.keys_touched: set[Any] = set()
+        self.keys_touched = TouchedKeys()
         #: time spent in steps the task reports (e.g. ``group``), ms
         self.phases_ms: dict[str, float] = {}
 
@@ -265,7 +265,7 @@ class StatefulProcessor(ABC):
             batch.key_set = context.key_set(batch.keys, key_groups=routed[batch.first_rows].tolist())
         else:
             batch.key_set = context.key_set(batch.keys)
-        context.keys_touched.update(batch.keys)
+        context.keys_touched.add_distinct(batch.keys)
         context.phases_ms["group"] = round((time.perf_counter() - began) * 1000, 3)
         return self.handle_batch(batch, context)
 
@@ -288,6 +288,28 @@ class StatefulProcessor(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Called after the instance's rows of the batch were processed (before the checkpoint)."""
+
+
+class TouchedKeys:
+    """The keys a batch touched, counted without a set of a batch's keys (they are distinct already)."""
+
+    def __init__(self) -> None:
+        self._batches: list[list[Any]] = []  # each a batch's keys, each key once
+        self._more: set[Any] = set()  # keys made current one by one (per-key API, timers)
+
+    def add(self, key: Any) -> None:
+        """``key`` was touched (again, maybe)."""
+        self._more.add(key)
+
+    def add_distinct(self, keys: list[Any]) -> None:
+        """``keys``, each listed once, were touched."""
+        self._batches.append(keys)
+
+    def __len__(self) -> int:
+        """How many distinct keys were touched."""
+        if not self._more and len(self._batches) <= 1:
+            return sum(map(len, self._batches))
+        return len(self._more.union(*self._batches))
 
 
 def plain(value: Any) -> Any:

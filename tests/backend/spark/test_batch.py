@@ -7,6 +7,7 @@ import pytest
 
 from dstl.backend.spark._private.output import output_columns
 from dstl.backend.spark.batch import KeyedBatch
+from dstl.backend.spark.processor import TouchedKeys
 
 
 def test_rows_are_grouped_by_key_in_first_seen_order_with_offsets():
@@ -46,6 +47,27 @@ def test_every_key_column_groups_as_pandas_groupby_does(column):
     firsts = [positions[0] for positions in expected]
     assert batch.first_rows.tolist() == firsts
     assert [repr(key) for key in batch.keys] == [repr(key) for key in frame["k"].iloc[firsts].tolist()]
+
+
+def test_a_batch_read_by_its_keys_and_counts_never_copies_the_rows():
+    frame = pd.DataFrame({"user": ["b", "a", "b"], "n": [1, 2, 3]})
+    batch = KeyedBatch.of(frame, ["user"])
+    assert (batch.keys, batch.counts().tolist()) == (["b", "a"], [2, 1])
+    assert batch._rows is frame
+    assert batch.rows["n"].tolist() == [1, 3, 2]
+    assert batch.rows is batch.rows  # sorted once
+
+
+def test_touched_keys_count_each_key_once():
+    touched = TouchedKeys()
+    assert len(touched) == 0
+    touched.add_distinct(["a", "b"])
+    assert len(touched) == 2
+    touched.add("a")
+    touched.add("c")
+    assert len(touched) == 3
+    touched.add_distinct(["c", "d"])
+    assert len(touched) == 4
 
 
 def test_keys_of_several_columns_are_tuples_of_python_values():
