@@ -53,22 +53,28 @@ class FrameIndex:
             self._walked.pop(segment, None)
 
     def _walk(self, segment: str, position: int, until: int, offsets: array, lengths: array) -> int:
-        """Record the frames from ``position`` through the one at ``until``; returns the position reached."""
-        skips = None
+        """Record the frames from ``position`` through the one at ``until``; returns the position reached.
+
+        Hole punching frees whole blocks, so a block boundary inside a discarded
+        frame's header may zero only its tail: the magic left in front of zeroed
+        lengths must not read as a frame (of the wrong size), see :func:`_frame_length`.
+        """
+        skips: dict[int, int] | None = None
         fd = os.open(self._dir / segment, os.O_RDONLY)
         try:
             size = os.fstat(fd).st_size
             while position <= until and position + CHANGE_SET_HEADER_SIZE <= size:
                 try:
-                    length = framed_size(os.pread(fd, CHANGE_SET_HEADER_SIZE, position), location=segment)
+                    length = _frame_length(os.pread(fd, CHANGE_SET_HEADER_SIZE + 1, position), segment)
                 except CorruptedError:
-                    # A freed (zeroed) discarded change set, or damage: only a recorded discard
-                    # is stepped over.
-                    skips = self._discarded(segment) if skips is None else skips
-                    skipped = skips.get(position)
-                    if skipped is None:
+                    # A freed (zeroed) discarded change set, or damage: only a recorded discard is
+                    # stepped over. A range is recorded before it is punched: read again on a miss.
+                    if skips is None or position not in skips:
+                        skips = self._discarded(segment)
+                    recorded = skips.get(position)
+                    if recorded is None:
                         break
-                    length = skipped
+                    length = recorded
                 if position + length > size:
                     break  # a write in flight or a torn tail: not a change set (yet)
                 offsets.append(position)
@@ -77,3 +83,18 @@ class FrameIndex:
         finally:
             os.close(fd)
         return position
+
+
+def _frame_length(head: bytes, segment: str) -> int:
+    """The stored length of the frame whose header (and first byte after it) is ``head``.
+
+    A log id starts with a letter or digit, never NUL: a zero there means the header's
+    tail is a hole (a discarded frame partly freed), whatever its first bytes say.
+
+    :raises CorruptedError: when ``head`` is not the start of a frame.
+    """
+    length = framed_size(head, location=segment)
+    if len(head) <= CHANGE_SET_HEADER_SIZE or head[CHANGE_SET_HEADER_SIZE] == 0:
+        msg = "a frame header whose log id is zeroed (a partly freed discarded change set)"
+        raise CorruptedError(msg, location=segment)
+    return length

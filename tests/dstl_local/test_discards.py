@@ -171,3 +171,24 @@ def test_reading_the_discard_file_again_parses_only_what_was_appended(segments, 
         tracker.discarded_ranges("seg-0-1.log")  # nothing new
     assert sum(read) == path.stat().st_size
     assert len(tracker.discarded_ranges("seg-0-1.log")) == 100
+
+
+def test_a_discarded_frame_whose_header_a_punch_cut_in_two_is_stepped_over_by_its_record(segments):
+    """A block boundary inside a discarded frame's header zeroes its lengths but keeps its magic.
+
+    Walking by that header would step a wrong distance, and every later change set of
+    the segment would look like no change set at all (its discards refused, its space
+    never freed).
+    """
+    if not file_system_punches_holes(segments):
+        pytest.skip("the file system cannot punch holes")
+    overhead = len(frame(0, 0))
+    head = frame(0, BLOCK - 10 - overhead)  # the next frame starts 10 bytes before a block boundary
+    extents = segment(segments, "seg-0-1.log", [head, frame(1, 3 * BLOCK), frame(2, 100), frame(3, 100)])
+    (_, _), cut, later, last = extents
+    DiscardTracker(segments).discard({"seg-0-1.log": {cut}})
+    header = (segments / "seg-0-1.log").read_bytes()[cut[0] : cut[0] + 40]
+    assert header.startswith(b"DSTC") and not any(header[10:]), "the punch must cut the header"
+    fresh = DiscardTracker(segments)  # another process: it walks the segment from its start
+    assert fresh.frames.length_at("seg-0-1.log", later[0]) == later[1]
+    assert fresh.frames.length_at("seg-0-1.log", last[0]) == last[1]
