@@ -193,8 +193,11 @@ def _run_dstl(spark: Any, inputs: Path, workdir: Path, *, batch_api: bool) -> St
     if query.exception() is not None:
         raise query.exception()
     result = StoreResult(f"dstl-{name}", f"dstl {name} API (changelog, local)")
-    durations = [p.batchDuration for p in query.query.recentProgress if p.numInputRows > 0]
-    for progress, duration in zip(query.progress, durations, strict=True):
+    durations = {p.batchId: p.batchDuration for p in query.query.recentProgress if p.numInputRows > 0}
+    for progress in query.progress:
+        duration = durations.get(progress.batch_id)
+        if duration is None:  # a batch without input rows: the other engines' figures leave it out too
+            continue
         result.commit_ms.append(progress.checkpoint_ms)
         result.batch_ms.append(float(duration))  # Spark's own trigger duration, as for the other engines
         result.materializing.append(bool(progress.materialized))
@@ -454,6 +457,8 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(width=160)  # the table stays readable when piped to a file
     spark = spark_session("dstl-spark-stores")
     spark.sparkContext.setLogLevel("ERROR")
+    # every batch's progress, loading ones included (Spark keeps the last 100 by default)
+    spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "100000")
     runs: list[list[StoreResult]] = []
     try:
         for _ in track(range(args.runs), description="runs", console=console, disable=args.runs == 1):
