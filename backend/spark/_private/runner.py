@@ -406,7 +406,7 @@ class BatchRunner:
         reports = None
         if channel is None or (spec.next_step is None and spec.idle_batches):
             # whether the sink is called depends on the reports: collected first, in a job of their own
-            reports = collected_reports(result)
+            reports = _collected_reports(result)
             phases.mark("tasks")  # routing, shuffle, the instances' tasks, pinning the result, the reports
         if spec.next_step is not None:  # every batch: the next step's timers may be due
             spec.next_step(output, batch_id, clock)
@@ -416,7 +416,7 @@ class BatchRunner:
         if reports is None and channel is not None:
             reports = channel.received(batch_id, self.parallelism)
         if reports is None:  # the sink left partitions unread: they run now
-            reports = collected_reports(result)
+            reports = _collected_reports(result)
             phases.mark("tasks")
         self.complete_batch(batch_id, base, bases, clock, reports, phases)
 
@@ -467,7 +467,7 @@ class BatchRunner:
         return progress
 
 
-def collected_reports(result: DataFrame) -> list[str]:
+def _collected_reports(result: DataFrame) -> list[str]:
     """The instances' encoded reports among ``result``'s rows (a job: it runs what has not run)."""
     from pyspark.sql import functions as F
 
