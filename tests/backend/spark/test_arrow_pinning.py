@@ -12,6 +12,7 @@ from dstl.backend.spark import StatefulProcessor, transform_with_state
 from dstl.backend.spark._private.arrow_pinning import arrow_groups
 from dstl.backend.spark._private.columns import INSTANCE_COLUMN
 from tests.backend.spark.test_query import assert_exact, local_config, run
+from tests.backend.spark.test_report_channel import Counting, run_counting
 
 
 def test_the_routed_rows_reach_their_instances_partition_as_arrow_streams(spark):
@@ -103,26 +104,13 @@ def test_timestamps_and_nans_cross_both_ways_as_on_sparks_placement(spark, tmp_p
 @pytest.mark.parametrize("placement", ["sticky", "spark"])
 def test_each_instance_runs_once_a_batch_however_often_the_sink_reads_the_output(spark, tmp_path, placement):
     """The reports and the sink read one checkpointed result: no action reruns an instance."""
-    directory, runs = tmp_path / "in", tmp_path / "runs.txt"
-    directory.mkdir()
-    for batch in range(2):
-        (directory / f"part-{batch}.json").write_text(
-            "".join(json.dumps({"user": f"u{i}", "at": "2026-01-01 00:00:00"}) + "\n" for i in range(40))
-        )
+    runs = tmp_path / "runs.txt"
 
-    class Counting(StatefulProcessor):
-        def init(self, context):
-            self.count = context.get_value_state("count")
-
+    class Logging(Counting):
         def handle_batch(self, batch, context):
             with runs.open("a") as out:  # a worker process appends one line per instance run
                 out.write(f"{context.batch_id} {context.key_groups.start}\n")
-            totals = [
-                (c or 0) + n
-                for c, n in zip(self.count.get_many(batch.key_set), batch.counts().tolist(), strict=True)
-            ]
-            self.count.update_many(batch.key_set, totals)
-            return {"user": batch.keys, "count": totals}
+            return super().handle_batch(batch, context)
 
     seen: list[tuple[int, int]] = []
 
@@ -130,22 +118,9 @@ def test_each_instance_runs_once_a_batch_however_often_the_sink_reads_the_output
         seen.append((batch_id, frame.count()))  # the output read three times
         assert frame.count() == len(frame.collect())
 
-    query = transform_with_state(
-        spark.readStream.schema("user string, at timestamp")
-        .option("maxFilesPerTrigger", 1)
-        .json(str(directory)),
-        key_columns=["user"],
-        processor=Counting,
-        output_schema="user string, count long",
-        sink=sink,
-        checkpoint_location=str(tmp_path / "chk"),
-        config=local_config(tmp_path, **{"dstl.spark.placement": placement}),
-        trigger={"availableNow": True},
-    )
-    query.await_termination(timeout=300)
-    assert query.exception() is None, query.exception()
+    progress = run_counting(spark, tmp_path, sink, placement, batches=(40, 40), processor=Logging)
     assert seen == [(0, 40), (1, 40)]
     lines = runs.read_text().splitlines()
     assert sorted(lines) == sorted(set(lines)), "an instance ran twice in a batch"
     assert {line.split()[0] for line in lines} == {"0", "1"}
-    assert len(lines) == sum(p.instances for p in query.progress), (lines, query.progress)
+    assert len(lines) == sum(p.instances for p in progress), (lines, progress)

@@ -47,17 +47,18 @@ class Counting(StatefulProcessor):
         return {"user": batch.keys, "count": totals}
 
 
-def run_counting(spark, tmp_path, sink, placement="sticky"):
+def run_counting(spark, tmp_path, sink, placement="sticky", *, batches=(30, 40, 50), processor=Counting):
+    """Run ``processor`` over one file a batch, of ``batches[i]`` users each (``u0``...); its progress."""
     directory = tmp_path / "in"
     directory.mkdir()
-    for batch in range(3):
+    for batch, count in enumerate(batches):
         path = directory / f"part-{batch}.json"
-        path.write_text("".join(json.dumps({"user": f"u{i}"}) + "\n" for i in range(users(batch))))
+        path.write_text("".join(json.dumps({"user": f"u{i}"}) + "\n" for i in range(count)))
         os.utime(path, (1_000_000 + batch, 1_000_000 + batch))  # the source reads files by age
     query = transform_with_state(
         spark.readStream.schema("user string").option("maxFilesPerTrigger", 1).json(str(directory)),
         key_columns=["user"],
-        processor=Counting,
+        processor=processor,
         output_schema="user string, count long",
         sink=sink,
         checkpoint_location=str(tmp_path / "chk"),
