@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from dstl.spi import ConfigError, InvalidHandleError, StorageError
 
-from ..delegate import StateView
+from ..delegate import SECTION_ENTRIES, StateView
 from ..documents import check_regular_file
 from ..materialization import MaterializationRef, SnapshotWriter, read_sections
 from ..options import (
@@ -24,6 +24,7 @@ from ..options import (
     CHANGELOG_MATERIALIZATION_MAX_TRACKED_KEYS,
 )
 from .changed_keys import ChangedKeys, ChangedKeysView
+from .pacing import give_way, paced
 from .sections import checked_entries, purged, replaced_key_groups
 from .snapshot_choice import SnapshotChoice
 
@@ -284,7 +285,7 @@ class Materializer:
             # An incremental (or the bridge of a full one) needs the keys changed in a resumed
             # snapshot's log: read that log once; a failed upload hands them back with ``dirty``.
             if (not full or choice.bridging) and resumed_log is not None:
-                resumed_log(dirty.add)
+                resumed_log(paced(dirty.add, SECTION_ENTRIES))
                 resumed_log = None
                 full = full or choice.outgrown(dirty)
             bridged = full and choice.bridging
@@ -400,6 +401,7 @@ class Materializer:
                     kept = section
                 if kept:
                     writer.add_section(key_group, kept)
+                give_way()  # between sections: a batch being processed meanwhile keeps the GIL
             size = writer.finish(meta)
         except BaseException:
             # Closing would commit what was written (fsspec files commit on close): abort the

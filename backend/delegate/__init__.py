@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .base import MappingView, StateDelegate, StateView
+from .base import SECTION_ENTRIES, MappingView, StateDelegate, StateView
 from .heap import HeapDelegate
 
 if TYPE_CHECKING:
     from .lmdb_store import LmdbDelegate
 
-__all__ = ["HeapDelegate", "LmdbDelegate", "MappingView", "StateDelegate", "StateView"]
+__all__ = ["SECTION_ENTRIES", "HeapDelegate", "LmdbDelegate", "MappingView", "StateDelegate", "StateView"]
 
 
 def __getattr__(name: str) -> Any:

@@ -41,7 +41,7 @@ import msgpack
 from dstl.spi import CorruptedError, InvalidHandleError, KeyGroupRange
 from dstl.spi.kit import check_relative_path
 
-from ..delegate.base import SECTION_ENTRIES
+from ..delegate import SECTION_ENTRIES
 from ..documents import MAX_DOCUMENT_BYTES, check_fields, parse_json
 from ..keygroups import MAX_KEY_GROUPS
 from .codecs import CODEC_IDS, CODEC_NAMES, compressor, decompress

@@ -16,7 +16,7 @@ from typing import Any
 
 from dstl.spi import Config, StateChangelogStorage, StorageMetrics, load_storage
 
-from ...changelog import BackendSnapshot, ChangelogKeyedStateBackend
+from ...changelog import BackendSnapshot, ChangelogKeyedStateBackend, foreground
 from ...keygroups import key_group_range_for_instance
 from ...options import BACKEND_LMDB_MAP_SIZE
 from ..placement import instance_name
@@ -65,6 +65,7 @@ def _attempt() -> tuple[int, int]:
     return context.taskAttemptId(), context.attemptNumber()
 
 
+@foreground()  # the worker's materializations pause meanwhile (they would take the GIL)
 def process_instance(
     plan: TaskPlan,
     make_processor: Callable[[], StatefulProcessor],

@@ -1,0 +1,105 @@
+"""Background work gives way to the process's foreground work (a batch keeps the GIL)."""
+
+import threading
+import time
+
+from dstl.backend.changelog import foreground
+from dstl.backend.changelog.materializer import Materializer
+from dstl.backend.changelog.pacing import give_way, paced
+from dstl.backend.delegate import SECTION_ENTRIES, HeapDelegate, StateView
+
+from .test_materializer import FakeTarget, _state
+
+
+def test_with_no_foreground_work_giving_way_costs_no_wait():
+    assert give_way(most=5.0) == 0.0
+
+
+def test_background_waits_for_the_foreground_to_end_and_no_longer():
+    entered, release = threading.Event(), threading.Event()
+
+    def batch():
+        with foreground():
+            entered.set()
+            release.wait(10)
+
+    runner = threading.Thread(target=batch)
+    runner.start()
+    assert entered.wait(10)
+    threading.Timer(0.2, release.set).start()
+    waited = give_way(most=10.0)
+    runner.join(10)
+    assert 0.1 < waited < 5.0  # it ended with the foreground, not at ``most``
+    assert give_way(most=10.0) == 0.0
+
+
+def test_a_foreground_that_never_rests_delays_each_step_by_at_most_the_bound():
+    with foreground(), foreground():  # nested blocks count
+        began = time.perf_counter()
+        assert 0.09 < give_way(most=0.1) < 5.0
+        assert time.perf_counter() - began < 5.0
+    assert give_way(most=10.0) == 0.0
+
+
+def test_paced_steps_give_way_every_n_calls(monkeypatch):
+    pauses: list[float] = []
+    monkeypatch.setattr("dstl.backend.changelog.pacing.give_way", lambda: pauses.append(1) or 0.0)
+    seen: list[int] = []
+    step = paced(seen.append, 3)
+    for i in range(7):
+        step(i)
+    assert seen == list(range(7)) and len(pauses) == 2
+
+
+class CountingView(StateView):
+    """A view that counts the sections a materialization has taken from it."""
+
+    def __init__(self, view):
+        self.view = view
+        self.taken = 0
+
+    def state_names(self):
+        return self.view.state_names()
+
+    def entries(self, state, key_group):
+        return self.view.entries(state, key_group)
+
+    def get(self, state, key_group, key):
+        return self.view.get(state, key_group, key)
+
+    def sections(self, key_groups):
+        for section in self.view.sections(key_groups):
+            self.taken += 1
+            yield section
+
+    def close(self):
+        self.view.close()
+
+
+def test_a_materialization_takes_no_further_section_while_a_batch_runs(tmp_path):
+    delegate = HeapDelegate()
+    target = FakeTarget(delegate)
+    materializer = Materializer(target, (tmp_path / "snap").as_uri(), 3, codec="zstd")
+    for i in range(SECTION_ENTRIES * 4):  # one key group: four sections
+        delegate.put("v", 0, b"k%06d" % i, b"%d" % i)
+        materializer.changed("v", 0, b"k%06d" % i)
+    views: list[CountingView] = []
+
+    def counted_view():
+        views.append(CountingView(HeapDelegate.view(delegate)))
+        return views[-1]
+
+    delegate.view = counted_view
+    with foreground():
+        done = materializer.start()
+        deadline = time.monotonic() + 10
+        while not (views and views[0].taken) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.2)  # unpaced, the other three sections take a few ms
+        assert views[0].taken == 1 and not done.done()
+    ref = done.result(timeout=30)
+    assert views[0].taken == 4 and ref.entries == SECTION_ENTRIES * 4
+
+    copy = FakeTarget(HeapDelegate())
+    Materializer(copy, (tmp_path / "snap").as_uri(), 3).load(ref)
+    assert _state(copy.delegate) == _state(delegate)
