@@ -38,6 +38,7 @@ from .keygroups import (
     spark_key_group_expr,
     spark_xxhash64,
 )
+from .pacing import foreground
 from .serialization import MsgpackSerializer, PickleSerializer, Serializer
 
 __all__ = [
@@ -60,6 +61,7 @@ __all__ = [
     "TimeProgress",
     "TimerService",
     "ValueState",
+    "foreground",
     "key_group_for",
     "key_group_range_for_instance",
     "spark_key_group_expr",

@@ -4,15 +4,13 @@
 - :mod:`.snapshot` and :mod:`.lineage`: the checkpoint document and how checkpoints follow each other;
 - :mod:`.writes`, :mod:`.registry`, :mod:`.restore`, :mod:`.expiry`: its write path,
   state registry, loading and TTL cleanup;
-- :mod:`.materializer` and :mod:`.policy`: background snapshots and when they are due;
-- :mod:`.pacing`: the work (a batch) background snapshots give way to.
+- :mod:`.materializer` and :mod:`.policy`: background snapshots and when they are due.
 """
 
 from __future__ import annotations
 
 from .backend import ChangelogKeyedStateBackend
 from .lineage import catch_up_delta, rebase
-from .pacing import foreground
 from .policy import MaterializationPolicy
 from .settings import BackendSettings
 from .snapshot import BackendSnapshot
@@ -23,6 +21,5 @@ __all__ = [
     "ChangelogKeyedStateBackend",
     "MaterializationPolicy",
     "catch_up_delta",
-    "foreground",
     "rebase",
 ]

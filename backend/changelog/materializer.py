@@ -23,8 +23,8 @@ from ..options import (
     CHANGELOG_MATERIALIZATION_FULL_EVERY,
     CHANGELOG_MATERIALIZATION_MAX_TRACKED_KEYS,
 )
+from ..pacing import give_way, paced
 from .changed_keys import ChangedKeys, ChangedKeysView
-from .pacing import give_way, paced
 from .sections import checked_entries, purged, replaced_key_groups
 from .snapshot_choice import SnapshotChoice
 

@@ -18,6 +18,7 @@ import lmdb
 
 from dstl.spi import StorageError
 
+from ..pacing import yielding
 from .base import StateDelegate, StateView
 from .lmdb_records import (
     _INDEX,
@@ -101,7 +102,7 @@ class LmdbDelegate(StateDelegate):
                     work(txn)
                 return
             except lmdb.MapFullError:
-                with self._views_closed:
+                with yielding(), self._views_closed:  # a paced materialization may hold a view
                     self._views_closed.wait_for(lambda: self._views == 0)
                     self._env.set_mapsize(self.map_size * 2)
                 self.resizes += 1

@@ -3,10 +3,10 @@
 import threading
 import time
 
-from dstl.backend.changelog import foreground
+from dstl.backend import foreground
 from dstl.backend.changelog.materializer import Materializer
-from dstl.backend.changelog.pacing import give_way, paced
-from dstl.backend.delegate import SECTION_ENTRIES, HeapDelegate, StateView
+from dstl.backend.delegate import SECTION_ENTRIES, HeapDelegate, LmdbDelegate, StateView
+from dstl.backend.pacing import give_way, paced, yielding
 
 from .test_materializer import FakeTarget, _state
 
@@ -43,7 +43,7 @@ def test_a_foreground_that_never_rests_delays_each_step_by_at_most_the_bound():
 
 def test_paced_steps_give_way_every_n_calls(monkeypatch):
     pauses: list[float] = []
-    monkeypatch.setattr("dstl.backend.changelog.pacing.give_way", lambda: pauses.append(1) or 0.0)
+    monkeypatch.setattr("dstl.backend.pacing.give_way", lambda: pauses.append(1) or 0.0)
     seen: list[int] = []
     step = paced(seen.append, 3)
     for i in range(7):
@@ -103,3 +103,38 @@ def test_a_materialization_takes_no_further_section_while_a_batch_runs(tmp_path)
     copy = FakeTarget(HeapDelegate())
     Materializer(copy, (tmp_path / "snap").as_uri(), 3).load(ref)
     assert _state(copy.delegate) == _state(delegate)
+
+
+def test_foreground_work_waiting_on_the_background_lifts_the_pause(monkeypatch):
+    monkeypatch.setattr("dstl.backend.pacing.MOST_PAUSE_S", 60.0)
+    with foreground():
+        assert give_way(most=0.05) > 0.05  # paused
+        with yielding():
+            assert give_way() == 0.0  # the foreground waits on it: no pause
+        assert give_way(most=0.05) > 0.05
+
+
+def test_the_lmdb_map_grows_while_a_paced_materialization_holds_a_view(tmp_path, monkeypatch):
+    # Growing the map waits for the views to close: the batch must let the materialization
+    # finish, or it would wait a section per pause (a minute each here).
+    monkeypatch.setattr("dstl.backend.pacing.MOST_PAUSE_S", 60.0)
+    delegate = LmdbDelegate(tmp_path / "lmdb", map_size=1 << 20)
+    target = FakeTarget(delegate)
+    materializer = Materializer(target, (tmp_path / "snap").as_uri(), 3, codec="zstd")
+    for i in range(SECTION_ENTRIES * 3):
+        delegate.put("v", 0, b"k%06d" % i, b"%d" % i)
+        materializer.changed("v", 0, b"k%06d" % i)
+    grown = threading.Event()
+
+    def batch():
+        with foreground():
+            done = materializer.start()
+            delegate.put("v", 1, b"big", b"x" * (2 << 20))  # more than the map holds
+            grown.set()
+            done.result(timeout=30)
+
+    runner = threading.Thread(target=batch, daemon=True)
+    runner.start()
+    runner.join(30)
+    assert grown.is_set() and delegate.resizes >= 1
+    assert delegate.get("v", 1, b"big") == b"x" * (2 << 20)

@@ -16,9 +16,10 @@ from typing import Any
 
 from dstl.spi import Config, StateChangelogStorage, StorageMetrics, load_storage
 
-from ...changelog import BackendSnapshot, ChangelogKeyedStateBackend, foreground
+from ...changelog import BackendSnapshot, ChangelogKeyedStateBackend
 from ...keygroups import key_group_range_for_instance
 from ...options import BACKEND_LMDB_MAP_SIZE
+from ...pacing import foreground
 from ..placement import instance_name
 from ..processor import BatchClock, StateContext, StatefulProcessor
 from .bring_up import bring_up, materializing, offer_when_done

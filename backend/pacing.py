@@ -6,6 +6,10 @@ releases (an LMDB commit, an Arrow call, a write) into a wait of up to the inter
 switch interval: over 3M keys that made a 300 ms batch of CPU take 1.3-2.6 s. So a task
 marks its work as foreground, and the background loops pause between their steps while
 it runs: they do their work in the gaps between batches, and the batch keeps the core.
+
+Foreground work that waits on background work (the LMDB map grows only once the views
+a materialization reads are closed) lifts the pause meanwhile (:func:`yielding`), or it
+would wait for the background a step per :data:`MOST_PAUSE_S`.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from typing import ParamSpec
 
 _P = ParamSpec("_P")
 
-__all__ = ["MOST_PAUSE_S", "foreground", "give_way", "paced"]
+__all__ = ["MOST_PAUSE_S", "foreground", "give_way", "paced", "yielding"]
 
 #: The longest a background step waits for the foreground to finish: a process whose
 #: foreground never rests still advances its materialization, a step per this long.
@@ -26,11 +30,16 @@ MOST_PAUSE_S = 0.5
 
 
 class _Foreground:
-    """How many foreground blocks run in the process, and a condition for when none does."""
+    """How many foreground blocks run in the process, how many of them wait on background work."""
 
     def __init__(self) -> None:
         self.busy = 0
+        self.waiting = 0
         self.rested = threading.Condition()
+
+    def pausing(self) -> bool:
+        """Whether background work pauses now: foreground work runs, none of it waiting on it."""
+        return bool(self.busy) and not self.waiting
 
 
 _FOREGROUND = _Foreground()
@@ -51,21 +60,36 @@ def foreground() -> Iterator[None]:
     finally:
         with state.rested:
             state.busy -= 1
-            if not state.busy:
+            if not state.pausing():
                 state.rested.notify_all()
 
 
-def give_way(most: float = MOST_PAUSE_S) -> float:
-    """Wait (at most ``most`` seconds) while foreground work runs; returns the seconds waited.
+@contextmanager
+def yielding() -> Iterator[None]:
+    """Run the block, in foreground work, as a wait on background work: the pause lifts meanwhile."""
+    state = _FOREGROUND
+    with state.rested:
+        state.waiting += 1
+        state.rested.notify_all()
+    try:
+        yield
+    finally:
+        with state.rested:
+            state.waiting -= 1
+
+
+def give_way(most: float | None = None) -> float:
+    """Wait (at most ``most`` seconds, :data:`MOST_PAUSE_S` by default) while foreground work runs.
 
     Background loops call it between steps; with no foreground work it returns at once.
+    Returns the seconds waited.
     """
     state = _FOREGROUND
-    if not state.busy:  # the common case: no lock taken
+    if not state.pausing():  # the common case: no lock taken
         return 0.0
     began = time.perf_counter()
     with state.rested:
-        state.rested.wait_for(lambda: not state.busy, timeout=most)
+        state.rested.wait_for(lambda: not state.pausing(), timeout=MOST_PAUSE_S if most is None else most)
     return time.perf_counter() - began
 
 
