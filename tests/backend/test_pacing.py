@@ -28,15 +28,16 @@ def test_background_waits_for_the_foreground_to_end_and_no_longer():
     assert entered.wait(10)
     threading.Timer(0.2, release.set).start()
     waited = give_way(most=10.0)
+    assert release.is_set()  # it returned when the foreground ended (not before), not at ``most``
+    assert waited < 5.0
     runner.join(10)
-    assert 0.1 < waited < 5.0  # it ended with the foreground, not at ``most``
     assert give_way(most=10.0) == 0.0
 
 
 def test_a_foreground_that_never_rests_delays_each_step_by_at_most_the_bound():
     with foreground(), foreground():  # nested blocks count
         began = time.perf_counter()
-        assert 0.09 < give_way(most=0.1) < 5.0
+        assert 0.08 < give_way(most=0.1) < 5.0
         assert time.perf_counter() - began < 5.0
     assert give_way(most=10.0) == 0.0
 
@@ -76,7 +77,8 @@ class CountingView(StateView):
         self.view.close()
 
 
-def test_a_materialization_takes_no_further_section_while_a_batch_runs(tmp_path):
+def test_a_materialization_takes_no_further_section_while_a_batch_runs(tmp_path, monkeypatch):
+    monkeypatch.setattr("dstl.backend.pacing.MOST_PAUSE_S", 60.0)  # paused for the whole batch
     delegate = HeapDelegate()
     target = FakeTarget(delegate)
     materializer = Materializer(target, (tmp_path / "snap").as_uri(), 3, codec="zstd")
@@ -108,10 +110,10 @@ def test_a_materialization_takes_no_further_section_while_a_batch_runs(tmp_path)
 def test_foreground_work_waiting_on_the_background_lifts_the_pause(monkeypatch):
     monkeypatch.setattr("dstl.backend.pacing.MOST_PAUSE_S", 60.0)
     with foreground():
-        assert give_way(most=0.05) > 0.05  # paused
+        assert give_way(most=0.05) > 0.04  # paused
         with yielding():
             assert give_way() == 0.0  # the foreground waits on it: no pause
-        assert give_way(most=0.05) > 0.05
+        assert give_way(most=0.05) > 0.04
 
 
 def test_the_lmdb_map_grows_while_a_paced_materialization_holds_a_view(tmp_path, monkeypatch):
