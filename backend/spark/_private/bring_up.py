@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import logging
 from concurrent.futures import Future
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from dstl.spi import Config
 
@@ -18,7 +17,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["bring_up", "materializing", "offer_when_done"]
+__all__ = ["bring_up", "offer_when_done"]
 
 
 def bring_up(
@@ -76,28 +75,21 @@ def bring_up(
     )
 
 
-# Background materializations of this process, by working copy: one at a time per instance.
-_RUNNING: dict[Path, Future[BackendSnapshot]] = {}
-
-
-def materializing(copy: WorkingCopy) -> bool:
-    """A background materialization of ``copy``'s instance is still running in this process."""
-    running = _RUNNING.get(copy.path)
-    return running is not None and not running.done()
-
-
 def _offer(
     copy: WorkingCopy,
     checkpoint: BackendSnapshot,
     rebased: Future[BackendSnapshot],
     run_id: int,
     materializer: Materializer,
+    claim: BinaryIO,
 ) -> None:
     """Hand a completed background materialization (and what it found expired) to the next task."""
     try:
         copy.offer(checkpoint, rebased.result(), run_id, materializer.take_expired())
     except Exception as exc:
         log.warning("background materialization of %s failed: %s", copy.path.name, exc)
+    finally:
+        claim.close()  # the instance may materialize again
 
 
 def offer_when_done(
@@ -106,7 +98,10 @@ def offer_when_done(
     rebased: Future[BackendSnapshot],
     run_id: int,
     materializer: Materializer,
+    claim: BinaryIO,
 ) -> None:
-    """Track a background materialization; once complete, offer it to the instance's next task."""
-    _RUNNING[copy.path] = rebased
-    rebased.add_done_callback(lambda done: _offer(copy, checkpoint, done, run_id, materializer))
+    """Once a background materialization completes, offer it to the instance's next task.
+
+    ``claim`` (:meth:`~.working_copy.WorkingCopy.claim_materialization`) is released then.
+    """
+    rebased.add_done_callback(lambda done: _offer(copy, checkpoint, done, run_id, materializer, claim))

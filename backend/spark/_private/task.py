@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, BinaryIO
 
 from dstl.spi import Config, StateChangelogStorage, StorageMetrics, load_storage
 
@@ -22,7 +22,7 @@ from ...options import BACKEND_LMDB_MAP_SIZE
 from ...pacing import foreground
 from ..placement import instance_name
 from ..processor import BatchClock, StateContext, StatefulProcessor
-from .bring_up import bring_up, materializing, offer_when_done
+from .bring_up import bring_up, offer_when_done
 from .collected import Collected
 from .columns import EVENT_TIME_COLUMN, INSTANCE_COLUMN, KEY_GROUP_COLUMN, WAKE_KEY_GROUP
 from .output import check_output_types, output_columns
@@ -108,6 +108,8 @@ def process_instance(
             periodic_materialization=False,  # the driver plans materializations (own.materialize)
         )
         counted = storage.metrics.counters()  # the worker runs one task at a time: the delta is ours
+        claim: BinaryIO | None = None
+        rebased: Future[BackendSnapshot] | None = None
         try:
             restore_began = time.perf_counter()
             mode, restored_bytes = bring_up(
@@ -153,8 +155,8 @@ def process_instance(
             processor.close()
             phases["process"] = round((time.perf_counter() - process_began) * 1000, 3)
             phases.update(context.phases_ms)  # e.g. group, inside process
-            materialized = own.materialize and not materializing(copy)
-            rebased: Future[BackendSnapshot] | None = None
+            claim = copy.claim_materialization() if own.materialize else None  # one at a time per host
+            materialized = claim is not None
             materialize_began = time.perf_counter()
             if materialized:
                 # The snapshot is written in the background, past this task: a later batch of the
@@ -172,11 +174,13 @@ def process_instance(
             phases["checkpoint"] = round((time.perf_counter() - materialize_began) * 1000, 3)
         finally:
             backend.close(wait_for_materialization=False)
+            if claim is not None and rebased is None:  # no materialization runs on it
+                claim.close()
         mark_began = time.perf_counter()
         copy.mark(snapshot, registrations)
         phases["stamp"] = round((time.perf_counter() - mark_began) * 1000, 3)
-    if rebased is not None:
-        offer_when_done(copy, snapshot, rebased, plan.run_id, backend.materializer)
+    if rebased is not None and claim is not None:
+        offer_when_done(copy, snapshot, rebased, plan.run_id, backend.materializer, claim)
     stats = InstanceStats(
         instance=name,
         rows=event_stats.pop("rows"),

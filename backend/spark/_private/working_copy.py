@@ -23,7 +23,7 @@ import stat
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, BinaryIO, NamedTuple
 
 from dstl.spi import DstlError
 from dstl.spi.kit.durability import fsync_directory
@@ -68,6 +68,23 @@ class WorkingCopy:
                 yield
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def claim_materialization(self) -> BinaryIO | None:
+        """The host's claim on materializing this instance, or ``None`` while another task's runs.
+
+        Spark's Python workers are not sticky: the instance's next batch may run in another
+        worker process while a materialization of an earlier batch, paced into the gaps
+        between batches, still runs there. A second one would repeat its work and, once the
+        first is adopted, fail to read logs discarded meanwhile. The claim is an exclusive
+        ``flock`` held until the caller closes it (the OS drops it with a dead process).
+        """
+        handle = open(self.path / "dstl-materializing.lock", "a+b")  # noqa: SIM115 - held past this call
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            return None
+        return handle
 
     def stamp(self) -> dict[str, Any] | None:
         """``{"digest", "registrations", "snapshot"}`` of the checkpoint the copy holds, or ``None``.

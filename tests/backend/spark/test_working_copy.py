@@ -121,3 +121,44 @@ def test_damaged_expired_hints_are_dropped_not_trusted(copy):
     assert copy.take_expired() == [("s", 2, b"\n")]  # only the well-formed one
     sidecar.write_text("{not json")
     assert copy.take_expired() == [] and not sidecar.exists()
+
+
+def test_one_materialization_claim_at_a_time_per_copy(copy):
+    claim = copy.claim_materialization()
+    assert claim is not None
+    assert copy.claim_materialization() is None  # another task of this process
+    claim.close()
+    again = copy.claim_materialization()
+    assert again is not None
+    again.close()
+
+
+def test_another_process_s_claim_holds_until_it_ends(tmp_path):
+    import subprocess
+    import sys
+
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\n"
+            "from dstl.backend.spark._private.working_copy import WorkingCopy\n"
+            f"claim = WorkingCopy({str(tmp_path)!r}, 'op-kg0-64', map_size=1 << 20).claim_materialization()\n"
+            "print('held' if claim else 'refused', flush=True)\n"
+            "time.sleep(60)\n",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        copy = WorkingCopy(tmp_path, "op-kg0-64", map_size=1 << 20)
+        assert copy.claim_materialization() is None
+        holder.kill()  # dies holding it: the OS releases the lock
+        holder.wait(10)
+        claim = copy.claim_materialization()
+        assert claim is not None
+        claim.close()
+    finally:
+        holder.kill()
+        holder.wait(10)
