@@ -10,6 +10,7 @@ caller must vouch for the file (the Spark working copy's stamp).
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,7 @@ class LmdbDelegate(StateDelegate):
         # may only grow while none is open.
         self._views = 0
         self._views_closed = threading.Condition()
+        self._open_views: weakref.WeakSet[LmdbView] = weakref.WeakSet()
         # The bases of the last keys bulk-accessed, by identity: a batch reads a state's values,
         # then writes them back, with the same bound keys (tuples: they cannot change meanwhile).
         self._last_bases: tuple[str, Sequence[int], Sequence[bytes], list[bytes]] | None = None
@@ -102,6 +104,10 @@ class LmdbDelegate(StateDelegate):
                     work(txn)
                 return
             except lmdb.MapFullError:
+                # The map grows only with no view open: a materialization's view is given up (it
+                # fails at its next read and is retried later) rather than waited for to the end.
+                for view in list(self._open_views):
+                    view.abandon()
                 with yielding(), self._views_closed:  # a paced materialization may hold a view
                     self._views_closed.wait_for(lambda: self._views == 0)
                     self._env.set_mapsize(self.map_size * 2)
@@ -347,7 +353,9 @@ class LmdbDelegate(StateDelegate):
         with self._views_closed:
             self._views += 1
         try:
-            return LmdbView(self._read(), on_close=self._view_closed)
+            view = LmdbView(self._read(), on_close=self._view_closed)
+            self._open_views.add(view)
+            return view
         except BaseException:
             self._view_closed()
             raise
@@ -375,8 +383,16 @@ class LmdbView(StateView):
     def __init__(self, txn: _Txn, *, on_close: Callable[[], None]) -> None:
         self._on_close = on_close
         self._txn: _Txn | None = txn
+        self._abandoned = False
+
+    def abandon(self) -> None:
+        """Make the view's next read fail: the map must grow, which no open view allows."""
+        self._abandoned = True
 
     def _open(self) -> _Txn:
+        if self._abandoned:
+            msg = "the view was given up so that the LMDB map could grow; the materialization is retried"
+            raise StorageError(msg, retriable=True)
         if self._txn is None:
             msg = "the view is closed"
             raise ValueError(msg)

@@ -165,10 +165,12 @@ def test_lmdb_on_a_full_disk_is_a_clear_retriable_error(small_tmpfs):
     delegate.close()
 
 
-def test_an_lmdb_view_is_consistent_and_the_map_grows_only_after_it_closes(tmp_path):
+def test_an_lmdb_view_is_consistent_and_given_up_when_the_map_must_grow(tmp_path):
     import threading
+    import time
 
     from dstl.backend.delegate.base import SECTION_ENTRIES
+    from dstl.spi import StorageError
 
     delegate = LmdbDelegate(tmp_path / "view", map_size=1 << 20)
     # Two sections in group 3:
@@ -178,6 +180,9 @@ def test_an_lmdb_view_is_consistent_and_the_map_grows_only_after_it_closes(tmp_p
     view = delegate.view()
     delegate.put("a", 3, b"k00000", b"changed")  # after the view: not in it
     delegate.delete("b", 5, b"x")
+    sections = list(view.sections(range(8)))
+    assert [(kg, len(entries)) for kg, entries in sections] == [(3, SECTION_ENTRIES), (3, 10), (5, 1)]
+    assert {key: entry for _, entries in sections[:2] for _, key, entry in entries} == before
     grown = threading.Event()
 
     def fill_beyond_the_map():
@@ -186,10 +191,18 @@ def test_an_lmdb_view_is_consistent_and_the_map_grows_only_after_it_closes(tmp_p
 
     writer = threading.Thread(target=fill_beyond_the_map)
     writer.start()
-    sections = list(view.sections(range(8)))
-    assert not grown.wait(0.5), "the map grew while a view was open"
-    assert [(kg, len(entries)) for kg, entries in sections] == [(3, SECTION_ENTRIES), (3, 10), (5, 1)]
-    assert {key: entry for _, entries in sections[:2] for _, key, entry in entries} == before
+    # The write that does not fit gives the open view up: its next read fails, retriably.
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            view.get("a", 3, b"k00000")
+        except StorageError as exc:
+            assert exc.retriable and "map could grow" in str(exc)
+            break
+        time.sleep(0.01)
+    else:
+        pytest.fail("the view was not given up")
+    assert not grown.wait(0.2), "the map grew while a view was open"
     view.close()
     writer.join(30)
     assert grown.is_set() and delegate.resizes >= 1

@@ -7,6 +7,7 @@ from dstl.backend import foreground
 from dstl.backend.changelog.materializer import Materializer
 from dstl.backend.delegate import SECTION_ENTRIES, HeapDelegate, LmdbDelegate, StateView
 from dstl.backend.pacing import give_way, paced, yielding
+from dstl.spi import StorageError
 
 from .test_materializer import FakeTarget, _state
 
@@ -117,8 +118,8 @@ def test_foreground_work_waiting_on_the_background_lifts_the_pause(monkeypatch):
 
 
 def test_the_lmdb_map_grows_while_a_paced_materialization_holds_a_view(tmp_path, monkeypatch):
-    # Growing the map waits for the views to close: the batch must let the materialization
-    # finish, or it would wait a section per pause (a minute each here).
+    # Growing the map needs every view closed: the materialization's is given up (it fails,
+    # to be retried), not waited for a section per pause (a minute each here).
     monkeypatch.setattr("dstl.backend.pacing.MOST_PAUSE_S", 60.0)
     delegate = LmdbDelegate(tmp_path / "lmdb", map_size=1 << 20)
     target = FakeTarget(delegate)
@@ -126,17 +127,20 @@ def test_the_lmdb_map_grows_while_a_paced_materialization_holds_a_view(tmp_path,
     for i in range(SECTION_ENTRIES * 3):
         delegate.put("v", 0, b"k%06d" % i, b"%d" % i)
         materializer.changed("v", 0, b"k%06d" % i)
-    grown = threading.Event()
+    outcome: list[BaseException | None] = []
 
     def batch():
         with foreground():
             done = materializer.start()
             delegate.put("v", 1, b"big", b"x" * (2 << 20))  # more than the map holds
-            grown.set()
-            done.result(timeout=30)
+            outcome.append(done.exception(timeout=30))
 
     runner = threading.Thread(target=batch, daemon=True)
     runner.start()
     runner.join(30)
-    assert grown.is_set() and delegate.resizes >= 1
-    assert delegate.get("v", 1, b"big") == b"x" * (2 << 20)
+    assert delegate.resizes >= 1 and delegate.get("v", 1, b"big") == b"x" * (2 << 20)
+    assert len(outcome) == 1 and isinstance(outcome[0], StorageError) and "map could grow" in str(outcome[0])
+
+    # Nothing is lost: the retry snapshots every key, the big one included.
+    ref = materializer.start().result(timeout=30)
+    assert ref.entries == SECTION_ENTRIES * 3 + 1
