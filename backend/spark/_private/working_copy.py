@@ -16,6 +16,7 @@ stamp therefore never vouches for pages that did not reach the disk.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -62,7 +63,7 @@ class WorkingCopy:
     @contextmanager
     def exclusive(self) -> Iterator[None]:
         """Hold the copy alone (a retried or speculative attempt of the same instance waits)."""
-        with open(self.path / "dstl.lock", "a+b") as lock:
+        with _lock_file(self.path / "dstl.lock") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 yield
@@ -78,7 +79,7 @@ class WorkingCopy:
         first is adopted, fail to read logs discarded meanwhile. The claim is an exclusive
         ``flock`` held until the caller closes it (the OS drops it with a dead process).
         """
-        handle = open(self.path / "dstl-materializing.lock", "a+b")  # noqa: SIM115 - held past this call
+        handle = _lock_file(self.path / "dstl-materializing.lock")
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -230,6 +231,25 @@ def offer_from_document(doc: Any) -> Offer | None:
     if type(doc["run"]) is not int:
         return None
     return Offer(doc["run"], checkpoint, rebased, _expired_keys(doc.get("expired", [])))
+
+
+def _lock_file(path: Path) -> BinaryIO:
+    """``path`` opened (created if missing) to ``flock``: a regular file of the copy, never a link.
+
+    A link could create or lock a file outside the job, a FIFO hang the open: neither is
+    opened, and the error names the entry to remove.
+    """
+    msg = f"{path} is not a regular file: remove it (the working copy recreates its lock files)"
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO):  # a link, a directory, a socket
+            raise DstlError(msg) from exc
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise DstlError(msg)
+    return os.fdopen(fd, "r+b")
 
 
 def read_document(path: Path) -> Any:

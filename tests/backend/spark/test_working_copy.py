@@ -162,3 +162,26 @@ def test_another_process_s_claim_holds_until_it_ends(tmp_path):
     finally:
         holder.kill()
         holder.wait(10)
+
+
+@pytest.mark.parametrize("lock", ["dstl.lock", "dstl-materializing.lock"])
+@pytest.mark.parametrize("entry", ["link", "fifo"])
+def test_a_link_or_fifo_in_place_of_a_lock_file_is_refused_and_nothing_outside_is_created(
+    copy, tmp_path, lock, entry
+):
+    import os
+
+    from dstl.spi import DstlError
+
+    outside = tmp_path.parent / f"{tmp_path.name}-outside"
+    if entry == "link":
+        (copy.path / lock).symlink_to(outside)
+    else:
+        os.mkfifo(copy.path / lock)
+    with pytest.raises(DstlError, match="not a regular file|remove it"):
+        if lock == "dstl.lock":
+            with copy.exclusive():
+                pass
+        else:
+            copy.claim_materialization()
+    assert not outside.exists()
