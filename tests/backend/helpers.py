@@ -2,6 +2,8 @@
 
 from contextlib import contextmanager
 
+from dstl.spi import KeyGroupRange
+
 
 def owns_key(backend, key) -> bool:
     """Whether ``key`` belongs to the backend's key groups (and make it current if so)."""
@@ -46,7 +48,6 @@ def failing_snapshot_store(backend):
 def restored_counts(storage, checkpoints_dir, snapshot, config, *, epoch, keys=range(200)):
     """The ``count`` value state per key after restoring ``snapshot`` into a new backend of ``op``."""
     from dstl.backend.changelog import ChangelogKeyedStateBackend
-    from dstl.spi import KeyGroupRange
 
     backend = ChangelogKeyedStateBackend(
         storage, "op", KeyGroupRange(0, 128), epoch=epoch, snapshot_dir=checkpoints_dir
@@ -59,3 +60,38 @@ def restored_counts(storage, checkpoints_dir, snapshot, config, *, epoch, keys=r
         values[key] = state.value()
     backend.close()
     return values
+
+
+class FakeTarget:
+    """Working state and a log position, nothing else of a backend."""
+
+    def __init__(self, delegate):
+        self.job_id = "job"
+        self.operator_id = "op"
+        self.log_id = "op.kg0-8"
+        self.key_groups = KeyGroupRange(0, 8)
+        self.delegate = delegate
+        self.sqn = 0
+
+    def begin_materialization(self):
+        self.sqn += 10
+        return self.sqn
+
+    def registrations(self):
+        return {"v": ("value", "msgpack"), "m": ("map", "msgpack")}
+
+    def ttl_states(self):
+        return {}
+
+    def clock(self):
+        return 0.0
+
+
+def stored_state(delegate):
+    """Every ``(state, key group, key) -> entry`` of the states ``v`` and ``m`` in key groups 0-7."""
+    return {
+        (state, kg, key): entry
+        for state in ("v", "m")
+        for kg in range(8)
+        for key, entry in delegate.entries(state, kg)
+    }

@@ -6,30 +6,7 @@ from dstl.backend.changelog.materializer import Materializer
 from dstl.backend.delegate import HeapDelegate, LmdbDelegate, MappingView
 from dstl.spi import KeyGroupRange, StorageError
 
-
-class FakeTarget:
-    """Working state and a log position, nothing else of a backend."""
-
-    def __init__(self, delegate):
-        self.job_id = "job"
-        self.operator_id = "op"
-        self.log_id = "op.kg0-8"
-        self.key_groups = KeyGroupRange(0, 8)
-        self.delegate = delegate
-        self.sqn = 0
-
-    def begin_materialization(self):
-        self.sqn += 10
-        return self.sqn
-
-    def registrations(self):
-        return {"v": ("value", "msgpack"), "m": ("map", "msgpack")}
-
-    def ttl_states(self):
-        return {}
-
-    def clock(self):
-        return 0.0
+from .helpers import FakeTarget, stored_state
 
 
 def _write(target, materializer, key_group, key, entry):
@@ -38,15 +15,6 @@ def _write(target, materializer, key_group, key, entry):
     else:
         target.delegate.put("v", key_group, key, entry)
     materializer.changed("v", key_group, key)
-
-
-def _state(delegate):
-    return {
-        (state, kg, key): entry
-        for state in ("v", "m")
-        for kg in range(8)
-        for key, entry in delegate.entries(state, kg)
-    }
 
 
 @pytest.mark.parametrize("kind", ["heap", "lmdb"])
@@ -78,7 +46,7 @@ def test_full_incremental_and_bridged_snapshots_of_a_fake_target(tmp_path, kind)
         loader = Materializer(copy, snapshots, 3)
         for ref in refs:
             assert loader.load(ref) == target.registrations()
-        assert _state(copy.delegate) == _state(target.delegate)
+        assert stored_state(copy.delegate) == stored_state(target.delegate)
 
 
 def test_a_snapshot_outside_the_jobs_directory_is_not_read(tmp_path):
@@ -264,7 +232,7 @@ def test_an_incremental_beyond_the_tracked_keys_replaces_whole_key_groups(tmp_pa
     loader = Materializer(copy, snapshots, 3)
     for ref in materializer.chain:
         loader.load(ref)
-    assert _state(copy.delegate) == _state(target.delegate)
+    assert stored_state(copy.delegate) == stored_state(target.delegate)
     assert copy.delegate.get("v", 0, b"k0") is None and copy.delegate.get("v", 1, b"k1") == b"changed"
 
 
@@ -304,7 +272,7 @@ def test_collections_bigger_than_a_section_are_written_and_restored_in_parts(tmp
     loader = Materializer(copy, snapshots.as_uri(), 3)
     for ref in materializer.chain:
         loader.load(ref)
-    assert _state(copy.delegate) == _state(target.delegate)
+    assert stored_state(copy.delegate) == stored_state(target.delegate)
 
 
 def test_malformed_snapshot_entries_are_corruption(tmp_path):

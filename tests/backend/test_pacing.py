@@ -9,7 +9,7 @@ from dstl.backend.delegate import SECTION_ENTRIES, HeapDelegate, LmdbDelegate, S
 from dstl.backend.pacing import give_way, paced, yielding
 from dstl.spi import StorageError
 
-from .test_materializer import FakeTarget, _state
+from .helpers import FakeTarget, stored_state
 
 
 def test_with_no_foreground_work_giving_way_costs_no_wait():
@@ -105,7 +105,7 @@ def test_a_materialization_takes_no_further_section_while_a_batch_runs(tmp_path,
 
     copy = FakeTarget(HeapDelegate())
     Materializer(copy, (tmp_path / "snap").as_uri(), 3).load(ref)
-    assert _state(copy.delegate) == _state(delegate)
+    assert stored_state(copy.delegate) == stored_state(delegate)
 
 
 def test_foreground_work_waiting_on_the_background_lifts_the_pause(monkeypatch):
