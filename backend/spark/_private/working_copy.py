@@ -21,6 +21,7 @@ import fcntl
 import json
 import os
 import stat
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,11 +35,14 @@ from ...delegate import LmdbDelegate
 from ...delegate.lmdb_records import LAYOUT
 from ...documents import MAX_DOCUMENT_BYTES, parse_json
 
-__all__ = ["WorkingCopy", "snapshot_digest"]
+__all__ = ["WorkingCopy", "open_regular_file", "snapshot_digest", "write_atomically"]
 
 # One environment per path and process: LMDB forbids opening a file twice in a process.
 _DELEGATES: dict[str, LmdbDelegate] = {}
 EMPTY = "empty"
+# The copies this thread holds exclusively: ``flock`` locks of two opens conflict even
+# within a process, so a nested ``exclusive()`` of the same copy would wait for itself.
+_HELD = threading.local()
 
 
 def snapshot_digest(snapshot: BackendSnapshot | None) -> str:
@@ -62,12 +66,21 @@ class WorkingCopy:
 
     @contextmanager
     def exclusive(self) -> Iterator[None]:
-        """Hold the copy alone (a retried or speculative attempt of the same instance waits)."""
+        """Hold the copy alone (a retried or speculative attempt of the same instance waits).
+
+        Re-entrant within a thread: the kept output's check and the task it guards nest.
+        """
+        held: set[Path] = _HELD.__dict__.setdefault("paths", set())
+        if self.path in held:
+            yield
+            return
         with _lock_file(self.path / "dstl.lock") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
+            held.add(self.path)
             try:
                 yield
             finally:
+                held.discard(self.path)
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
     def claim_materialization(self) -> BinaryIO | None:
@@ -141,7 +154,7 @@ class WorkingCopy:
             "rebased": rebased.to_dict(),
             "expired": _expired_doc(expired),
         }
-        _write_atomically(self._offer, doc)
+        write_atomically(self._offer, json.dumps(doc).encode())
 
     def take_offer(self) -> Offer | None:
         """The newest background materialization, removed once read.
@@ -162,7 +175,7 @@ class WorkingCopy:
     def keep_expired(self, expired: Sequence[ExpiredKey]) -> None:
         """Expired keys a task had no budget left to remove: the instance's next task continues."""
         if expired:
-            _write_atomically(self._expired, {"expired": _expired_doc(expired)})
+            write_atomically(self._expired, json.dumps({"expired": _expired_doc(expired)}).encode())
         else:
             self._expired.unlink(missing_ok=True)
 
@@ -187,22 +200,13 @@ class WorkingCopy:
     def mark(self, snapshot: BackendSnapshot, registrations: dict[str, tuple[str, str]]) -> None:
         """The copy now holds exactly ``snapshot``: sync the environment, then write the stamp atomically."""
         self.delegate.sync()
-        temporary = self._stamp.with_suffix(f".tmp{os.getpid()}")
         doc = {
             "layout": LAYOUT,
             "digest": snapshot_digest(snapshot),
             "registrations": registrations,
             "snapshot": snapshot.to_dict(),
         }
-        data = json.dumps(doc).encode()
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        temporary.replace(self._stamp)
-        fsync_directory(self.path)
+        write_atomically(self._stamp, json.dumps(doc).encode(), sync=True)
 
 
 #: ``(state name, key group, key bytes)`` a full snapshot found expired.
@@ -259,16 +263,53 @@ def read_document(path: Path) -> Any:
     memory: each is refused with ``OSError``/``ValueError`` (the copy is then at
     no known checkpoint, or the hint is dropped).
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
-    try:
-        status = os.fstat(fd)
-        if not stat.S_ISREG(status.st_mode) or status.st_size > MAX_DOCUMENT_BYTES:
-            msg = f"{path} is not a regular file of at most {MAX_DOCUMENT_BYTES} bytes"
+    with open_regular_file(path) as file:
+        if os.fstat(file.fileno()).st_size > MAX_DOCUMENT_BYTES:
+            msg = f"{path} is larger than the {MAX_DOCUMENT_BYTES} bytes a document may have"
             raise ValueError(msg)
-        data = os.read(fd, MAX_DOCUMENT_BYTES + 1)
+        data = file.read(MAX_DOCUMENT_BYTES + 1)
+    return parse_json(data, str(path))
+
+
+def open_regular_file(path: Path) -> BinaryIO:
+    """``path`` opened to read if it is a regular file, never through a link nor a FIFO.
+
+    :raises OSError: it is missing or a link; ``ValueError``: it is no regular file.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        msg = f"{path} is not a regular file"
+        raise ValueError(msg)
+    return os.fdopen(fd, "rb")
+
+
+def write_atomically(path: Path, *parts: bytes | memoryview, sync: bool = False) -> None:
+    """Replace ``path`` with ``parts``, in order, at once (``sync``: durably), never through a link.
+
+    The temporary file is this process's own; a link or other entry in its place is a
+    :class:`DstlError` naming it.
+    """
+    temporary = path.with_suffix(f".tmp{os.getpid()}")
+    try:
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
+            msg = f"{temporary} is not a regular file: remove it (the working copy writes it anew)"
+            raise DstlError(msg) from exc
+        raise
+    try:
+        with os.fdopen(os.dup(fd), "wb") as file:
+            for part in parts:
+                file.write(part)
+            file.flush()
+            if sync:
+                os.fsync(file.fileno())
     finally:
         os.close(fd)
-    return parse_json(data, str(path))
+    temporary.replace(path)
+    if sync:
+        fsync_directory(path.parent)
 
 
 def _expired_doc(expired: Sequence[ExpiredKey]) -> list[list[Any]]:
@@ -291,9 +332,3 @@ def _expired_keys(doc: Any) -> list[ExpiredKey]:
             except ValueError:
                 continue
     return found
-
-
-def _write_atomically(path: Path, doc: Any) -> None:
-    temporary = path.with_suffix(f".tmp{os.getpid()}")
-    temporary.write_text(json.dumps(doc))
-    temporary.replace(path)

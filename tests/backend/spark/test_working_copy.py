@@ -185,3 +185,45 @@ def test_a_link_or_fifo_in_place_of_a_lock_file_is_refused_and_nothing_outside_i
         else:
             copy.claim_materialization()
     assert not outside.exists()
+
+
+def test_exclusive_nests_within_a_thread_and_still_excludes_other_threads(copy):
+    """The kept output's check holds the copy around the task, which takes it again."""
+    import threading
+
+    entered = threading.Event()
+
+    def other() -> None:
+        with copy.exclusive():
+            entered.set()
+
+    nested = threading.Event()
+    early: list[bool] = []
+
+    def holder() -> None:
+        with copy.exclusive():
+            with copy.exclusive():  # would wait for itself if flock were taken twice
+                nested.set()
+            thread = threading.Thread(target=other)
+            thread.start()
+            early.append(entered.wait(0.5))
+        thread.join(10)
+
+    holding = threading.Thread(target=holder, daemon=True)
+    holding.start()
+    holding.join(20)
+    assert nested.is_set(), "the nested exclusive() waited for its own thread"
+    assert early == [False], "another thread entered while the copy was held"
+    assert entered.is_set()
+
+
+def test_the_copys_documents_are_never_written_through_a_link(copy, tmp_path):
+    import os
+
+    from dstl.spi import DstlError
+
+    outside = tmp_path.parent / f"{tmp_path.name}-outside"
+    (copy.path / f"dstl-expired.tmp{os.getpid()}").symlink_to(outside)
+    with pytest.raises(DstlError, match="not a regular file: remove it"):
+        copy.keep_expired([("n", 1, b"k")])
+    assert not outside.exists()
