@@ -6,9 +6,11 @@ Each micro-batch (``foreachBatch``):
 2. rows are routed by key group to their operator instance (stable placement) and
    every instance with rows runs as one ``applyInPandas`` group: warm working copy
    or restore, the processor, persist → its snapshot;
-3. the result is pinned with ``localCheckpoint`` so the processor never runs twice
-   for one attempt, the rows go to the sink, and only then checkpoint ``batch_id``
-   is completed (instances without rows carry their snapshot forward).
+3. the rows go to the sink, and only then checkpoint ``batch_id`` is completed
+   (instances without rows carry their snapshot forward). The processor never runs
+   twice for one attempt: a further action over the output replays what each
+   instance kept of it, or reads a ``localCheckpoint``-ed result where the reports
+   are collected before the sink.
 
 Spark's own checkpoint location tracks the source offsets; a batch replayed after
 a crash restarts from checkpoint ``batch_id - 1``, so state and sink are exactly once

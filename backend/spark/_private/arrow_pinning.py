@@ -22,11 +22,13 @@ from typing import TYPE_CHECKING, Any
 from ..processor import StatefulProcessor
 from .affinity import arrow_batches
 from .columns import INSTANCE_COLUMN
+from .kept_output import KeptKey, keep_output, kept_output
 from .output import output_batch
 from .protocol import TaskPlan
 from .report_channel import ReportSender, reporting
 from .routing import instance_partition
-from .task import process_instance
+from .task import process_instance, working_copy_of
+from .working_copy import snapshot_digest
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -138,17 +140,28 @@ def run_instance(
 ) -> Iterator[Any]:
     """One instance's batch: its output rows, then the row carrying its report (both as Arrow).
 
-    The report, encoded, is also appended to ``reports``.
+    The report, encoded, is also appended to ``reports``. With ``plan.keep_output``, a
+    task that runs the batch again (a further action over the output) replays what
+    the first one returned (:mod:`.kept_output`).
     """
-    output, report = process_instance(plan, make_processor, frame, instance)
-    encoding = time.perf_counter()
-    batch = output_batch(output, plan.output_schema, timezone)
-    phases = {
-        "decode": decode_ms,
-        **report.stats.phases_ms,
-        "encode": round((time.perf_counter() - encoding) * 1000, 3),
-    }
-    encoded = replace(report, stats=replace(report.stats, phases_ms=phases)).to_json()
+    copy = working_copy_of(plan, instance)
+    key = KeptKey(plan.run_id, plan.batch_id, snapshot_digest(plan.instance(instance).base))
+    with copy.exclusive():  # no other attempt runs the batch between the check and the keeping
+        kept = kept_output(copy.path, key, output_batch({}, plan.output_schema, timezone).schema)
+        if kept is None:
+            output, report = process_instance(plan, make_processor, frame, instance)
+            encoding = time.perf_counter()
+            batches = [output_batch(output, plan.output_schema, timezone)]
+            phases = {
+                "decode": decode_ms,
+                **report.stats.phases_ms,
+                "encode": round((time.perf_counter() - encoding) * 1000, 3),
+            }
+            encoded = replace(report, stats=replace(report.stats, phases_ms=phases)).to_json()
+            if plan.keep_output:
+                keep_output(copy.path, key, batches, encoded)
+        else:
+            batches, encoded = kept
     reports.append(encoded)
-    yield batch
+    yield from batches
     yield output_batch({}, plan.output_schema, timezone, report=encoded)

@@ -177,6 +177,9 @@ class TaskPlan:
     output_schema: str = ""
     #: instances that run even without rows: one of their timers is due
     wake: frozenset[int] = frozenset()
+    #: each instance keeps its output for a replay (:mod:`.kept_output`): the sink's actions
+    #: run the tasks, rather than read a checkpointed result
+    keep_output: bool = False
     clock: BatchClock = field(default_factory=lambda: BatchClock(int(time.time() * 1000)))
 
     def instance(self, index: int) -> InstancePlan:

@@ -2,15 +2,15 @@
 
 Without it, the driver runs a job of its own per batch to collect the reports
 before the sink's job reads the output: two jobs where moving the rows takes one.
-With it, the sink's first action runs the instances (their output is
-``localCheckpoint``-ed, so later actions read it back rather than run them
-again) and every task sends its partition's reports with its result. Spark
+With it, the sink's first action runs the instances (a later action replays
+the output each kept, :mod:`.kept_output`, rather than run them again) and every
+task sends its partition's reports with its result. Spark
 applies a task's accumulator update only when the task succeeds, once per
 partition of an action; a partition a shuffle stage computed twice keeps its
 latest attempt, the one whose output Spark kept.
 
 Any partition without an update (the sink ran no job over the output) is
-collected from the checkpointed output afterwards, which runs what is missing.
+collected from the output afterwards, which runs what is missing.
 """
 
 from __future__ import annotations

@@ -240,6 +240,11 @@ class BatchRunner:
             return frozenset()
         return frozenset({names.index(oldest)})
 
+    @property
+    def _reports_first(self) -> bool:
+        """Whether the reports are collected before the sink runs: it is called only if any instance ran."""
+        return self.spec.next_step is None and self.spec.idle_batches
+
     def _pinned(self, rows: DataFrame, plan: TaskPlan, schema: Any) -> DataFrame | None:
         """The instances' results with sticky placement (one partition per instance, on its home).
 
@@ -367,6 +372,7 @@ class BatchRunner:
             output_schema=self.spec.output_schema.json(),
             wake=wake,
             clock=clock,
+            keep_output=not self._reports_first,
         )
 
     def __call__(self, batch: DataFrame, batch_id: int, upstream: BatchClock | None = None) -> None:
@@ -399,13 +405,13 @@ class BatchRunner:
                 result = grouped.applyInPandas(instance_function(plan, self.spec.make_processor), schema)
         phases = Phases(began)
         phases.mark("plan")
-        # The sink (and every later action) reads the very output the reports describe, without
-        # running the instances again.
-        result = result.localCheckpoint(eager=False)
+        reports_first = channel is None or self._reports_first
+        if reports_first:  # two actions read the very output, without running the instances twice
+            result = result.localCheckpoint(eager=False)
+        # (otherwise the sink's first action runs the instances and any later one replays their output)
         output = result.where(F.col(REPORT_COLUMN).isNull()).drop(REPORT_COLUMN)
         reports = None
-        if channel is None or (spec.next_step is None and spec.idle_batches):
-            # whether the sink is called depends on the reports: collected first, in a job of their own
+        if reports_first:
             reports = _collected_reports(result)
             phases.mark("tasks")  # routing, shuffle, the instances' tasks, pinning the result, the reports
         if spec.next_step is not None:  # every batch: the next step's timers may be due

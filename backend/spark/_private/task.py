@@ -31,7 +31,7 @@ from .working_copy import WorkingCopy, snapshot_digest
 
 log = logging.getLogger(__name__)
 
-__all__ = ["epoch_for", "process_instance", "storage_figures"]
+__all__ = ["epoch_for", "process_instance", "storage_figures", "working_copy_of"]
 
 # Storages are thread-safe and batch the persists of many writers: one per config and process.
 _STORAGES: dict[str, StateChangelogStorage] = {}
@@ -66,6 +66,17 @@ def _attempt() -> tuple[int, int]:
     return context.taskAttemptId(), context.attemptNumber()
 
 
+def working_copy_of(plan: TaskPlan, instance: int, cfg: Config | None = None) -> WorkingCopy:
+    """The working copy of the plan's instance ``instance`` on this host."""
+    cfg = Config.of(plan.config) if cfg is None else cfg
+    key_groups = key_group_range_for_instance(instance, plan.parallelism, plan.max_parallelism)
+    return WorkingCopy(
+        f"{plan.working_dir}/{plan.job_id}/{plan.operator_id}",
+        instance_name(key_groups),
+        map_size=cfg.get(BACKEND_LMDB_MAP_SIZE),
+    )
+
+
 @foreground()  # the worker's materializations pause meanwhile (they would take the GIL)
 def process_instance(
     plan: TaskPlan,
@@ -88,11 +99,7 @@ def process_instance(
     cfg = Config.of(plan.config)
     attempt_id, task_attempt = _attempt()
     storage = _storage(plan)
-    copy = WorkingCopy(
-        f"{plan.working_dir}/{plan.job_id}/{plan.operator_id}",
-        name,
-        map_size=cfg.get(BACKEND_LMDB_MAP_SIZE),
-    )
+    copy = working_copy_of(plan, instance, cfg)
     with copy.exclusive():
         stamp = copy.stamp()
         warm = stamp is not None and stamp["digest"] == snapshot_digest(previous)

@@ -10,7 +10,7 @@ import pytest
 
 from dstl.backend.spark import StatefulProcessor, transform_with_state
 from dstl.backend.spark._private.arrow_pinning import arrow_groups
-from dstl.backend.spark._private.columns import INSTANCE_COLUMN
+from dstl.backend.spark._private.columns import INSTANCE_COLUMN, REPORT_COLUMN
 from tests.backend.spark.test_query import assert_exact, local_config, run
 from tests.backend.spark.test_report_channel import Counting, run_counting
 
@@ -44,14 +44,26 @@ def test_the_instances_run_in_an_arrow_operator_on_both_placements(
 ):
     """The plan of each batch's instance step: Spark's Arrow-fed Python operators, no pickled rows."""
     frame_class = type(spark.range(1))
-    checkpoint = frame_class.localCheckpoint
+    checkpoint, drop = frame_class.localCheckpoint, frame_class.drop
     plans: list[str] = []
 
-    def recording(self, *args, **kwargs):
-        plans.append(self._jdf.queryExecution().executedPlan().toString())
+    def plan_of(frame):
+        return frame._jdf.queryExecution().executedPlan().toString()
+
+    checkpointed: list[bool] = []
+
+    def checkpointing(self, *args, **kwargs):  # where the reports are collected before the sink
+        plans.append(plan_of(self))
+        checkpointed.append(True)
         return checkpoint(self, *args, **kwargs)
 
-    monkeypatch.setattr(frame_class, "localCheckpoint", recording)
+    def dropping(self, *columns):  # the output the sink reads (after a checkpoint: its scan)
+        if columns == (REPORT_COLUMN,) and not (checkpointed and checkpointed.pop()):
+            plans.append(plan_of(self))
+        return drop(self, *columns)
+
+    monkeypatch.setattr(frame_class, "localCheckpoint", checkpointing)
+    monkeypatch.setattr(frame_class, "drop", dropping)
     workdir = tmp_path / "job"
     progress = run(spark, workdir, local_config(tmp_path, **{"dstl.spark.placement": placement}), 2)
     assert len(progress) == 2

@@ -1,0 +1,153 @@
+"""An instance's kept output: replayed for its own batch only, read back as untrusted bytes."""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+
+import pyarrow as pa
+import pytest
+
+from dstl.backend.spark._private.kept_output import (
+    KEPT_OUTPUT_FILE,
+    KeptKey,
+    _compressed,
+    keep_output,
+    kept_output,
+)
+from dstl.spi import DstlError
+
+KEY = KeptKey(run_id=7, batch_id=3, base_digest="abc")
+SCHEMA = pa.schema([("k", pa.string()), ("n", pa.int64()), ("__dstl_report", pa.string())])
+
+
+def _batch(rows: int = 5) -> pa.RecordBatch:
+    return pa.record_batch(
+        [pa.array([f"k{i}" for i in range(rows)]), pa.array(range(rows)), pa.nulls(rows, pa.string())],
+        schema=SCHEMA,
+    )
+
+
+def _stream(batch: pa.RecordBatch, **options) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema, options=pa.ipc.IpcWriteOptions(**options)) as writer:
+        writer.write_batch(batch)
+    return sink.getvalue().to_pybytes()
+
+
+def _schema_only() -> bytes:
+    sink = pa.BufferOutputStream()
+    pa.ipc.new_stream(sink, SCHEMA).close()
+    return sink.getvalue().to_pybytes()
+
+
+def _file(record: bytes, stream: bytes) -> bytes:
+    return struct.pack("<I", len(record)) + record + stream
+
+
+def test_the_kept_output_is_replayed_for_its_own_batch(tmp_path):
+    batches = [_batch(5), _batch(2)]
+    keep_output(tmp_path, KEY, batches, '{"report": 1}')
+    replayed, report = kept_output(tmp_path, KEY, SCHEMA)
+    assert report == '{"report": 1}'
+    assert [b.to_pydict() for b in replayed] == [b.to_pydict() for b in batches]
+
+
+@pytest.mark.parametrize(
+    "other",
+    [KeptKey(8, 3, "abc"), KeptKey(7, 4, "abc"), KeptKey(7, 3, "abd")],
+    ids=["another run", "another batch", "another base"],
+)
+def test_another_batchs_output_is_not_replayed_and_is_no_warning(tmp_path, caplog, other):
+    keep_output(tmp_path, KEY, [_batch()], "{}")
+    with caplog.at_level(logging.WARNING):
+        assert kept_output(tmp_path, other, SCHEMA) is None
+        assert kept_output(tmp_path / "missing", KEY, SCHEMA) is None
+    assert not caplog.records
+
+
+def _record(key: KeptKey = KEY) -> bytes:
+    return b'{"run": %d, "batch": %d, "base": "%s", "report": "{}"}' % (
+        key.run_id,
+        key.batch_id,
+        key.base_digest.encode(),
+    )
+
+
+@pytest.mark.parametrize(
+    ("content", "named"),
+    [
+        (b"", "no record"),
+        (b"\xff\xff\xff\x7fjunk", "no record"),
+        (_file(b"[1, 2", _stream(_batch())), "not valid JSON"),
+        (_file(b'{"run": 7}', _stream(_batch())), "damaged record"),
+        (_file(_record(), b"not arrow at all"), "damaged Arrow stream"),
+        (_file(_record(), _stream(_batch())[:-100]), "damaged Arrow stream"),
+        (_file(_record(), _stream(_batch(), compression="zstd")), "not an uncompressed record batch"),
+        (_file(_record(), _stream(pa.record_batch({"k": ["a"]}))), "is not the output's"),
+        (_file(_record(), _schema_only()), "no record batch"),
+    ],
+    ids=[
+        "empty",
+        "huge record",
+        "bad json",
+        "record",
+        "not arrow",
+        "truncated",
+        "compressed",
+        "schema",
+        "no batch",
+    ],
+)
+def test_a_damaged_or_hostile_file_is_ignored_with_a_warning_naming_it(tmp_path, caplog, content, named):
+    (tmp_path / KEPT_OUTPUT_FILE).write_bytes(content)
+    with caplog.at_level(logging.WARNING):
+        assert kept_output(tmp_path, KEY, SCHEMA) is None
+    assert any(
+        named in record.getMessage() and KEPT_OUTPUT_FILE in record.getMessage() for record in caplog.records
+    )
+
+
+def test_a_compressed_body_is_refused_before_it_is_decoded():
+    """Only an uncompressed body's decoded size is bounded by the bytes stored."""
+    plain, packed = _stream(_batch(1000)), _stream(_batch(1000), compression="zstd")
+    kinds = {}
+    for name, data in (("plain", plain), ("zstd", packed)):
+        for message in pa.ipc.MessageReader.open_stream(pa.BufferReader(data)):
+            kinds[name, message.type] = _compressed(message.metadata.to_pybytes())
+    assert kinds == {
+        ("plain", "schema"): True,  # no record batch: refused too
+        ("plain", "record batch"): False,
+        ("zstd", "schema"): True,
+        ("zstd", "record batch"): True,
+    }
+    for garbage in (b"", b"\x00", b"\xff" * 64, struct.pack("<I", 1 << 30) + b"\x00" * 12):
+        assert _compressed(garbage)
+
+
+def test_a_link_or_fifo_in_its_place_is_never_followed(tmp_path, caplog):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    target = outside / "secret"
+    target.write_bytes(_file(_record(), _stream(_batch())))
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    (copy / KEPT_OUTPUT_FILE).symlink_to(target)
+    with caplog.at_level(logging.WARNING):
+        assert kept_output(copy, KEY, SCHEMA) is None
+    (copy / KEPT_OUTPUT_FILE).unlink()
+    os.mkfifo(copy / KEPT_OUTPUT_FILE)  # would block a plain open
+    with caplog.at_level(logging.WARNING):
+        assert kept_output(copy, KEY, SCHEMA) is None
+    assert len(caplog.records) == 2
+
+
+def test_keeping_never_writes_through_a_link(tmp_path):
+    outside = tmp_path / "outside"
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    (copy / KEPT_OUTPUT_FILE).with_suffix(f".tmp{os.getpid()}").symlink_to(outside)
+    with pytest.raises(DstlError, match="not a regular file: remove it"):
+        keep_output(copy, KEY, [_batch()], "{}")
+    assert not outside.exists()
