@@ -28,7 +28,6 @@ from .protocol import TaskPlan
 from .report_channel import ReportSender, reporting
 from .routing import instance_partition
 from .task import process_instance, working_copy_of
-from .working_copy import snapshot_digest
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -145,7 +144,7 @@ def run_instance(
     the first one returned (:mod:`.kept_output`).
     """
     copy = working_copy_of(plan, instance)
-    key = KeptKey(plan.run_id, plan.batch_id, snapshot_digest(plan.instance(instance).base))
+    key = KeptKey.of(plan, instance)
     with copy.exclusive():  # no other attempt runs the batch between the check and the keeping
         kept = kept_output(copy.path, key, output_batch({}, plan.output_schema, timezone).schema)
         if kept is None:

@@ -11,13 +11,14 @@ batch's output would be ``localCheckpoint``-ed, which costs 70-100 ms a batch at
 1,000-100,000 rows.
 
 The file is read back as untrusted bytes: only a regular file holding an
-uncompressed Arrow stream of the expected schema, for the same run, batch and base,
-is replayed; its decoded size is bounded by its stored size. Anything else is
+uncompressed Arrow stream of the expected schema, for the same run, batch and
+instance plan, is replayed; its decoded size is bounded by its stored size. Anything else is
 ignored, with a warning, and the task runs the batch again from its base.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from ...documents import MAX_DOCUMENT_BYTES, parse_json
+from .protocol import TaskPlan
 from .working_copy import open_regular_file, write_atomically
 
 __all__ = ["KEPT_OUTPUT_FILE", "KeptKey", "keep_output", "kept_output"]
@@ -42,15 +44,22 @@ _RECORD_BATCH = 3
 
 @dataclass(frozen=True)
 class KeptKey:
-    """Which batch an output belongs to: the run, the batch and the base it continued from."""
+    """Which batch an output belongs to: the run, the batch and the instance's own plan of it."""
 
     run_id: int
     batch_id: int
-    base_digest: str
+    #: a digest of the instance's encoded plan (its base, lineage, materialize and wake)
+    plan_digest: str
+
+    @classmethod
+    def of(cls, plan: TaskPlan, instance: int) -> KeptKey:
+        """The key of instance ``instance``'s batch in ``plan`` (its plan is not decoded)."""
+        encoded = plan.instances.get(instance, "").encode()
+        return cls(plan.run_id, plan.batch_id, hashlib.sha256(encoded).hexdigest())
 
     def to_dict(self) -> dict[str, Any]:
         """The key as the kept file records it."""
-        return {"run": self.run_id, "batch": self.batch_id, "base": self.base_digest}
+        return {"run": self.run_id, "batch": self.batch_id, "plan": self.plan_digest}
 
 
 def keep_output(directory: Path, key: KeptKey, batches: list[Any], report: str) -> None:
@@ -106,7 +115,7 @@ def _read(file: BinaryIO, key: KeptKey, schema: Any) -> tuple[list[Any], str] | 
     doc = parse_json(file.read(length), "the kept output's record")
     if not isinstance(doc, dict) or not isinstance(doc.get("report"), str):
         return "a damaged record of its batch"
-    if {name: doc.get(name) for name in ("run", "batch", "base")} != key.to_dict():
+    if {name: doc.get(name) for name in ("run", "batch", "plan")} != key.to_dict():
         return ""  # an earlier batch's (or run's) output: nothing to replay
     stream = pa.BufferReader(file.read(size - _LENGTH.size - length))  # bodies: slices of these bytes
     batches = []

@@ -18,7 +18,7 @@ from dstl.backend.spark._private.kept_output import (
 )
 from dstl.spi import DstlError
 
-KEY = KeptKey(run_id=7, batch_id=3, base_digest="abc")
+KEY = KeptKey(run_id=7, batch_id=3, plan_digest="abc")
 SCHEMA = pa.schema([("k", pa.string()), ("n", pa.int64()), ("__dstl_report", pa.string())])
 
 
@@ -57,7 +57,7 @@ def test_the_kept_output_is_replayed_for_its_own_batch(tmp_path):
 @pytest.mark.parametrize(
     "other",
     [KeptKey(8, 3, "abc"), KeptKey(7, 4, "abc"), KeptKey(7, 3, "abd")],
-    ids=["another run", "another batch", "another base"],
+    ids=["another run", "another batch", "another instance plan"],
 )
 def test_another_batchs_output_is_not_replayed_and_is_no_warning(tmp_path, caplog, other):
     keep_output(tmp_path, KEY, [_batch()], "{}")
@@ -68,10 +68,10 @@ def test_another_batchs_output_is_not_replayed_and_is_no_warning(tmp_path, caplo
 
 
 def _record(key: KeptKey = KEY) -> bytes:
-    return b'{"run": %d, "batch": %d, "base": "%s", "report": "{}"}' % (
+    return b'{"run": %d, "batch": %d, "plan": "%s", "report": "{}"}' % (
         key.run_id,
         key.batch_id,
-        key.base_digest.encode(),
+        key.plan_digest.encode(),
     )
 
 
@@ -151,3 +151,22 @@ def test_keeping_never_writes_through_a_link(tmp_path):
     with pytest.raises(DstlError, match="not a regular file: remove it"):
         keep_output(copy, KEY, [_batch()], "{}")
     assert not outside.exists()
+
+
+def test_the_key_names_the_run_the_batch_and_the_instances_own_plan():
+    from dstl.backend.spark._private.protocol import InstancePlan, TaskPlan
+
+    def plan(run_id=1, batch_id=2, materialize=False):
+        instances = {0: InstancePlan(materialize=materialize).to_json()}
+        return TaskPlan({}, "job", "op", ("k",), ("k",), 2, 128, batch_id, run_id, "/w", instances)
+
+    key = KeptKey.of(plan(), 0)
+    assert key == KeptKey.of(plan(), 0)
+    assert KeptKey.of(plan(), 1) not in (key, None)  # an instance without a plan of its own
+    assert KeptKey.of(plan(), 1) == KeptKey.of(plan(), 1)
+    others = [
+        KeptKey.of(plan(run_id=3), 0),
+        KeptKey.of(plan(batch_id=3), 0),
+        KeptKey.of(plan(materialize=True), 0),
+    ]
+    assert key not in others and len(set(others)) == 3
