@@ -244,16 +244,24 @@ def _lock_file(path: Path) -> BinaryIO:
     opened, and the error names the entry to remove.
     """
     msg = f"{path} is not a regular file: remove it (the working copy recreates its lock files)"
+    return os.fdopen(_open_entry(path, os.O_RDWR | os.O_CREAT, msg), "r+b")
+
+
+def _open_entry(path: Path, flags: int, msg: str) -> int:
+    """``path`` opened with ``flags``, never through a link nor blocking on a FIFO: a regular file.
+
+    :raises DstlError: ``msg``, when the entry is a link, directory, FIFO or socket.
+    """
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
     except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO):  # a link, a directory, a socket
+        if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO):  # a link, a directory, a FIFO
             raise DstlError(msg) from exc
         raise
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise DstlError(msg)
-    return os.fdopen(fd, "r+b")
+    return fd
 
 
 def read_document(path: Path) -> Any:
@@ -287,27 +295,33 @@ def open_regular_file(path: Path) -> BinaryIO:
 def write_atomically(path: Path, *parts: bytes | memoryview, sync: bool = False) -> None:
     """Replace ``path`` with ``parts``, in order, at once (``sync``: durably), never through a link.
 
-    The temporary file is this process's own; a link or other entry in its place is a
-    :class:`DstlError` naming it.
+    The temporary file is created anew (``O_EXCL``), so nothing written reaches another
+    inode: a stale one of this process id is removed if it is a plain file with no
+    other link; a link, hard link or other entry in its place is a :class:`DstlError`
+    naming it. A failed write leaves no temporary file.
     """
     temporary = path.with_suffix(f".tmp{os.getpid()}")
+    msg = f"{temporary} is not a regular file: remove it (the working copy writes it anew; hard links too)"
     try:
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
-    except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
-            msg = f"{temporary} is not a regular file: remove it (the working copy writes it anew)"
-            raise DstlError(msg) from exc
-        raise
+        status = os.lstat(temporary)
+    except FileNotFoundError:
+        pass
+    else:  # left by a dead process of the same id
+        if not stat.S_ISREG(status.st_mode) or status.st_nlink != 1:
+            raise DstlError(msg)
+        temporary.unlink()
+    fd = _open_entry(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, msg)
     try:
-        with os.fdopen(os.dup(fd), "wb") as file:
+        with os.fdopen(fd, "wb") as file:
             for part in parts:
                 file.write(part)
             file.flush()
             if sync:
                 os.fsync(file.fileno())
-    finally:
-        os.close(fd)
-    temporary.replace(path)
+        temporary.replace(path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
     if sync:
         fsync_directory(path.parent)
 

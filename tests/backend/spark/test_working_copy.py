@@ -227,3 +227,25 @@ def test_the_copys_documents_are_never_written_through_a_link(copy, tmp_path):
     with pytest.raises(DstlError, match="not a regular file: remove it"):
         copy.keep_expired([("n", 1, b"k")])
     assert not outside.exists()
+
+
+def test_a_hard_link_in_place_of_a_temporary_file_is_refused_and_its_file_kept(copy, tmp_path):
+    import os
+
+    from dstl.spi import DstlError
+
+    outside = tmp_path.parent / f"{tmp_path.name}-outside-file"
+    outside.write_bytes(b"someone else's")
+    os.link(outside, copy.path / f"dstl-expired.tmp{os.getpid()}")
+    with pytest.raises(DstlError, match="not a regular file: remove it"):
+        copy.keep_expired([("n", 1, b"k")])
+    assert outside.read_bytes() == b"someone else's"
+
+
+def test_a_stale_temporary_file_of_a_dead_process_is_replaced(copy):
+    import os
+
+    (copy.path / f"dstl-expired.tmp{os.getpid()}").write_bytes(b"half a document")
+    copy.keep_expired([("n", 1, b"k")])
+    assert copy.take_expired() == [("n", 1, b"k")]
+    assert not (copy.path / f"dstl-expired.tmp{os.getpid()}").exists()
