@@ -66,8 +66,8 @@ def keep_output(directory: Path, key: KeptKey, batches: list[Any], report: str) 
     """Keep ``batches`` (the instance's output) and its encoded ``report`` for a replay of ``key``.
 
     The file is the record (its length, then JSON: the key and the report) and then the
-    batches as an Arrow stream. Not synced: a file lost to a crash only means the
-    batch runs again from its base.
+    batches as an Arrow stream. Not synced, and a failed write is a warning: a file
+    lost only means a further read runs the batch again from its base.
     """
     import pyarrow as pa
 
@@ -76,9 +76,11 @@ def keep_output(directory: Path, key: KeptKey, batches: list[Any], report: str) 
     with pa.ipc.new_stream(sink, batches[0].schema) as writer:
         for batch in batches:
             writer.write_batch(batch)
-    write_atomically(
-        directory / KEPT_OUTPUT_FILE, _LENGTH.pack(len(record)), record, memoryview(sink.getvalue())
-    )
+    path = directory / KEPT_OUTPUT_FILE
+    try:
+        write_atomically(path, _LENGTH.pack(len(record)), record, memoryview(sink.getvalue()))
+    except OSError as exc:  # the batch's state is persisted: a further read only runs it again
+        log.warning("dstl: could not keep the output %s (%s); a further read runs the batch again", path, exc)
 
 
 def kept_output(directory: Path, key: KeptKey, schema: Any) -> tuple[list[Any], str] | None:

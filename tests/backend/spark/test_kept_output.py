@@ -170,3 +170,11 @@ def test_the_key_names_the_run_the_batch_and_the_instances_own_plan():
         KeptKey.of(plan(materialize=True), 0),
     ]
     assert key not in others and len(set(others)) == 3
+
+
+def test_an_output_that_cannot_be_kept_is_a_warning_not_a_failed_task(tmp_path, caplog):
+    gone = tmp_path / "removed-copy"  # the write fails (no such directory): an OSError like a full disk
+    with caplog.at_level(logging.WARNING):
+        keep_output(gone, KEY, [_batch()], "{}")
+    assert any("could not keep the output" in record.getMessage() for record in caplog.records)
+    assert kept_output(gone, KEY, SCHEMA) is None
