@@ -9,6 +9,7 @@ __all__ = [
     "SPARK_OPTIONS",
     "SPARK_PARALLELISM",
     "SPARK_PLACEMENT",
+    "SPARK_STANDBY_REPLICAS",
     "SPARK_WORKING_DIR",
 ]
 
@@ -37,6 +38,19 @@ SPARK_PLACEMENT: ConfigOption[str] = ConfigOption(
     choices=("sticky", "spark"),
 )
 
+SPARK_STANDBY_REPLICAS: ConfigOption[int] = ConfigOption(
+    "dstl.spark.standby-replicas",
+    OptionType.INT,
+    0,
+    "Standby working copies per operator instance (0 or 1; sticky placement on two or more executors): "
+    "another executor keeps a copy of the instance's state within a batch of its latest checkpoint, "
+    "in the background, and takes the instance over when its executor is lost, catching up instead of "
+    "restoring in full (Kafka Streams' num.standby.replicas). Costs that executor the disk and the "
+    "replay of the instance's changes.",
+    minimum=0,
+    maximum=1,
+)
+
 SPARK_DROPPED_STATES: ConfigOption[str | None] = ConfigOption(
     "dstl.spark.dropped-states",
     OptionType.STRING,
@@ -46,4 +60,10 @@ SPARK_DROPPED_STATES: ConfigOption[str | None] = ConfigOption(
     "is refused (a rename would silently start empty).",
 )
 
-SPARK_OPTIONS = (SPARK_PARALLELISM, SPARK_WORKING_DIR, SPARK_PLACEMENT, SPARK_DROPPED_STATES)
+SPARK_OPTIONS = (
+    SPARK_PARALLELISM,
+    SPARK_WORKING_DIR,
+    SPARK_PLACEMENT,
+    SPARK_STANDBY_REPLICAS,
+    SPARK_DROPPED_STATES,
+)

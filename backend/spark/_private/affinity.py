@@ -18,22 +18,37 @@ back to ``applyInPandas`` placement.
 from __future__ import annotations
 
 import logging
+import os
 import pickle
 import time
 from collections import Counter
+from collections.abc import Iterable
 from typing import Any
+
+from dstl.spi import Config
+
+from ..options import SPARK_PLACEMENT, SPARK_STANDBY_REPLICAS, SPARK_WORKING_DIR
+from .protocol import InstanceStats, Restore
 
 __all__ = ["ExecutorHomes", "executors_to_pin", "pinned_instances"]
 
 log = logging.getLogger(__name__)
 
+#: Restores that say the instance's task ran where its copy was not at the base.
+_MOVED = frozenset({Restore.CAUGHT_UP, Restore.FULL})
+
 
 class ExecutorHomes:
     """Driver side: the home executor of every instance, kept while that executor lives.
 
-    Instances whose executor is gone (or that have none yet) move to the live
-    executor with the fewest instances; the others never move, so a new or a lost
-    executor moves only the instances it must.
+    Instances whose executor is gone (or that have none yet) move to their standby
+    executor when it lives, else to the live executor with the fewest instances; the
+    others never move, so a new or a lost executor moves only the instances it must.
+
+    With ``standby_replicas`` (:mod:`.standby`), each instance also has a standby
+    executor other than its home, kept while both live: the tasks that run there keep
+    a copy of the instance's state near its latest checkpoint. It is on another host,
+    or on any other executor when each has its own working directory.
     """
 
     #: Seconds the live executors are known without asking the scheduler again (a batch's planning
@@ -41,13 +56,29 @@ class ExecutorHomes:
     #: died meanwhile runs anywhere at once (Spark drops locality levels with no live executor).
     EXECUTORS_TTL = 5.0
 
-    def __init__(self) -> None:
+    def __init__(self, standby_replicas: int = 0, *, own_directories: bool = False) -> None:
         self._homes: dict[int, tuple[str, str]] = {}  # instance -> (executor id, host)
+        self._standbys: dict[int, tuple[str, str]] = {}  # instance -> its standby executor
+        self.standby_replicas = standby_replicas
+        #: each executor has its own working directory (a relative one: under the executor's own
+        #: directory); else a host's executors share one, and a standby must be on another host
+        self.own_directories = own_directories
+        #: per instance, the instances whose standby copies its task keeps (on its home executor)
+        self.standby_work: dict[int, tuple[int, ...]] = {}
         #: Why pinning is not available to this query (then it is not tried again).
         self.unavailable: str | None = None
         self._executors: list[tuple[str, str]] = []
         self._executors_at = -float("inf")
         self.jvm: Any = None  # the JVM classes pinning uses, once looked up
+
+    @classmethod
+    def of(cls, cfg: Config) -> ExecutorHomes | None:
+        """The homes of a query configured by ``cfg``: ``None`` unless its placement is sticky."""
+        if cfg.get(SPARK_PLACEMENT) != "sticky":
+            return None
+        working_dir = cfg.get(SPARK_WORKING_DIR)
+        own = working_dir is not None and not os.path.isabs(working_dir)
+        return cls(cfg.get(SPARK_STANDBY_REPLICAS), own_directories=own)
 
     def live_executors(self, sc: Any) -> list[tuple[str, str]]:
         """The live executors, asked of the scheduler at most every :attr:`EXECUTORS_TTL` seconds."""
@@ -56,13 +87,26 @@ class ExecutorHomes:
             self._executors, self._executors_at = live_executors(sc), now
         return self._executors
 
+    def noticed(self, stats: Iterable[InstanceStats]) -> None:
+        """A batch's instances: one that found no warm copy ran off its home, so ask the scheduler again.
+
+        An executor lost within :attr:`EXECUTORS_TTL` would otherwise stay a home until the
+        list expires, and the tasks preferring it run anywhere: on its replacement, say,
+        away from the standby copy.
+        """
+        if any(item.restore in _MOVED for item in stats):
+            self._executors_at = -float("inf")
+
     def assign(self, parallelism: int, executors: list[tuple[str, str]]) -> dict[int, str]:
         """Task locations (``executor_<host>_<id>``) of instances ``0..parallelism-1`` on ``executors``.
+
+        Also sets :attr:`standby_work`.
 
         :param executors: ``(id, host)`` of the live executors (the driver excluded).
         :returns: nothing when there is no executor yet (no preference).
         """
         if not executors:
+            self.standby_work = {}
             return {}
         live = set(executors)
         homes = {i: home for i, home in self._homes.items() if i < parallelism and home in live}
@@ -71,11 +115,36 @@ class ExecutorHomes:
             load.setdefault(executor, 0)
         for instance in range(parallelism):
             if instance not in homes:
-                home = min(sorted(live), key=lambda e: load[e])
+                standby = self._standbys.get(instance)
+                home = standby if standby in live else min(sorted(live), key=lambda e: load[e])
                 homes[instance] = home
                 load[home] += 1
         self._homes = homes
+        self._assign_standbys(parallelism, live)
         return {i: f"executor_{host}_{executor}" for i, (executor, host) in homes.items()}
+
+    def _assign_standbys(self, parallelism: int, live: set[tuple[str, str]]) -> None:
+        """A live standby executor per instance besides its home (kept while it may be); the work."""
+        homes, standbys = self._homes, {}
+        load: Counter[tuple[str, str]] = Counter()
+        for instance in range(parallelism) if self.standby_replicas else ():
+            home = homes[instance]
+            # another executor with a directory of its own: on another host, or each has its own
+            others = sorted(e for e in live - {home} if self.own_directories or e[1] != home[1])
+            kept = self._standbys.get(instance)
+            if kept in others:
+                standbys[instance] = kept
+            elif others:
+                standbys[instance] = min(
+                    others, key=lambda e: (e[1] == home[1], load[e])
+                )  # another host first
+            if instance in standbys:
+                load[standbys[instance]] += 1
+        self._standbys = standbys
+        kept_on: dict[tuple[str, str], list[int]] = {}
+        for instance, executor in sorted(standbys.items()):
+            kept_on.setdefault(executor, []).append(instance)
+        self.standby_work = {i: tuple(kept_on[homes[i]]) for i in range(parallelism) if homes[i] in kept_on}
 
 
 def live_executors(sc: Any) -> list[tuple[str, str]]:

@@ -27,6 +27,7 @@ from .output import output_batch
 from .protocol import TaskPlan
 from .report_channel import ReportSender, reporting
 from .routing import instance_partition
+from .standby import refresh_later
 from .task import process_instance, working_copy_of
 
 if TYPE_CHECKING:
@@ -141,7 +142,8 @@ def run_instance(
 
     The report, encoded, is also appended to ``reports``. With ``plan.keep_output``, a
     task that runs the batch again (a further action over the output) replays what
-    the first one returned (:mod:`.kept_output`).
+    the first one returned (:mod:`.kept_output`). Then the standby copies the plan
+    gives this instance's executor are refreshed in the background (:mod:`.standby`).
     """
     copy = working_copy_of(plan, instance)
     key = KeptKey.of(plan, instance)
@@ -161,6 +163,8 @@ def run_instance(
                 keep_output(copy.path, key, batches, encoded)
         else:
             batches, encoded = kept
+    if plan.standbys.get(instance):  # after this instance's work, in the worker's background
+        refresh_later(plan, plan.standbys[instance])
     reports.append(encoded)
     yield from batches
     yield output_batch({}, plan.output_schema, timezone, report=encoded)

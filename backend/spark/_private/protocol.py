@@ -180,6 +180,8 @@ class TaskPlan:
     #: each instance keeps its output for a replay (:mod:`.kept_output`): the sink's actions
     #: run the tasks, rather than read a checkpointed result
     keep_output: bool = False
+    #: per instance, the instances whose standby copies its executor keeps (:mod:`.standby`)
+    standbys: dict[int, tuple[int, ...]] = field(default_factory=dict)
     clock: BatchClock = field(default_factory=lambda: BatchClock(int(time.time() * 1000)))
 
     def instance(self, index: int) -> InstancePlan:

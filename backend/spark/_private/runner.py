@@ -8,7 +8,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from dstl.spi import Config, ConfigError, CorruptedError
@@ -24,7 +24,7 @@ from ...options import (
     CHECKPOINTS_ON_DAMAGED,
     SAVEPOINT_PATH,
 )
-from ..options import SPARK_PARALLELISM, SPARK_PLACEMENT, SPARK_WORKING_DIR
+from ..options import SPARK_PARALLELISM, SPARK_WORKING_DIR
 from ..placement import (
     instance_name,
     instance_ranges,
@@ -129,7 +129,7 @@ class BatchRunner:
         # run fence the old run's writers, as the lease fences its coordinator
         self.run_id = self.coordinator.generation or 1
         self.working_dir = cfg.get(SPARK_WORKING_DIR) or f"{tempfile.gettempdir()}/dstl-working"
-        self.homes = ExecutorHomes() if cfg.get(SPARK_PLACEMENT) == "sticky" else None
+        self.homes = ExecutorHomes.of(cfg)
         self._reports: ReportChannel | None = None  # set up by the first batch that can use one
         self.interval = cfg.get(CHANGELOG_MATERIALIZATION_INTERVAL)
         self.policy = MaterializationPolicy(cfg.get(CHANGELOG_MATERIALIZATION_MAX_LOG_RATIO))
@@ -272,6 +272,7 @@ class BatchRunner:
         if pairs is None:
             return None
         carriers = spark.createDataFrame(pairs, CARRIER_SCHEMA)
+        plan = replace(plan, standbys=self.homes.standby_work)  # set by pinning: homes known now
         work = pinned_arrow_function(plan, self.spec.make_processor, tuple(rows.columns), timezone, sender)
         return carriers.mapInArrow(work, schema)
 
@@ -449,6 +450,8 @@ class BatchRunner:
             if item.materialized:
                 self.materialized_at[item.instance] = now
             self.working_state[item.instance] = (item.state_rows, item.memory_bytes)
+        if self.homes is not None:
+            self.homes.noticed(stats)
         full = sum(
             sum(h.size for h in s.all_handles) + sum(m.size for m in s.all_materialized)
             for s in completed.snapshots.values()

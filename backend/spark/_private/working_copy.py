@@ -65,20 +65,26 @@ class WorkingCopy:
         self.delegate = _DELEGATES[key]
 
     @contextmanager
-    def exclusive(self) -> Iterator[None]:
+    def exclusive(self, *, wait: bool = True) -> Iterator[bool]:
         """Hold the copy alone (a retried or speculative attempt of the same instance waits).
 
         Re-entrant within a thread: the kept output's check and the task it guards nest.
+        Yields whether the copy is held: without ``wait``, ``False`` at once while another
+        holds it (a standby refresh gives way to the instance's task).
         """
         held: set[Path] = _HELD.__dict__.setdefault("paths", set())
         if self.path in held:
-            yield
+            yield True
             return
         with _lock_file(self.path / "dstl.lock") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield False
+                return
             held.add(self.path)
             try:
-                yield
+                yield True
             finally:
                 held.discard(self.path)
                 fcntl.flock(lock, fcntl.LOCK_UN)

@@ -9,6 +9,7 @@ executor its own working copies, as on two hosts. Writes one JSON document:
 - ``steady``: per-batch progress of a 12-batch run (state placement after warm-up);
 - ``executor_kill``: progress around the SIGKILL of one executor (its JVM and
   Python workers) mid-stream, and whether the result is exact;
+- ``standby_kill``: the same with a standby copy of each instance on the other executor;
 - ``rescale``: progress of a run at parallelism 2, then 3, and whether it is exact.
 
 Usage: ``python -m tests.backend.spark.cluster_driver OUT.json WORKDIR``
@@ -23,6 +24,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from bench.spark_cluster import executor_processes
 
 ROWS = 400
 MASTER = "local-cluster[2,1,1024]"
@@ -62,45 +65,31 @@ def _run_available(spark: Any, workdir: Path, config: dict[str, Any], files: int
     return [json.loads(p.to_json()) for p in query.progress]
 
 
-def _executor_processes(app_id: str, executor_id: str) -> list[int]:
-    """The executor's JVM and every process below it (its Python workers)."""
-    parents: dict[int, int] = {}
-    jvm = None
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            args = (entry / "cmdline").read_bytes().split(b"\0")
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-        words = [a.decode(errors="replace") for a in args]
-        executor = "org.apache.spark.executor.CoarseGrainedExecutorBackend" in words and app_id in words
-        if executor and words[words.index("--executor-id") + 1] == executor_id:
-            jvm = int(entry.name)
-    if jvm is None:
-        return []
-    family, grew = {jvm}, True
-    while grew:
-        below = {pid for pid, parent in parents.items() if parent in family} - family
-        grew = bool(below)
-        family |= below
-    return sorted(family)
+def _two_executors(spark: Any) -> list[str]:
+    """The ids of the application's two live executors (waits for a replacement to register)."""
+    from dstl.backend.spark._private.affinity import live_executors
+
+    deadline = time.monotonic() + 120
+    while len(executors := live_executors(spark.sparkContext)) < 2:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"two executors did not register: {executors}")
+        time.sleep(0.5)
+    return sorted((executor for executor, _ in executors), key=int)
 
 
 def _executor_kill(spark: Any, workdir: Path, config: dict[str, Any]) -> dict[str, Any]:
     from dstl.backend.spark.demo.pipeline import start_pipeline, write_input_file
 
+    executors = _two_executors(spark)  # an earlier kill's replacement registered
     for index in range(3):
         write_input_file(workdir / "input", index, ROWS)
     query = start_pipeline(spark, workdir, config)
     try:
         if not query.wait_for_batches(3, timeout=240):
             raise RuntimeError(f"the first 3 batches did not complete: {query.exception()}")
-        victims = _executor_processes(spark.sparkContext.applicationId, "1")
+        victims = executor_processes(spark.sparkContext.applicationId, executors[-1])
         if not victims:
-            raise RuntimeError("executor 1 was not found among the processes")
+            raise RuntimeError(f"executor {executors[-1]} was not found among the processes")
         for index in range(3, 9):  # batches in flight while the executor dies
             write_input_file(workdir / "input", index, ROWS)
             if index == 4:
@@ -131,6 +120,11 @@ def main() -> None:
         kill_dir = base / "kill"
         result["executor_kill"] = _executor_kill(spark, kill_dir, _config(kill_dir))
         result["executor_kill"]["exact"] = _exact(spark, kill_dir)
+
+        standby_dir = base / "standby-kill"
+        standby_config = _config(standby_dir, **{"dstl.spark.standby-replicas": 1})
+        result["standby_kill"] = _executor_kill(spark, standby_dir, standby_config)
+        result["standby_kill"]["exact"] = _exact(spark, standby_dir)
 
         rescale_dir = base / "rescale"
         first = _run_available(spark, rescale_dir, _config(rescale_dir, **{"dstl.spark.parallelism": 2}), 4)

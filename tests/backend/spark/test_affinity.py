@@ -43,6 +43,51 @@ def test_rescale_and_no_executors():
     assert homes.assign(3, []) == {}  # local mode: the driver only, no preference
 
 
+A2 = ("3", "10.0.0.1")  # a second executor on A's host
+
+
+def test_standbys_are_on_other_executors_and_a_lost_home_moves_to_its_standby():
+    homes = ExecutorHomes(standby_replicas=1)
+    first = homes.assign(4, [A, B, C])
+    standbys = dict(homes._standbys)
+    assert all(standbys[i] != homes._homes[i] for i in range(4))
+    # each task keeps the standby copies of its executor (every task there names them all)
+    for instance in range(4):
+        kept = homes.standby_work[instance]
+        assert all(standbys[other] == homes._homes[instance] for other in kept)
+    assert sorted(i for work in {homes.standby_work[i] for i in range(4)} for i in work) == [0, 1, 2, 3]
+    lost = homes._homes[0]
+    survivors = [e for e in (A, B, C) if e != lost]
+    after = homes.assign(4, survivors)
+    # the lost executor's instances move to their standbys (which hold their state), the others stay
+    for instance in range(4):
+        if first[instance] == f"executor_{lost[1]}_{lost[0]}":
+            assert after[instance] == f"executor_{standbys[instance][1]}_{standbys[instance][0]}"
+        else:
+            assert after[instance] == first[instance]
+    assert all(homes._standbys[i] != homes._homes[i] and homes._standbys[i] in survivors for i in range(4))
+
+
+def test_standbys_prefer_another_host_and_need_two_executors():
+    homes = ExecutorHomes(standby_replicas=1)
+    homes.assign(2, [A, A2, B])
+    for instance in range(2):  # executors of one host may share the working directory's disk
+        home, standby = homes._homes[instance], homes._standbys[instance]
+        assert standby != home and (standby[1] != home[1] or home == B)
+    homes.assign(2, [A])
+    assert homes.standby_work == {} and homes._standbys == {}
+    without = ExecutorHomes()  # standby_replicas=0, the default
+    without.assign(2, [A, B])
+    assert without._standbys == {} and without.standby_work == {}
+    one_host = ExecutorHomes(standby_replicas=1)  # executors of a host share its working directory
+    one_host.assign(2, [A, A2])
+    assert one_host._standbys == {} and one_host.standby_work == {}
+    own = ExecutorHomes(standby_replicas=1, own_directories=True)  # a relative working dir: one each
+    own.assign(2, [A, A2])
+    assert {i: own._standbys[i] for i in range(2)} == {0: own._homes[1], 1: own._homes[0]}
+    assert own.standby_work == {0: (1,), 1: (0,)}
+
+
 @pytest.mark.parametrize("failing", ["executor list", "after the JVM RDD is built"])
 def test_without_the_gateway_the_query_falls_back_to_spark_placement(
     spark, tmp_path, monkeypatch, caplog, failing
@@ -71,3 +116,22 @@ def test_spark_placement_by_config_gives_the_same_state(spark, tmp_path):
     progress = run(spark, workdir, local_config(tmp_path, **{"dstl.spark.placement": "spark"}), 4)
     assert [p.warm_instances for p in progress[1:]] == [p.instances for p in progress[1:]]
     assert_exact(spark, workdir)
+
+
+def test_an_instance_that_ran_off_its_home_makes_the_driver_ask_for_the_executors_again(monkeypatch):
+    from dstl.backend.spark._private.protocol import InstanceStats, Restore
+
+    asked: list[int] = []
+    monkeypatch.setattr(affinity, "live_executors", lambda sc: asked.append(1) or [A, B])
+    homes = ExecutorHomes(standby_replicas=1)
+    homes.live_executors(None)
+    homes.live_executors(None)
+    assert len(asked) == 1  # known for EXECUTORS_TTL seconds
+    homes.noticed(
+        [InstanceStats("kg0-64", 1, 1, Restore.WARM), InstanceStats("kg64-128", 1, 1, Restore.FRESH)]
+    )
+    homes.live_executors(None)
+    assert len(asked) == 1
+    homes.noticed([InstanceStats("kg0-64", 1, 1, Restore.CAUGHT_UP)])  # it ran where its copy was not
+    homes.live_executors(None)
+    assert len(asked) == 2

@@ -1,0 +1,123 @@
+"""Standby copies: an executor keeps other instances' state near their latest checkpoint.
+
+Kafka Streams' standby replicas, on Spark's executors (``dstl.spark.standby-replicas``).
+The driver gives each instance a standby executor besides its home
+(:class:`~.affinity.ExecutorHomes`) and names, in each task's plan, the standby copies
+that task's executor keeps (:attr:`~.protocol.TaskPlan.standbys`). After its own
+work, the task queues their refresh to a daemon thread of its worker: each copy is
+brought to the instance's base checkpoint of the batch (one batch behind the
+instance), the way a task brings up its own copy: a catch-up on the log and
+incremental snapshots since its stamp, or a full restore the first time.
+
+When the instance's home executor is lost, the driver moves it to its standby
+executor, whose copy holds a committed checkpoint of its lineage: its task catches
+up on a batch or two of changes instead of restoring the whole state.
+
+A refresh never writes where the job keeps its state: its backend's own log is a
+private in-memory one, and the handles are read through read-only storages. It
+gives way to the worker's foreground work between copies, skips a copy another
+task holds, and a failed refresh leaves the copy unstamped (the next one restores
+it), with a warning.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import uuid
+from collections.abc import Iterable
+
+from dstl.spi import Config, load_storage
+
+from ...changelog import ChangelogKeyedStateBackend
+from ...changelog.lineage import catch_up_delta
+from ...changelog.settings import BackendSettings
+from ...keygroups import key_group_range_for_instance
+from ...pacing import give_way
+from ..placement import instance_name
+from .bring_up import bring_up
+from .protocol import Restore, TaskPlan
+from .task import working_copy_of
+from .working_copy import snapshot_digest
+
+log = logging.getLogger(__name__)
+
+__all__ = ["refresh_later", "refresh_standby"]
+
+_QUEUE: queue.SimpleQueue[tuple[TaskPlan, int]] = queue.SimpleQueue()
+_PENDING: set[tuple[str, str, int]] = set()  # (job, operator, instance) queued or refreshing
+_LOCK = threading.Lock()
+_WORKER: threading.Thread | None = None
+
+
+def refresh_later(plan: TaskPlan, instances: Iterable[int]) -> None:
+    """Queue the refresh of the standby copies of ``instances`` on this host (a daemon thread runs it)."""
+    global _WORKER
+    with _LOCK:
+        for instance in instances:
+            pending = (plan.job_id, plan.operator_id, instance)
+            if pending not in _PENDING:
+                _PENDING.add(pending)
+                _QUEUE.put((plan, instance))
+        if _WORKER is None or not _WORKER.is_alive():
+            _WORKER = threading.Thread(target=_work, name="dstl-standby", daemon=True)
+            _WORKER.start()
+
+
+def _work() -> None:
+    while True:
+        plan, instance = _QUEUE.get()
+        try:
+            give_way()  # the worker's next task keeps the core
+            refresh_standby(plan, instance)
+        except Exception as exc:
+            log.warning("dstl: standby copy of instance %d of %s: %s", instance, plan.operator_id, exc)
+        finally:
+            with _LOCK:
+                _PENDING.discard((plan.job_id, plan.operator_id, instance))
+
+
+def refresh_standby(plan: TaskPlan, instance: int) -> Restore | None:
+    """Bring this host's copy of ``instance`` to its base checkpoint in ``plan``.
+
+    :returns: how (``WARM``: it was there already), or ``None`` when there is nothing
+        to do: the instance has no state yet, another task holds the copy, or the copy
+        holds a later checkpoint of the lineage (the instance's own copy).
+    """
+    own = plan.instance(instance)
+    target = own.base
+    if target is None:
+        return None
+    cfg = Config.of(plan.config)
+    copy = working_copy_of(plan, instance, cfg)
+    with copy.exclusive(wait=False) as alone:
+        if not alone:
+            return None
+        stamp = copy.stamp()
+        if stamp is not None and stamp["digest"] == snapshot_digest(target):
+            return Restore.WARM
+        held = stamp["snapshot"] if stamp is not None else None
+        if held is not None and catch_up_delta(target, held) is not None:
+            return None  # a later batch of the lineage: the instance's own copy, never moved back
+        committed = stamp is not None and stamp["digest"] in own.lineage
+        copy.invalidate()
+        key_groups = key_group_range_for_instance(instance, plan.parallelism, plan.max_parallelism)
+        private = {"dstl.storage": "memory", "dstl.memory.namespace": f"standby-{uuid.uuid4().hex}"}
+        with load_storage(private, job_id=plan.job_id) as storage:
+            backend = ChangelogKeyedStateBackend(
+                storage,
+                f"{plan.operator_id}.{instance_name(key_groups)}",
+                key_groups,
+                delegate=copy.delegate,
+                settings=BackendSettings.from_config(cfg, periodic_materialization=False),
+            )
+            try:
+                mode, _ = bring_up(
+                    backend, copy, stamp, target, warm=False, committed=committed, cfg=cfg, run_id=plan.run_id
+                )
+                registrations = backend.registrations()
+            finally:
+                backend.close()
+        copy.mark(target, registrations)
+        return mode

@@ -1,0 +1,114 @@
+"""Standby copies: kept a batch behind on another executor's disk, they turn a lost home into a catch-up."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from dataclasses import replace
+
+import pandas as pd
+import pytest
+
+from dstl.backend.spark._private import standby, task
+from dstl.backend.spark._private.call_checks import job_config
+from dstl.backend.spark._private.columns import INSTANCE_COLUMN, KEY_GROUP_COLUMN
+from dstl.backend.spark._private.protocol import Restore
+from dstl.backend.spark._private.runner import BatchRunner, Phases, QuerySpec
+
+from .test_protocol import Count
+from .test_query import local_config
+
+pytest.importorskip("pyspark")
+
+
+def _runner(tmp_path, monkeypatch, interval: str, **extra: str) -> BatchRunner:
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    config = local_config(
+        tmp_path,
+        **{"dstl.spark.parallelism": "1", "state.changelog.materialization.interval": interval, **extra},
+    )
+    schema = StructType([StructField("k", StringType()), StructField("n", LongType())])
+    spec = QuerySpec("job", "op", ("k",), schema, Count, lambda frame, batch_id: None)
+    monkeypatch.setattr(task, "_attempt", lambda: (7, 0))  # no Spark task here
+    return BatchRunner(job_config({}, config, str(tmp_path / "chk")), spec)
+
+
+def _rows(runner: BatchRunner, keys: list[str]) -> pd.DataFrame:
+    from dstl.backend.keygroups import key_group_for
+
+    groups = [key_group_for(key, runner.max_parallelism) for key in keys]
+    return pd.DataFrame({"k": keys, KEY_GROUP_COLUMN: groups, INSTANCE_COLUMN: [0] * len(keys)})
+
+
+def _batch(runner: BatchRunner, batch_id: int, working_dir: str, keys: list[str], standby_dir: str | None):
+    """One batch: the standby refreshes to its base (as after the home's task), the home runs it."""
+    base = runner.coordinator.latest()
+    bases = runner._bases(base)
+    clock, wake = runner._clock(base)
+    plan = runner._plan(batch_id, base, bases, clock, wake)
+    refreshed = None
+    if standby_dir is not None:
+        refreshed = standby.refresh_standby(replace(plan, working_dir=standby_dir), 0)
+    output, report = task.process_instance(
+        replace(plan, working_dir=working_dir), Count, _rows(runner, keys), 0
+    )
+    runner.complete_batch(batch_id, base, bases, clock, [report.to_json()], Phases(0.0))
+    return refreshed, report.stats.restore, dict(zip(output["k"], output["n"], strict=True))
+
+
+@pytest.mark.parametrize("interval", ["1h", "0s"], ids=["log only", "materializing every batch"])
+def test_a_standby_follows_a_batch_behind_and_the_instance_moved_there_catches_up(
+    tmp_path, monkeypatch, interval
+):
+    # many keys, few changed a batch: the snapshots after the first full one are incremental
+    runner = _runner(
+        tmp_path, monkeypatch, interval, **{"state.changelog.materialization.full-every": "1000"}
+    )
+    home, spare = str(tmp_path / "executor-1"), str(tmp_path / "executor-2")
+    seen: Counter[str] = Counter()
+    refreshes, restores = [], []
+    for batch_id in range(6):
+        keys = [f"k{i}" for i in range(200)] if batch_id == 0 else ["a", "b", "a"]
+        refreshed, restore, counts = _batch(runner, batch_id, home, keys, spare)
+        seen.update(keys)
+        refreshes.append(refreshed)
+        restores.append(restore)
+        assert counts == {key: seen[key] for key in keys}
+    assert refreshes[0] is None  # no state yet
+    assert refreshes[1] is Restore.FULL  # the first refresh restores the copy
+    if interval == "1h":  # the base grows by log only: every later refresh reads only the new batch
+        assert refreshes[2:] == [Restore.CAUGHT_UP] * 4
+        assert restores[1:] == [Restore.WARM] * 5
+    else:  # a refresh follows the incremental snapshots too (a background one may land a batch late)
+        assert set(refreshes[2:]) <= {Restore.FULL, Restore.CAUGHT_UP} and refreshes[-1] is Restore.CAUGHT_UP
+    # The home executor is lost: the instance runs on the standby's executor.
+    _, restore, counts = _batch(runner, 6, spare, ["a", "c", "k7"], None)
+    assert restore is Restore.CAUGHT_UP, "the instance restored in full despite its standby copy"
+    assert counts == {"a": 11, "c": 1, "k7": 2}  # exact: nothing lost or counted twice
+    _, restore, counts = _batch(runner, 7, spare, ["b"], None)
+    assert restore.warm and counts == {"b": 6}
+
+
+def test_a_refresh_leaves_a_copy_at_a_later_batch_and_a_held_copy_alone(tmp_path, monkeypatch):
+    runner = _runner(tmp_path, monkeypatch, "1h")
+    home = str(tmp_path / "executor-1")
+    for batch_id in range(2):
+        _batch(runner, batch_id, home, ["a"], None)
+    base = runner.coordinator.latest()
+    plan = runner._plan(2, base, runner._bases(base), *runner._clock(base))
+    # executors sharing one directory: the instance's own copy is at the base already, then past it
+    assert standby.refresh_standby(replace(plan, working_dir=home), 0) is Restore.WARM
+    _, restore, _ = _batch(runner, 2, home, ["a"], home)
+    assert restore.warm
+    assert standby.refresh_standby(replace(plan, working_dir=home), 0) is None  # at batch 2: untouched
+    _, restore, counts = _batch(runner, 3, home, ["a"], None)
+    assert restore.warm and counts == {"a": 4}
+    spare = replace(plan, working_dir=str(tmp_path / "executor-2"))
+    held: list[Restore | None] = []
+    with task.working_copy_of(spare, 0).exclusive():  # a task holds the copy: the refresh skips it
+        refreshing = threading.Thread(target=lambda: held.append(standby.refresh_standby(spare, 0)))
+        refreshing.start()
+        refreshing.join(timeout=30)
+    assert held == [None], "the refresh waited for, or changed, a copy a task holds"
+    assert standby.refresh_standby(spare, 0) is Restore.FULL
