@@ -1,10 +1,12 @@
-"""The processes of a ``local-cluster`` executor: what a test or bench kills to lose it."""
+"""A ``local-cluster`` application's executors: which are live, and the processes to kill to lose one."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
+from typing import Any
 
-__all__ = ["executor_processes"]
+__all__ = ["executor_processes", "two_executors"]
 
 
 def executor_processes(app_id: str, executor_id: str) -> list[int]:
@@ -32,3 +34,16 @@ def executor_processes(app_id: str, executor_id: str) -> list[int]:
         grew = bool(below)
         family |= below
     return sorted(family)
+
+
+def two_executors(sc: Any, timeout: float = 120) -> list[str]:
+    """The ids of the application's two live executors, in order (waits for a replacement to register)."""
+    from dstl.backend.spark._private.affinity import live_executors
+
+    deadline = time.monotonic() + timeout
+    while len(executors := live_executors(sc)) < 2:
+        if time.monotonic() > deadline:
+            msg = f"two executors did not register within {timeout} s: {executors}"
+            raise RuntimeError(msg)
+        time.sleep(0.5)
+    return sorted((executor for executor, _ in executors), key=int)

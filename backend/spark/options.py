@@ -9,6 +9,7 @@ __all__ = [
     "SPARK_OPTIONS",
     "SPARK_PARALLELISM",
     "SPARK_PLACEMENT",
+    "SPARK_STANDBY_REFRESH_INTERVAL",
     "SPARK_STANDBY_REPLICAS",
     "SPARK_WORKING_DIR",
 ]
@@ -51,6 +52,16 @@ SPARK_STANDBY_REPLICAS: ConfigOption[int] = ConfigOption(
     maximum=1,
 )
 
+SPARK_STANDBY_REFRESH_INTERVAL: ConfigOption[float] = ConfigOption(
+    "dstl.spark.standby-refresh-interval",
+    OptionType.DURATION,
+    10.0,
+    "How often a standby copy catches up on its instance's changes (with dstl.spark.standby-replicas): "
+    "shorter leaves less to catch up on when the instance moves there, longer costs its executor less "
+    "(changes to the same key in between are replayed once).",
+    minimum=0,
+)
+
 SPARK_DROPPED_STATES: ConfigOption[str | None] = ConfigOption(
     "dstl.spark.dropped-states",
     OptionType.STRING,
@@ -65,5 +76,6 @@ SPARK_OPTIONS = (
     SPARK_WORKING_DIR,
     SPARK_PLACEMENT,
     SPARK_STANDBY_REPLICAS,
+    SPARK_STANDBY_REFRESH_INTERVAL,
     SPARK_DROPPED_STATES,
 )

@@ -27,7 +27,12 @@ from typing import Any
 
 from dstl.spi import Config
 
-from ..options import SPARK_PLACEMENT, SPARK_STANDBY_REPLICAS, SPARK_WORKING_DIR
+from ..options import (
+    SPARK_PLACEMENT,
+    SPARK_STANDBY_REFRESH_INTERVAL,
+    SPARK_STANDBY_REPLICAS,
+    SPARK_WORKING_DIR,
+)
 from .protocol import InstanceStats, Restore
 
 __all__ = ["ExecutorHomes", "executors_to_pin", "pinned_instances"]
@@ -56,15 +61,23 @@ class ExecutorHomes:
     #: died meanwhile runs anywhere at once (Spark drops locality levels with no live executor).
     EXECUTORS_TTL = 5.0
 
-    def __init__(self, standby_replicas: int = 0, *, own_directories: bool = False) -> None:
+    def __init__(
+        self, standby_replicas: int = 0, *, own_directories: bool = False, refresh_interval: float = 0.0
+    ) -> None:
         self._homes: dict[int, tuple[str, str]] = {}  # instance -> (executor id, host)
         self._standbys: dict[int, tuple[str, str]] = {}  # instance -> its standby executor
         self.standby_replicas = standby_replicas
+        #: seconds between two refreshes of an instance's standby copy
+        self.refresh_interval = refresh_interval
+        self._refreshed_at: dict[int, float] = {}  # instance -> when its standby was last asked to refresh
         #: each executor has its own working directory (a relative one: under the executor's own
         #: directory); else a host's executors share one, and a standby must be on another host
         self.own_directories = own_directories
-        #: per instance, the instances whose standby copies its task keeps (on its home executor)
+        #: per instance, the instances whose standby copies its task keeps (on its home executor);
+        #: past the instances, per executor of :attr:`standby_only`, the copies its task keeps
         self.standby_work: dict[int, tuple[int, ...]] = {}
+        #: partitions past the instances, each a task on an executor home to no instance
+        self.standby_only: dict[int, tuple[str, str]] = {}
         #: Why pinning is not available to this query (then it is not tried again).
         self.unavailable: str | None = None
         self._executors: list[tuple[str, str]] = []
@@ -78,7 +91,11 @@ class ExecutorHomes:
             return None
         working_dir = cfg.get(SPARK_WORKING_DIR)
         own = working_dir is not None and not os.path.isabs(working_dir)
-        return cls(cfg.get(SPARK_STANDBY_REPLICAS), own_directories=own)
+        return cls(
+            cfg.get(SPARK_STANDBY_REPLICAS),
+            own_directories=own,
+            refresh_interval=cfg.get(SPARK_STANDBY_REFRESH_INTERVAL),
+        )
 
     def live_executors(self, sc: Any) -> list[tuple[str, str]]:
         """The live executors, asked of the scheduler at most every :attr:`EXECUTORS_TTL` seconds."""
@@ -100,13 +117,14 @@ class ExecutorHomes:
     def assign(self, parallelism: int, executors: list[tuple[str, str]]) -> dict[int, str]:
         """Task locations (``executor_<host>_<id>``) of instances ``0..parallelism-1`` on ``executors``.
 
-        Also sets :attr:`standby_work`.
+        Also sets :attr:`standby_work`; the locations go on past the instances for
+        :attr:`standby_only` (the caller adds a partition for each).
 
         :param executors: ``(id, host)`` of the live executors (the driver excluded).
         :returns: nothing when there is no executor yet (no preference).
         """
         if not executors:
-            self.standby_work = {}
+            self.standby_work, self.standby_only = {}, {}
             return {}
         live = set(executors)
         homes = {i: home for i, home in self._homes.items() if i < parallelism and home in live}
@@ -121,30 +139,41 @@ class ExecutorHomes:
                 load[home] += 1
         self._homes = homes
         self._assign_standbys(parallelism, live)
-        return {i: f"executor_{host}_{executor}" for i, (executor, host) in homes.items()}
+        return {
+            i: f"executor_{host}_{executor}" for i, (executor, host) in {**homes, **self.standby_only}.items()
+        }
 
     def _assign_standbys(self, parallelism: int, live: set[tuple[str, str]]) -> None:
         """A live standby executor per instance besides its home (kept while it may be); the work."""
-        homes, standbys = self._homes, {}
-        load: Counter[tuple[str, str]] = Counter()
-        for instance in range(parallelism) if self.standby_replicas else ():
-            home = homes[instance]
-            # another executor with a directory of its own: on another host, or each has its own
-            others = sorted(e for e in live - {home} if self.own_directories or e[1] != home[1])
-            kept = self._standbys.get(instance)
-            if kept in others:
-                standbys[instance] = kept
-            elif others:
-                standbys[instance] = min(
-                    others, key=lambda e: (e[1] == home[1], load[e])
-                )  # another host first
-            if instance in standbys:
+        homes = self._homes
+        candidates = {  # another executor with a directory of its own: another host's, or each has its own
+            i: sorted(e for e in live - {homes[i]} if self.own_directories or e[1] != homes[i][1])
+            for i in range(parallelism)
+        }
+        standbys = {
+            i: executor
+            for i, executor in self._standbys.items()
+            if self.standby_replicas and i < parallelism and executor in candidates[i]
+        }
+        load = Counter(standbys.values())
+        for instance, others in candidates.items():
+            if self.standby_replicas and instance not in standbys and others:
+                home_host = homes[instance][1]  # other hosts first, then the least loaded
+                standbys[instance] = min(others, key=lambda e: (e[1] == home_host, load[e]))
                 load[standbys[instance]] += 1
-        self._standbys = standbys
+        now = time.monotonic()
         kept_on: dict[tuple[str, str], list[int]] = {}
         for instance, executor in sorted(standbys.items()):
-            kept_on.setdefault(executor, []).append(instance)
+            moved = self._standbys.get(instance) != executor  # a new standby starts at once
+            if moved or now - self._refreshed_at.get(instance, -float("inf")) >= self.refresh_interval:
+                self._refreshed_at[instance] = now
+                kept_on.setdefault(executor, []).append(instance)
+        self._standbys = standbys
         self.standby_work = {i: tuple(kept_on[homes[i]]) for i in range(parallelism) if homes[i] in kept_on}
+        # an executor home to no instance (a lost one's replacement) gets a task of its own for them
+        idle = sorted(set(kept_on) - set(homes.values()))
+        self.standby_only = {parallelism + k: executor for k, executor in enumerate(idle)}
+        self.standby_work.update({i: tuple(kept_on[e]) for i, e in self.standby_only.items()})
 
 
 def live_executors(sc: Any) -> list[tuple[str, str]]:
@@ -184,8 +213,11 @@ def pinned_instances(sc: Any, groups: Any, homes: ExecutorHomes) -> Any:
     if homes.unavailable is not None:
         return None
     try:
-        partitions = groups.getNumPartitions()
-        locations = homes.assign(partitions, homes.live_executors(sc))
+        instances = groups.getNumPartitions()
+        locations = homes.assign(instances, homes.live_executors(sc))
+        partitions = max(locations, default=instances - 1) + 1
+        if partitions > instances:  # standby-only tasks: a partition each, without rows
+            groups = groups.union(sc.parallelize([[]] * (partitions - instances), partitions - instances))
         from pyspark.rdd import RDD
         from pyspark.serializers import CPickleSerializer, PairDeserializer
 

@@ -119,6 +119,8 @@ def pinned_arrow_function(
                     yield from run_instance(
                         plan, make_processor, instance, frame, timezone, decode_ms, reports
                     )
+                elif plan.standbys.get(instance):  # no rows here (or a standby-only task): the copies
+                    refresh_later(plan, plan.standbys[instance])
 
     return reporting(process, sender)
 

@@ -75,7 +75,7 @@ class ReportChannel:
         for batch, partition, attempt, reports in self._accumulator.value:
             if batch == batch_id and (partition not in latest or attempt > latest[partition][0]):
                 latest[partition] = (attempt, reports)
-        if set(latest) != set(range(partitions)):
+        if not set(range(partitions)) <= set(latest):  # partitions past them (standby-only) report nothing
             return None
         return [report for partition in sorted(latest) for report in latest[partition][1]]
 

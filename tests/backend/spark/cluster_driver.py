@@ -9,7 +9,8 @@ executor its own working copies, as on two hosts. Writes one JSON document:
 - ``steady``: per-batch progress of a 12-batch run (state placement after warm-up);
 - ``executor_kill``: progress around the SIGKILL of one executor (its JVM and
   Python workers) mid-stream, and whether the result is exact;
-- ``standby_kill``: the same with a standby copy of each instance on the other executor;
+- ``standby_kill``: with a standby copy of each instance on the other executor, an
+  executor killed between two batches (known lost before the next), and exactness;
 - ``rescale``: progress of a run at parallelism 2, then 3, and whether it is exact.
 
 Usage: ``python -m tests.backend.spark.cluster_driver OUT.json WORKDIR``
@@ -25,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.spark_cluster import executor_processes
+from bench.spark_cluster import executor_processes, two_executors
 
 ROWS = 400
 MASTER = "local-cluster[2,1,1024]"
@@ -65,34 +66,35 @@ def _run_available(spark: Any, workdir: Path, config: dict[str, Any], files: int
     return [json.loads(p.to_json()) for p in query.progress]
 
 
-def _two_executors(spark: Any) -> list[str]:
-    """The ids of the application's two live executors (waits for a replacement to register)."""
+def _executor_kill(
+    spark: Any, workdir: Path, config: dict[str, Any], *, between_batches: bool = False
+) -> dict[str, Any]:
+    """Kill an executor while batches run, or between them (after the 4th, known lost before the 5th)."""
     from dstl.backend.spark._private.affinity import live_executors
-
-    deadline = time.monotonic() + 120
-    while len(executors := live_executors(spark.sparkContext)) < 2:
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"two executors did not register: {executors}")
-        time.sleep(0.5)
-    return sorted((executor for executor, _ in executors), key=int)
-
-
-def _executor_kill(spark: Any, workdir: Path, config: dict[str, Any]) -> dict[str, Any]:
     from dstl.backend.spark.demo.pipeline import start_pipeline, write_input_file
 
-    executors = _two_executors(spark)  # an earlier kill's replacement registered
-    for index in range(3):
+    executors = two_executors(spark.sparkContext)  # an earlier kill's replacement registered
+    for index in range(4 if between_batches else 3):
         write_input_file(workdir / "input", index, ROWS)
     query = start_pipeline(spark, workdir, config)
     try:
-        if not query.wait_for_batches(3, timeout=240):
-            raise RuntimeError(f"the first 3 batches did not complete: {query.exception()}")
+        if not query.wait_for_batches(4 if between_batches else 3, timeout=240):
+            raise RuntimeError(f"the first batches did not complete: {query.exception()}")
         victims = executor_processes(spark.sparkContext.applicationId, executors[-1])
         if not victims:
             raise RuntimeError(f"executor {executors[-1]} was not found among the processes")
-        for index in range(3, 9):  # batches in flight while the executor dies
+        if between_batches:
+            for pid in victims:
+                os.kill(pid, signal.SIGKILL)
+            deadline = time.monotonic() + 120
+            while executors[-1] in {e for e, _ in live_executors(spark.sparkContext)}:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"executor {executors[-1]} was never known lost")
+                time.sleep(0.5)
+            two_executors(spark.sparkContext)  # and its replacement registered
+        for index in range(4 if between_batches else 3, 9):  # batches in flight while the executor dies
             write_input_file(workdir / "input", index, ROWS)
-            if index == 4:
+            if index == 4 and not between_batches:
                 for pid in victims:
                     os.kill(pid, signal.SIGKILL)
             time.sleep(0.3)
@@ -122,8 +124,10 @@ def main() -> None:
         result["executor_kill"]["exact"] = _exact(spark, kill_dir)
 
         standby_dir = base / "standby-kill"
-        standby_config = _config(standby_dir, **{"dstl.spark.standby-replicas": 1})
-        result["standby_kill"] = _executor_kill(spark, standby_dir, standby_config)
+        standby_config = _config(
+            standby_dir, **{"dstl.spark.standby-replicas": 1, "dstl.spark.standby-refresh-interval": "0s"}
+        )
+        result["standby_kill"] = _executor_kill(spark, standby_dir, standby_config, between_batches=True)
         result["standby_kill"]["exact"] = _exact(spark, standby_dir)
 
         rescale_dir = base / "rescale"

@@ -135,3 +135,23 @@ def test_an_instance_that_ran_off_its_home_makes_the_driver_ask_for_the_executor
     homes.noticed([InstanceStats("kg0-64", 1, 1, Restore.CAUGHT_UP)])  # it ran where its copy was not
     homes.live_executors(None)
     assert len(asked) == 2
+
+
+def test_a_standby_is_asked_to_refresh_once_per_interval_and_a_new_one_at_once(monkeypatch):
+    now = [100.0]
+    monkeypatch.setattr(affinity.time, "monotonic", lambda: now[0])
+    homes = ExecutorHomes(standby_replicas=1, refresh_interval=10.0)
+    homes.assign(2, [A, B])
+    assert homes.standby_work == {0: (1,), 1: (0,)}
+    now[0] += 4
+    homes.assign(2, [A, B])
+    assert homes.standby_work == {}  # refreshed 4 s ago
+    now[0] += 6
+    homes.assign(2, [A, B])
+    assert homes.standby_work == {0: (1,), 1: (0,)}
+    now[0] += 1
+    locations = homes.assign(2, [A, C])  # B died: its instance moved to A; their standbys are new on C
+    assert all(homes._homes[i] == A and homes._standbys[i] == C for i in range(2))
+    # C is home to no instance: a task of its own (a partition past the instances) keeps both copies
+    assert homes.standby_only == {2: C} and locations[2] == "executor_10.0.0.3_2"
+    assert homes.standby_work == {2: (0, 1)}

@@ -78,19 +78,15 @@ def test_an_executor_killed_mid_stream_gives_exact_results(cluster_run):
 
 
 @pytest.mark.slow
-def test_with_standby_copies_the_instances_of_a_killed_executor_catch_up_instead_of_restoring(cluster_run):
+def test_with_standby_copies_the_instances_of_a_lost_executor_catch_up_instead_of_restoring(cluster_run):
     kill = cluster_run["standby_kill"]
     assert kill["victims"] >= 2 and len(kill["progress"]) == 9
-    after_kill = kill["progress"][3:]  # the executor dies while the 4th file is processed
-    moved = [p["caught_up"] + p["full_restores"] > 0 for p in after_kill]
-    assert any(moved), "no instance moved"
-    # A task in flight on the lost executor runs again wherever Spark puts it (the replacement
-    # executor, say); from the next batch on the driver moves the instance onto its standby copy.
-    later = after_kill[moved.index(True) + 1 :]
-    assert sum(p["full_restores"] for p in later) == 0, [
+    after_kill = kill["progress"][4:]  # killed after the 4th batch, known lost before the 5th
+    # its instances moved to their standbys' executor: a batch or two of changes, never the whole state
+    assert sum(p["full_restores"] for p in after_kill) == 0, [
         (p["batch_id"], p["full_restores"]) for p in after_kill
     ]
-    assert sum(p["caught_up"] for p in after_kill) >= 1, "no instance caught up from its standby copy"
+    assert sum(p["caught_up"] for p in after_kill) >= 1, "no instance moved onto its standby copy"
     assert kill["exact"]["users"] == 500
     assert kill["exact"]["wrong"] == [] and kill["exact"]["unexpected"] == []
 
