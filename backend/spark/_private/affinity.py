@@ -114,13 +114,17 @@ class ExecutorHomes:
         if any(item.restore in _MOVED for item in stats):
             self._executors_at = -float("inf")
 
-    def assign(self, parallelism: int, executors: list[tuple[str, str]]) -> dict[int, str]:
+    def assign(
+        self, parallelism: int, executors: list[tuple[str, str]], with_state: frozenset[int] | None = None
+    ) -> dict[int, str]:
         """Task locations (``executor_<host>_<id>``) of instances ``0..parallelism-1`` on ``executors``.
 
         Also sets :attr:`standby_work`; the locations go on past the instances for
         :attr:`standby_only` (the caller adds a partition for each).
 
         :param executors: ``(id, host)`` of the live executors (the driver excluded).
+        :param with_state: the instances that have state (``None``: all): a standby of one without
+            is not refreshed (nor counted as refreshed) yet.
         :returns: nothing when there is no executor yet (no preference).
         """
         if not executors:
@@ -138,12 +142,14 @@ class ExecutorHomes:
                 homes[instance] = home
                 load[home] += 1
         self._homes = homes
-        self._assign_standbys(parallelism, live)
+        self._assign_standbys(parallelism, live, with_state)
         return {
             i: f"executor_{host}_{executor}" for i, (executor, host) in {**homes, **self.standby_only}.items()
         }
 
-    def _assign_standbys(self, parallelism: int, live: set[tuple[str, str]]) -> None:
+    def _assign_standbys(
+        self, parallelism: int, live: set[tuple[str, str]], with_state: frozenset[int] | None
+    ) -> None:
         """A live standby executor per instance besides its home (kept while it may be); the work."""
         homes = self._homes
         candidates = {  # another executor with a directory of its own: another host's, or each has its own
@@ -164,6 +170,8 @@ class ExecutorHomes:
         now = time.monotonic()
         kept_on: dict[tuple[str, str], list[int]] = {}
         for instance, executor in sorted(standbys.items()):
+            if with_state is not None and instance not in with_state:
+                continue  # nothing to copy yet
             moved = self._standbys.get(instance) != executor  # a new standby starts at once
             if moved or now - self._refreshed_at.get(instance, -float("inf")) >= self.refresh_interval:
                 self._refreshed_at[instance] = now
@@ -201,12 +209,15 @@ class _Jvm:
         self.byte_array = jvm.scala.reflect.ClassTag.apply(jvm.java.lang.Class.forName("[B"))
 
 
-def pinned_instances(sc: Any, groups: Any, homes: ExecutorHomes) -> Any:
+def pinned_instances(
+    sc: Any, groups: Any, homes: ExecutorHomes, with_state: frozenset[int] | None = None
+) -> Any:
     """``(instance, rows)`` per partition of ``groups``, each partition preferring its instance's home.
 
     :param groups: a Python RDD with one partition per instance, each holding one
         element (the instance's rows, e.g. from ``glom()``).
     :param homes: the driver's home executors, updated with the live executors.
+    :param with_state: the instances that have state (``None``: all): only theirs have standbys to refresh.
     :returns: the zipped RDD, or ``None`` when the gateway cannot build it (the
         caller falls back; the reason is logged once).
     """
@@ -214,7 +225,7 @@ def pinned_instances(sc: Any, groups: Any, homes: ExecutorHomes) -> Any:
         return None
     try:
         instances = groups.getNumPartitions()
-        locations = homes.assign(instances, homes.live_executors(sc))
+        locations = homes.assign(instances, homes.live_executors(sc), with_state)
         partitions = max(locations, default=instances - 1) + 1
         if partitions > instances:  # standby-only tasks: a partition each, without rows
             groups = groups.union(sc.parallelize([[]] * (partitions - instances), partitions - instances))

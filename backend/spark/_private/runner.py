@@ -268,7 +268,7 @@ class BatchRunner:
             work = shuffled_arrow_function(plan, self.spec.make_processor, timezone, sender)
             return shuffled.mapInArrow(work, schema)
         groups = arrow_groups(rows, self.parallelism, timezone)
-        pairs = pinned_instances(spark.sparkContext, groups, self.homes)
+        pairs = pinned_instances(spark.sparkContext, groups, self.homes, frozenset(plan.instances))
         if pairs is None:
             return None
         carriers = spark.createDataFrame(pairs, CARRIER_SCHEMA)

@@ -141,7 +141,10 @@ def test_a_standby_is_asked_to_refresh_once_per_interval_and_a_new_one_at_once(m
     now = [100.0]
     monkeypatch.setattr(affinity.time, "monotonic", lambda: now[0])
     homes = ExecutorHomes(standby_replicas=1, refresh_interval=10.0)
-    homes.assign(2, [A, B])
+    homes.assign(2, [A, B], with_state=frozenset())  # no state yet: nothing to refresh, nor counted
+    assert homes.standby_work == {}
+    now[0] += 1
+    homes.assign(2, [A, B], with_state=frozenset({0, 1}))
     assert homes.standby_work == {0: (1,), 1: (0,)}
     now[0] += 4
     homes.assign(2, [A, B])
