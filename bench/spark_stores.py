@@ -145,7 +145,7 @@ def _counts(key: Any, rows: Any, previous: int) -> Any:
     return pd.DataFrame({"k": [key[0] if isinstance(key, tuple) else key], "n": [previous + len(rows)]})
 
 
-def _count_processors() -> tuple[type, type]:
+def count_processors() -> tuple[type, type]:
     """The job's processor on the per-key API and on the batch API (defined where Spark can pickle them)."""
     from dstl.backend.spark import StatefulProcessor
 
@@ -172,7 +172,7 @@ def _run_dstl(spark: Any, inputs: Path, workdir: Path, *, batch_api: bool) -> St
     """The job on dstl's changelog backend (local storage, LMDB working copies)."""
     from dstl.backend.spark import transform_with_state
 
-    per_key, batch = _count_processors()
+    per_key, batch = count_processors()
     name = "batch" if batch_api else "per-key"
     query = transform_with_state(
         _source(spark, inputs),

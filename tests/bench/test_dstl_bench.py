@@ -214,3 +214,27 @@ def test_scale_bench_timer_and_collection_tables_run(tmp_path):
     assert "| lmdb | 400 |" in report and "next expiry ×" in report
     assert scale_main(["--collections", "1000,2000", "--delegates", "heap", "--results", str(tmp_path)]) == 0
     assert "| heap | 2,000 |" in (tmp_path / "scale-collections.md").read_text()
+
+
+def test_recovery_figures_count_from_the_kill_to_the_batch_where_the_lost_instances_ran_again():
+    from bench.recovery_bench import _summary
+
+    def batch(batch_id, ms, ended, caught_up=0, full=0):
+        return {
+            "batch_id": batch_id,
+            "batch_ms": ms,
+            "ended_s": ended,
+            "caught_up": caught_up,
+            "full_restores": full,
+            "state_rows": 10 * batch_id,
+        }
+
+    batches = [batch(0, 900, 10.0), batch(1, 100, 11.0), batch(2, 120, 12.0), batch(3, 300, 13.5)]
+    batches += [batch(4, 2500, 16.0, full=1), batch(5, 110, 16.2)]
+    figures = _summary("kill", {"batches": batches, "at_s": 12.5}, slice(1, 3))
+    assert figures["steady_ms"] == 110 and figures["state_rows"] == 50
+    assert figures["back_s"] == 3.5 and figures["recovery"]["batch_id"] == 4
+    assert figures["after_ms"] == [300, 2500, 110]
+    unmoved = _summary("kill", {"batches": batches[:4], "at_s": 12.5}, slice(1, 3))
+    assert unmoved["back_s"] is None
+    assert "back_s" not in _summary("rescale", {"batches": batches}, slice(1, 3))
