@@ -114,16 +114,14 @@ def restored_read_only(
     trusts whoever wrote the checkpoint: unpickling runs their code).
     """
     import tempfile
-    import uuid
 
-    from dstl.spi import load_storage
+    from dstl.spi.memory import private_storage
 
     from ..delegate import LmdbDelegate
 
-    private = {"dstl.storage": "memory", "dstl.memory.namespace": f"read-only-{uuid.uuid4().hex}"}
     with (
         tempfile.TemporaryDirectory(prefix="dstl-read-") as workdir,
-        load_storage(private, job_id=job_id) as storage,
+        private_storage(job_id, "read-only") as storage,
     ):
         delegate = LmdbDelegate(Path(workdir) / "state")
         backend = ChangelogKeyedStateBackend(

@@ -8,7 +8,13 @@ fresh instance can read what another one wrote; nothing survives the process.
 
 from __future__ import annotations
 
-from ._private.storage import MemoryStorage, MemoryStorageReader, MemoryWriter, namespace_objects
+from ._private.storage import (
+    MemoryStorage,
+    MemoryStorageReader,
+    MemoryWriter,
+    namespace_objects,
+    private_storage,
+)
 from .options import MEMORY_OPTIONS
 
 #: the same surface as every storage package: options, storage, reader, writer
@@ -21,4 +27,5 @@ __all__ = [
     "MemoryStorageReader",
     "MemoryWriter",
     "namespace_objects",
+    "private_storage",
 ]

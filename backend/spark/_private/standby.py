@@ -25,10 +25,10 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-import uuid
 from collections.abc import Iterable
 
-from dstl.spi import Config, load_storage
+from dstl.spi import Config
+from dstl.spi.memory import private_storage
 
 from ...changelog import ChangelogKeyedStateBackend
 from ...changelog.lineage import catch_up_delta
@@ -103,8 +103,7 @@ def refresh_standby(plan: TaskPlan, instance: int) -> Restore | None:
         committed = stamp is not None and stamp["digest"] in own.lineage
         copy.invalidate()
         key_groups = key_group_range_for_instance(instance, plan.parallelism, plan.max_parallelism)
-        private = {"dstl.storage": "memory", "dstl.memory.namespace": f"standby-{uuid.uuid4().hex}"}
-        with load_storage(private, job_id=plan.job_id) as storage:
+        with private_storage(plan.job_id, "standby") as storage:
             backend = ChangelogKeyedStateBackend(
                 storage,
                 f"{plan.operator_id}.{instance_name(key_groups)}",

@@ -5,8 +5,10 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from ...config import Config
@@ -23,6 +25,7 @@ from ...kit.changeset_reader import (
 from ...kit.changeset_storage import ChangeSetStorage, storage_settings
 from ...kit.changeset_writer import ChangeSet, ChangeSetWriter
 from ...names import MAX_NAME_LENGTH
+from ...storage import StateChangelogStorage
 from ...types import KeyGroupRange
 from ..options import NAMESPACE, PREEMPTIVE_PERSIST_THRESHOLD, UPLOAD_DELAY
 
@@ -52,6 +55,24 @@ _NAMESPACES_LOCK = threading.Lock()
 def _namespace(name: str) -> _Namespace:
     with _NAMESPACES_LOCK:
         return _NAMESPACES.setdefault(name, _Namespace())
+
+
+@contextmanager
+def private_storage(job_id: str, purpose: str) -> Iterator[StateChangelogStorage]:
+    """A memory storage in a namespace of its own, forgotten on exit: a scratch log no one else reads.
+
+    For a backend that only restores (its writer must not touch the job's logs); without
+    the forgetting, each use would leave its namespace in the process for good.
+    """
+    from ...plugins import load_storage  # the plugin registry imports this package
+
+    name = f"{purpose}-{uuid.uuid4().hex}"
+    try:
+        with load_storage({"dstl.storage": IDENTIFIER, NAMESPACE.name: name}, job_id=job_id) as storage:
+            yield storage
+    finally:
+        with _NAMESPACES_LOCK:
+            _NAMESPACES.pop(name, None)
 
 
 def namespace_objects(name: str) -> dict[str, bytearray]:

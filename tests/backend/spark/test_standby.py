@@ -112,3 +112,18 @@ def test_a_refresh_leaves_a_copy_at_a_later_batch_and_a_held_copy_alone(tmp_path
         refreshing.join(timeout=30)
     assert held == [None], "the refresh waited for, or changed, a copy a task holds"
     assert standby.refresh_standby(spare, 0) is Restore.FULL
+
+
+def test_refreshes_leave_no_namespace_of_their_private_log_behind(tmp_path, monkeypatch):
+    from dstl.spi.memory._private import storage as memory
+
+    runner = _runner(tmp_path, monkeypatch, "1h")
+    for batch_id in range(2):
+        _batch(runner, batch_id, str(tmp_path / "executor-1"), ["a"], None)
+    before = set(memory._NAMESPACES)
+    base = runner.coordinator.latest()
+    plan = runner._plan(2, base, runner._bases(base), *runner._clock(base))
+    for executor in range(3):  # each a full restore through a private log of its own
+        spare = replace(plan, working_dir=str(tmp_path / f"spare-{executor}"))
+        assert standby.refresh_standby(spare, 0) is Restore.FULL
+    assert set(memory._NAMESPACES) == before, "a refresh left its private namespace in the process"
