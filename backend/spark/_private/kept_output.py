@@ -48,14 +48,20 @@ class KeptKey:
 
     run_id: int
     batch_id: int
-    #: a digest of the instance's encoded plan (its base, lineage, materialize and wake)
+    #: a digest of the batch's plan token and the instance's encoded plan (its base, lineage,
+    #: materialize and wake)
     plan_digest: str
 
     @classmethod
     def of(cls, plan: TaskPlan, instance: int) -> KeptKey:
-        """The key of instance ``instance``'s batch in ``plan`` (its plan is not decoded)."""
+        """The key of instance ``instance``'s batch in ``plan`` (its plan is not decoded).
+
+        The plan's token keeps another query of the job that shares the working directory
+        (a first batch's plan is the same in every fresh run) from replaying this output.
+        """
         encoded = plan.instances.get(instance, "").encode()
-        return cls(plan.run_id, plan.batch_id, hashlib.sha256(encoded).hexdigest())
+        digest = hashlib.sha256(plan.batch_token.encode() + b"\0" + encoded).hexdigest()
+        return cls(plan.run_id, plan.batch_id, digest)
 
     def to_dict(self) -> dict[str, Any]:
         """The key as the kept file records it."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import json
 import time
+import uuid
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -183,6 +184,9 @@ class TaskPlan:
     #: per instance, the instances whose standby copies its executor keeps (:mod:`.standby`)
     standbys: dict[int, tuple[int, ...]] = field(default_factory=dict)
     clock: BatchClock = field(default_factory=lambda: BatchClock(int(time.time() * 1000)))
+    #: unique to this plan (one batch of one driver run): another query of the job, a
+    #: restarted one, or one whose checkpoint location was recreated never shares it
+    batch_token: str = field(default_factory=lambda: uuid.uuid4().hex)
 
     def instance(self, index: int) -> InstancePlan:
         """Instance ``index``'s own plan."""

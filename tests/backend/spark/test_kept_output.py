@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import struct
+from dataclasses import replace
 
 import pyarrow as pa
 import pytest
@@ -160,16 +161,20 @@ def test_the_key_names_the_run_the_batch_and_the_instances_own_plan():
         instances = {0: InstancePlan(materialize=materialize).to_json()}
         return TaskPlan({}, "job", "op", ("k",), ("k",), 2, 128, batch_id, run_id, "/w", instances)
 
-    key = KeptKey.of(plan(), 0)
-    assert key == KeptKey.of(plan(), 0)
-    assert KeptKey.of(plan(), 1) not in (key, None)  # an instance without a plan of its own
-    assert KeptKey.of(plan(), 1) == KeptKey.of(plan(), 1)
+    first = plan()
+    key = KeptKey.of(first, 0)
+    assert key == KeptKey.of(first, 0) == KeptKey.of(replace(first, standbys={0: (1,)}), 0)
+    assert KeptKey.of(first, 1) not in (key, None)  # an instance without a plan of its own
+    assert KeptKey.of(first, 1) == KeptKey.of(first, 1)
     others = [
         KeptKey.of(plan(run_id=3), 0),
         KeptKey.of(plan(batch_id=3), 0),
         KeptKey.of(plan(materialize=True), 0),
+        # the same run, batch and instance plan in another query sharing the working directory
+        # (another checkpoint location of the job, or the same one recreated): never replayed
+        KeptKey.of(plan(), 0),
     ]
-    assert key not in others and len(set(others)) == 3
+    assert key not in others and len(set(others)) == 4
 
 
 def test_an_output_that_cannot_be_kept_is_a_warning_not_a_failed_task(tmp_path, caplog):
@@ -178,3 +183,19 @@ def test_an_output_that_cannot_be_kept_is_a_warning_not_a_failed_task(tmp_path, 
         keep_output(gone, KEY, [_batch()], "{}")
     assert any("could not keep the output" in record.getMessage() for record in caplog.records)
     assert kept_output(gone, KEY, SCHEMA) is None
+
+
+def test_a_query_never_replays_the_output_another_query_of_the_job_kept_in_the_shared_working_dir(
+    spark, tmp_path
+):
+    """Two fresh checkpoint locations of one job, one working dir: both first batches have the same
+    run, batch and (empty) instance plans. The second query must compute its own output."""
+    from dstl.backend.spark.demo.pipeline import write_input_file
+    from tests.backend.spark.test_query import ROWS, assert_exact, local_config, run
+
+    config = local_config(tmp_path)  # one working dir for both
+    first, second = tmp_path / "first", tmp_path / "second"
+    write_input_file(first / "input", 0, ROWS // 2)  # other rows than the second query's first file
+    run(spark, first, config, 1)
+    run(spark, second, config, 2)
+    assert_exact(spark, second)
