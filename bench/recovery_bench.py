@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.spark_cluster import executor_processes, two_executors
-from bench.spark_stores import count_processors, write_inputs
+from bench.spark_stores import count_processors, file_source, write_inputs
 
 __all__ = ["main", "run_query"]
 
@@ -97,9 +97,8 @@ def run_query(
     from dstl.backend.spark._private.affinity import live_executors
 
     _, batch_api = count_processors()
-    source = spark.readStream.schema("k string").option("maxFilesPerTrigger", 1).json(str(inputs))
     query = transform_with_state(
-        source,
+        file_source(spark, inputs),
         key_columns=["k"],
         processor=batch_api,
         output_schema="k string, n long",

@@ -135,7 +135,8 @@ def _dir_bytes(*directories: Path) -> tuple[int, int]:
     return sum(st.st_size for st in stats), sum(st.st_blocks * 512 for st in stats)
 
 
-def _source(spark: Any, inputs: Path) -> Any:
+def file_source(spark: Any, inputs: Path) -> Any:
+    """The job's input: the JSON files of ``inputs``, one file a batch (as every engine reads them)."""
     return spark.readStream.schema("k string").option("maxFilesPerTrigger", 1).json(str(inputs))
 
 
@@ -175,7 +176,7 @@ def _run_dstl(spark: Any, inputs: Path, workdir: Path, *, batch_api: bool) -> St
     per_key, batch = count_processors()
     name = "batch" if batch_api else "per-key"
     query = transform_with_state(
-        _source(spark, inputs),
+        file_source(spark, inputs),
         key_columns=["k"],
         processor=batch if batch_api else per_key,
         output_schema="k string, n long",
@@ -265,7 +266,7 @@ def run_apply_in_pandas_with_state(spark: Any, inputs: Path, workdir: Path) -> S
 
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", HDFS)
     output = (
-        _source(spark, inputs)
+        file_source(spark, inputs)
         .groupBy("k")
         .applyInPandasWithState(count, "k string, n long", "n long", "update", GroupStateTimeout.NoTimeout)
     )
@@ -293,7 +294,7 @@ def run_transform_with_state_rocksdb(spark: Any, inputs: Path, workdir: Path) ->
 
     _use_rocksdb(spark)
     output = (
-        _source(spark, inputs)
+        file_source(spark, inputs)
         .groupBy("k")
         .transformWithStateInPandas(Count(), "k string, n long", "Update", "None")
     )
@@ -325,7 +326,9 @@ def run_transform_with_state_rows(spark: Any, inputs: Path, workdir: Path) -> St
 
     _use_rocksdb(spark)
     output = (
-        _source(spark, inputs).groupBy("k").transformWithState(Count(), "k string, n long", "Update", "None")
+        file_source(spark, inputs)
+        .groupBy("k")
+        .transformWithState(Count(), "k string, n long", "Update", "None")
     )
     return _spark_query_result(
         "transformWithState",
@@ -338,7 +341,7 @@ def run_transform_with_state_rows(spark: Any, inputs: Path, workdir: Path) -> St
 def run_jvm_count(spark: Any, inputs: Path, workdir: Path) -> StoreResult:
     """The job as Spark's JVM aggregation: ``groupBy("k").count()`` (RocksDB store, changelog)."""
     _use_rocksdb(spark)
-    output = _source(spark, inputs).groupBy("k").count()
+    output = file_source(spark, inputs).groupBy("k").count()
     return _spark_query_result(
         "jvm-count", "Spark JVM groupBy().count() (RocksDB, changelog)", output, workdir / "jvm-checkpoint"
     )
@@ -365,7 +368,7 @@ def run_floor(spark: Any, inputs: Path, workdir: Path) -> StoreResult:
         shuffled.mapInArrow(_count_in_batch, "k string, n long").write.format("noop").mode("overwrite").save()
 
     query = (
-        _source(spark, inputs)
+        file_source(spark, inputs)
         .writeStream.foreachBatch(move)
         .option("checkpointLocation", str(workdir / "floor-checkpoint"))
         .trigger(availableNow=True)
