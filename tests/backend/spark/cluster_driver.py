@@ -70,7 +70,7 @@ def _executor_kill(
     spark: Any, workdir: Path, config: dict[str, Any], *, between_batches: bool = False
 ) -> dict[str, Any]:
     """Kill an executor while batches run, or between them (after the 4th, known lost before the 5th)."""
-    from dstl.backend.spark._private.affinity import live_executors
+    from dstl.backend.spark._private.affinity import ExecutorHomes, live_executors
     from dstl.backend.spark.demo.pipeline import start_pipeline, write_input_file
 
     executors = two_executors(spark.sparkContext)  # an earlier kill's replacement registered
@@ -92,6 +92,7 @@ def _executor_kill(
                     raise RuntimeError(f"executor {executors[-1]} was never known lost")
                 time.sleep(0.5)
             two_executors(spark.sparkContext)  # and its replacement registered
+            time.sleep(ExecutorHomes.EXECUTORS_TTL)  # and the driver's list of executors knows it
         for index in range(4 if between_batches else 3, 9):  # batches in flight while the executor dies
             write_input_file(workdir / "input", index, ROWS)
             if index == 4 and not between_batches:
