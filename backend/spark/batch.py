@@ -2,17 +2,23 @@
 
 Grouping costs one vectorized pass (``ngroup`` and a stable sort), not a pandas
 object per key: a batch processor reads whole columns and the per-key offsets,
-and the per-key API slices the sorted rows.
+and the per-key API slices the sorted rows. Rows that reached Python as Arrow are
+grouped as Arrow and become pandas only when :attr:`KeyedBatch.rows` is read.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
+
+from ._private.instance_rows import ArrowRows
 
 if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
+    import pyarrow as pa
 
     from ..keyed import KeySet
 
@@ -37,8 +43,12 @@ class KeyedBatch:
     def __init__(
         self, rows: pd.DataFrame, keys: list[Any], offsets: np.ndarray, key_set: KeySet | None = None
     ) -> None:
-        self._rows = rows
+        self._rows: pd.DataFrame | None = rows
         self._order: np.ndarray | None = None  # set by :meth:`of`: ``rows`` is the frame, unsorted
+        self._arrow: ArrowRows | None = None  # set by :meth:`of` for Arrow rows: decoded when read
+        self._columns: dict[str, np.ndarray] = {}  # columns of Arrow rows decoded one by one
+        #: where the time spent turning Arrow rows into pandas is added up (``to_pandas``, ms)
+        self.decode_phases: dict[str, float] | None = None
         self.keys = keys
         self.offsets = offsets
         self.key_set = key_set
@@ -47,31 +57,44 @@ class KeyedBatch:
     @property
     def rows(self) -> pd.DataFrame:
         """The rows, each key's together, keys in first-seen order."""
-        if self._order is not None:
+        if self._arrow is not None:  # Arrow is sorted first: the pandas frame is built in order
+            with self._decoding():
+                self._rows = self._arrow.take(self._order).frame()
+            self._arrow = self._order = None
+            self._columns.clear()
+        elif self._order is not None:
+            assert self._rows is not None
             self._rows = self._rows.iloc[self._order].reset_index(drop=True)
             self._order = None
+        assert self._rows is not None
         return self._rows
 
     @classmethod
-    def of(cls, frame: pd.DataFrame, key_columns: Sequence[str]) -> KeyedBatch:
-        """Group ``frame`` by ``key_columns`` (null is a key of its own, as in ``groupby(dropna=False)``)."""
+    def of(cls, rows: pd.DataFrame | ArrowRows, key_columns: Sequence[str]) -> KeyedBatch:
+        """Group ``rows`` by ``key_columns`` (null is a key of its own, as in ``groupby(dropna=False)``).
+
+        Arrow rows stay Arrow: their keys are the values their pandas frame would give.
+        """
         import numpy as np
 
         columns = list(key_columns)
-        if frame.empty:
+        if not len(rows):
+            frame = rows.frame() if isinstance(rows, ArrowRows) else rows
             return cls(frame, [], np.zeros(1, dtype=np.int64))
-        ids = _group_ids(frame, columns)
+        ids, keys = _arrow_grouped(rows, columns) if isinstance(rows, ArrowRows) else (None, None)
+        if ids is None:  # a pandas frame; or Arrow keys whose pandas values differ from Arrow's
+            key_frame = rows.select(columns).frame() if isinstance(rows, ArrowRows) else rows
+            ids = _group_ids(key_frame, columns)
         order = np.argsort(ids, kind="stable")
         counts = np.bincount(ids)
         offsets = np.zeros(len(counts) + 1, dtype=np.int64)
         np.cumsum(counts, out=offsets[1:])
         first_rows = order[offsets[:-1]]
-        if len(columns) == 1:
-            keys = frame[columns[0]].take(first_rows).tolist()
-        else:
-            keys = list(zip(*(frame[column].take(first_rows).tolist() for column in columns), strict=True))
-        batch = cls(frame, keys, offsets)
+        if keys is None:
+            keys = _keys_at(key_frame, columns, first_rows)
+        batch = cls(None if isinstance(rows, ArrowRows) else rows, keys, offsets)
         batch._order = order
+        batch._arrow = rows if isinstance(rows, ArrowRows) else None
         batch.first_rows = first_rows
         return batch
 
@@ -97,8 +120,62 @@ class KeyedBatch:
             yield key, rows.iloc[offsets[index] : offsets[index + 1]]
 
     def column(self, name: str) -> np.ndarray:
-        """A column of :attr:`rows` as an array, in row order."""
+        """A column of :attr:`rows` as an array, in row order (of Arrow rows, only that column is decoded)."""
+        if self._arrow is not None:
+            if name not in self._columns:
+                with self._decoding():
+                    self._columns[name] = (
+                        self._arrow.select([name]).take(self._order).frame()[name].to_numpy()
+                    )
+            return self._columns[name]
         return self.rows[name].to_numpy()
+
+    @contextmanager
+    def _decoding(self) -> Iterator[None]:
+        """Time a conversion of Arrow rows to pandas into :attr:`decode_phases` (``to_pandas``)."""
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            if self.decode_phases is not None:
+                spent = (time.perf_counter() - began) * 1000
+                self.decode_phases["to_pandas"] = round(self.decode_phases.get("to_pandas", 0.0) + spent, 3)
+
+
+def _keys_at(frame: pd.DataFrame, columns: list[str], positions: np.ndarray) -> list[Any]:
+    """The keys at ``positions`` of ``frame``: Python values, a tuple per key of several columns."""
+    if len(columns) == 1:
+        return list(frame[columns[0]].take(positions).tolist())
+    return list(zip(*(frame[column].take(positions).tolist() for column in columns), strict=True))
+
+
+def _arrow_grouped(rows: ArrowRows, columns: list[str]) -> tuple[np.ndarray | None, list[Any] | None]:
+    """Group ids and keys of one Arrow key column whose Python values are its pandas values.
+
+    Strings, and integers without nulls, convert alike (pandas turns an integer column
+    with nulls into floats); ``(None, None)`` for any other key.
+    """
+    import pyarrow as pa
+
+    if len(columns) != 1:
+        return None, None
+    values = rows.table.column(columns[0])
+    kind = values.type
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)) and not (
+        pa.types.is_integer(kind) and values.null_count == 0
+    ):
+        return None, None
+    ids, distinct = _encoded(values.combine_chunks())
+    return ids, distinct.to_pylist()  # the distinct values in first-seen order: the keys
+
+
+def _encoded(values: pa.Array) -> tuple[np.ndarray, pa.Array]:
+    """Each value's group number (first-seen order, null a group of its own), and the groups' values."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    encoded = pc.dictionary_encode(values, null_encoding="encode")
+    return np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64), encoded.dictionary
 
 
 def _group_ids(frame: pd.DataFrame, columns: list[str]) -> np.ndarray:
@@ -107,14 +184,12 @@ def _group_ids(frame: pd.DataFrame, columns: list[str]) -> np.ndarray:
     One column of strings or integers is encoded by Arrow (a third of pandas' time
     at 100k rows); any other key, and a column Arrow cannot type, by pandas.
     """
-    import numpy as np
     import pandas as pd
 
     if len(columns) == 1:
         column = frame[columns[0]]
         if column.dtype == object or pd.api.types.is_integer_dtype(column.dtype):
             import pyarrow as pa
-            import pyarrow.compute as pc
 
             try:
                 values = pa.array(column, from_pandas=True)
@@ -125,6 +200,5 @@ def _group_ids(frame: pd.DataFrame, columns: list[str]) -> np.ndarray:
                 or pa.types.is_large_string(values.type)
                 or pa.types.is_integer(values.type)
             ):
-                encoded = pc.dictionary_encode(values, null_encoding="encode")
-                return np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
+                return _encoded(values)[0]
     return frame.groupby(columns, sort=False, dropna=False).ngroup().to_numpy()

@@ -58,9 +58,7 @@ def resolve_job_id(
     recorded = _read_record(fs, path)
     if recorded is None:
         chosen = (
-            requested
-            or _legacy_job(legacy_state_dir, config)
-            or default_job_id(fs.unstrip_protocol(root))
+            requested or _legacy_job(legacy_state_dir, config) or default_job_id(fs.unstrip_protocol(root))
         )
         fs.makedirs(root, exist_ok=True)
         try:

@@ -256,18 +256,9 @@ class StatefulProcessor(ABC):
         before touching state); return the output as :meth:`handle_batch` does, or
         an iterable of row dicts.
         """
-        from .batch import KeyedBatch
+        from ._private.grouping import keyed_batch
 
-        began = time.perf_counter()
-        batch = KeyedBatch.of(rows, context.key_columns)
-        routed = context.routed_key_groups
-        if routed is not None and batch.first_rows is not None and len(routed) == len(rows):
-            batch.key_set = context.key_set(batch.keys, key_groups=routed[batch.first_rows].tolist())
-        else:
-            batch.key_set = context.key_set(batch.keys)
-        context.keys_touched.add_distinct(batch.keys)
-        context.phases_ms["group"] = round((time.perf_counter() - began) * 1000, 3)
-        return self.handle_batch(batch, context)
+        return self.handle_batch(keyed_batch(rows, context), context)
 
     def handle_expired_timer(self, key: Any, expiry_ms: int, context: StateContext) -> Output:
         """A timer of ``key`` fired (it is removed already); returns rows as ``handle_input_rows`` does.

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..processor import StatefulProcessor
 from .columns import INSTANCE_COLUMN, REPORT_COLUMN
+from .instance_rows import PandasRows
 from .protocol import TaskPlan
 from .task import process_instance
 
@@ -24,7 +25,7 @@ def run_instance(
 
     source = rows if len(rows) else initial
     instance = int(source[INSTANCE_COLUMN].iloc[0])
-    output, report = process_instance(plan, make_processor, rows, instance, initial)
+    output, report = process_instance(plan, make_processor, PandasRows(rows), instance, initial)
     frame = pd.DataFrame(output)
     frame[REPORT_COLUMN] = pd.Series([None] * len(frame), dtype=object)
     meta = {**dict.fromkeys(plan.output_columns), REPORT_COLUMN: report.to_json()}

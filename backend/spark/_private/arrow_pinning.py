@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from ..processor import StatefulProcessor
 from .affinity import arrow_batches
 from .columns import INSTANCE_COLUMN
+from .instance_rows import ArrowRows, InstanceRows, PandasRows
 from .kept_output import KeptKey, keep_output, kept_output
 from .output import output_batch
 from .protocol import TaskPlan
@@ -33,7 +34,7 @@ from .task import process_instance, working_copy_of
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["CARRIER_SCHEMA", "arrow_groups", "frame_of", "pinned_arrow_function", "run_instance"]
+__all__ = ["CARRIER_SCHEMA", "arrow_groups", "pinned_arrow_function", "run_instance"]
 
 #: One row per instance: its index and its rows as Arrow IPC streams.
 CARRIER_SCHEMA = f"{INSTANCE_COLUMN} int, streams array<binary>"
@@ -74,24 +75,12 @@ def _ipc_stream(batch: Any) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-def _frame(streams: list[bytes], timezone: str) -> Any:
-    """An instance's rows, from its IPC streams, as one pandas frame (:func:`frame_of`)."""
+def _rows(streams: list[bytes], timezone: str) -> ArrowRows:
+    """An instance's rows, from its IPC streams, as one Arrow table (pandas only when read)."""
     import pyarrow as pa
 
-    return frame_of(
-        pa.concat_tables(pa.ipc.open_stream(pa.py_buffer(stream)).read_all() for stream in streams), timezone
-    )
-
-
-def frame_of(table: Any, timezone: str) -> Any:
-    """An Arrow table of rows as a pandas frame, converted as Spark's ``applyInPandas`` converts them."""
-    import pyarrow as pa
-
-    frame = table.to_pandas(coerce_temporal_nanoseconds=True)  # Spark hands pandas datetime64[ns]
-    for field in table.schema:  # Spark hands pandas its timestamps as naive session-local times
-        if pa.types.is_timestamp(field.type) and field.type.tz is not None:
-            frame[field.name] = frame[field.name].dt.tz_convert(timezone).dt.tz_localize(None)
-    return frame
+    table = pa.concat_tables(pa.ipc.open_stream(pa.py_buffer(stream)).read_all() for stream in streams)
+    return ArrowRows(table, timezone)
 
 
 def pinned_arrow_function(
@@ -114,10 +103,10 @@ def pinned_arrow_function(
             for instance, streams in zip(instances, carrier.column("streams").to_pylist(), strict=True):
                 if streams or instance in plan.wake:  # else its snapshot carries forward (driver side)
                     began = time.perf_counter()
-                    frame = _frame(streams, timezone) if streams else _empty(columns)
+                    rows = _rows(streams, timezone) if streams else _empty(columns)
                     decode_ms = round((time.perf_counter() - began) * 1000, 3)
                     yield from run_instance(
-                        plan, make_processor, instance, frame, timezone, decode_ms, reports
+                        plan, make_processor, instance, rows, timezone, decode_ms, reports
                     )
                 elif plan.standbys.get(instance):  # no rows here (or a standby-only task): the copies
                     refresh_later(plan, plan.standbys[instance])
@@ -125,17 +114,17 @@ def pinned_arrow_function(
     return reporting(process, sender)
 
 
-def _empty(columns: tuple[str, ...]) -> Any:
+def _empty(columns: tuple[str, ...]) -> PandasRows:
     import pandas as pd
 
-    return pd.DataFrame(columns=list(columns))
+    return PandasRows(pd.DataFrame(columns=list(columns)))
 
 
 def run_instance(
     plan: TaskPlan,
     make_processor: Callable[[], StatefulProcessor],
     instance: int,
-    frame: Any,
+    rows: InstanceRows,
     timezone: str,
     decode_ms: float,
     reports: list[str],
@@ -152,7 +141,7 @@ def run_instance(
     with copy.exclusive():  # no other attempt runs the batch between the check and the keeping
         kept = kept_output(copy.path, key, output_batch({}, plan.output_schema, timezone).schema)
         if kept is None:
-            output, report = process_instance(plan, make_processor, frame, instance)
+            output, report = process_instance(plan, make_processor, rows, instance)
             encoding = time.perf_counter()
             batches = [output_batch(output, plan.output_schema, timezone)]
             phases = {

@@ -16,8 +16,9 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..processor import StatefulProcessor
-from .arrow_pinning import frame_of, run_instance
+from .arrow_pinning import run_instance
 from .columns import INSTANCE_COLUMN
+from .instance_rows import ArrowRows
 from .protocol import TaskPlan
 from .report_channel import ReportSender, reporting
 
@@ -95,10 +96,11 @@ def shuffled_arrow_function(
         instances = table.column(INSTANCE_COLUMN)
         present = sorted(pc.unique(instances).to_pylist())
         for instance in present:
-            rows = table if len(present) == 1 else table.filter(pc.equal(instances, instance))
-            frame = frame_of(rows, timezone)
+            rows = ArrowRows(
+                table if len(present) == 1 else table.filter(pc.equal(instances, instance)), timezone
+            )
             decode_ms = round((time.perf_counter() - began) * 1000, 3)
-            yield from run_instance(plan, make_processor, instance, frame, timezone, decode_ms, reports)
+            yield from run_instance(plan, make_processor, instance, rows, timezone, decode_ms, reports)
             began = time.perf_counter()
 
     return reporting(process, sender)

@@ -25,6 +25,8 @@ from ..processor import BatchClock, StateContext, StatefulProcessor
 from .bring_up import bring_up, offer_when_done
 from .collected import Collected
 from .columns import EVENT_TIME_COLUMN, INSTANCE_COLUMN, KEY_GROUP_COLUMN, WAKE_KEY_GROUP
+from .grouping import keyed_batch
+from .instance_rows import ArrowRows, InstanceRows
 from .output import check_output_types, output_columns
 from .protocol import InstanceReport, InstanceStats, TaskPlan
 from .working_copy import WorkingCopy, snapshot_digest
@@ -81,7 +83,7 @@ def working_copy_of(plan: TaskPlan, instance: int, cfg: Config | None = None) ->
 def process_instance(
     plan: TaskPlan,
     make_processor: Callable[[], StatefulProcessor],
-    rows: Any,
+    rows: InstanceRows,
     instance: int,
     initial: Any = None,
 ) -> tuple[dict[str, list[Any]], InstanceReport]:
@@ -149,7 +151,7 @@ def process_instance(
             if initial is not None and len(initial):
                 _load_initial_state(processor, context, initial)
             output = (
-                output_columns(processor.handle_input_batch(user_rows, context), plan.output_columns)
+                output_columns(_handled(processor, user_rows, context), plan.output_columns)
                 if len(user_rows)
                 else output_columns(None, plan.output_columns)
             )
@@ -245,27 +247,43 @@ def _load_initial_state(processor: StatefulProcessor, context: StateContext, ini
         processor.handle_initial_state(key, key_rows, context)
 
 
-def _on_time(rows: Any, clock: BatchClock, *, woken: bool) -> tuple[Any, Any, dict[str, Any]]:
+def _on_time(rows: InstanceRows, clock: BatchClock, *, woken: bool) -> tuple[Any, Any, dict[str, Any]]:
     """The rows the processor gets: no wake rows, and in event time none at or below the late watermark.
 
     Returns them (without dstl's columns), each one's key group as the routing computed
     it, and the batch's figures: the data rows, the largest event time seen (late rows
     count, as in Spark) and how many were late.
     """
-    data = rows[rows[KEY_GROUP_COLUMN] != WAKE_KEY_GROUP] if woken and len(rows) else rows
+    import numpy as np
+
+    data = rows.where(rows.numbers(KEY_GROUP_COLUMN) != WAKE_KEY_GROUP) if woken and len(rows) else rows
     stats: dict[str, Any] = {"rows": len(data)}
     if EVENT_TIME_COLUMN in data.columns:
-        event = data[EVENT_TIME_COLUMN]
-        stats["max_event_ms"] = int(event.max()) if event.notna().any() else None
+        event = np.asarray(data.numbers(EVENT_TIME_COLUMN), dtype=np.float64)  # a null is NaN
+        known = ~np.isnan(event)
+        stats["max_event_ms"] = int(event[known].max()) if known.any() else None
         late_before = clock.late_before()
         if late_before is not None:
             # Spark's rule: a row whose event time is at or below the watermark is late, and dropped
-            on_time = event.isna() | (event > late_before)
+            on_time = ~known | (event > late_before)
             stats["late_rows"] = int(len(data) - int(on_time.sum()))
-            data = data[on_time]
-        data = data.drop(columns=[EVENT_TIME_COLUMN])
-    routed = data[KEY_GROUP_COLUMN].to_numpy(dtype="int64", copy=False)
-    return data.drop(columns=[KEY_GROUP_COLUMN, INSTANCE_COLUMN]), routed, stats
+            data = data.where(on_time)
+        data = data.without([EVENT_TIME_COLUMN])
+    routed = np.asarray(data.numbers(KEY_GROUP_COLUMN), dtype=np.int64)
+    return data.without([KEY_GROUP_COLUMN, INSTANCE_COLUMN]), routed, stats
+
+
+def _handled(processor: StatefulProcessor, rows: InstanceRows, context: StateContext) -> Any:
+    """The processor's output for the batch's rows: Arrow rows go to its batch API as they are.
+
+    A processor that overrides ``handle_input_batch`` gets the pandas frame it declares.
+    """
+    if (
+        isinstance(rows, ArrowRows)
+        and type(processor).handle_input_batch is StatefulProcessor.handle_input_batch
+    ):
+        return processor.handle_batch(keyed_batch(rows, context), context)
+    return processor.handle_input_batch(rows.frame(), context)
 
 
 def _fire_timers(

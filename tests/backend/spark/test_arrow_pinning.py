@@ -73,6 +73,42 @@ def test_the_instances_run_in_an_arrow_operator_on_both_placements(
     assert_exact(spark, workdir)
 
 
+class CountingFromRows(Counting):
+    """As :class:`Counting`, with each key's count read from the rows as pandas."""
+
+    def handle_batch(self, batch, context):
+        counts = batch.rows.groupby("user", sort=False).size().tolist()
+        assert counts == batch.counts().tolist()
+        return super().handle_batch(batch, context)
+
+
+@pytest.mark.parametrize(
+    ("placement", "processor", "to_pandas"),
+    [("sticky", Counting, False), ("sticky", CountingFromRows, True), ("spark", Counting, False)],
+    ids=["arrow, keys and counts", "arrow, rows read", "spark's pandas"],
+)
+def test_a_batch_processor_gets_the_rows_as_arrow_and_pays_for_pandas_only_when_it_reads_them(
+    spark, tmp_path, placement, processor, to_pandas
+):
+    """On the Arrow placements the batch holds Arrow rows: a processor that reads only keys and
+    counts never converts a row to pandas (no ``to_pandas`` phase). On Spark's placement Spark
+    hands pandas over, and dstl converts nothing."""
+    written: list[tuple] = []
+    progress = run_counting(
+        spark,
+        tmp_path,
+        lambda frame, _: written.extend(map(tuple, frame.collect())),
+        placement,
+        processor=processor,
+    )
+    assert [p.rows for p in progress] == [30, 40, 50]
+    assert all("group" in p.task_phases_ms for p in progress)
+    assert all(("to_pandas" in p.task_phases_ms) == to_pandas for p in progress), [
+        p.task_phases_ms for p in progress
+    ]
+    assert sorted(written)[-1] == ("u9", 3) and len(written) == 120
+
+
 class LatestSeen(StatefulProcessor):
     """Per user: the latest timestamp seen, a double that is NaN, and the row count (a value state)."""
 

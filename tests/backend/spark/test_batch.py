@@ -1,10 +1,13 @@
 """Grouping an instance's rows once (sort + offsets), and a processor's output in any form as columns."""
 
+import datetime as dt
 import math
 
 import pandas as pd
+import pyarrow as pa
 import pytest
 
+from dstl.backend.spark._private.instance_rows import ArrowRows
 from dstl.backend.spark._private.output import output_columns
 from dstl.backend.spark.batch import KeyedBatch
 from dstl.backend.spark.processor import TouchedKeys
@@ -56,6 +59,59 @@ def test_a_batch_read_by_its_keys_and_counts_never_copies_the_rows():
     assert batch._rows is frame
     assert batch.rows["n"].tolist() == [1, 3, 2]
     assert batch.rows is batch.rows  # sorted once
+
+
+@pytest.mark.parametrize(
+    ("columns", "key_columns", "decoded_to_group"),
+    [
+        ({"k": pa.array(["b", "a", None, "b", "ü", None, "a"])}, ["k"], False),  # strings: Arrow
+        ({"k": pa.array(["b", "a", "b"], pa.large_string())}, ["k"], False),
+        ({"k": pa.array([3, -1, 3, 2**40, -1], pa.int64())}, ["k"], False),  # longs: Arrow
+        ({"k": pa.array([3, 1, 3], pa.int8())}, ["k"], False),
+        ({"k": pa.array([3, None, 3, 7], pa.int64())}, ["k"], True),  # pandas makes these floats
+        ({"k": pa.array([0.5, None, 0.5, -0.0, 0.0])}, ["k"], True),
+        ({"k": pa.array([b"x", b"y", b"x"])}, ["k"], True),
+        ({"k": pa.array([dt.datetime(2026, 3, 29, 1, 30)] * 2, pa.timestamp("us", tz="UTC"))}, ["k"], True),
+        ({"a": pa.array([1, 1, 2, 1]), "b": pa.array([1.5, 2.5, 1.5, 1.5])}, ["a", "b"], True),
+    ],
+    ids=[
+        "strings",
+        "large-strings",
+        "longs",
+        "bytes-ints",
+        "nullable-longs",
+        "floats",
+        "binary",
+        "timestamps",
+        "two",
+    ],
+)
+def test_arrow_rows_group_into_the_batch_their_pandas_frame_gives(
+    monkeypatch, columns, key_columns, decoded_to_group
+):
+    rows = ArrowRows(pa.table({**columns, "i": range(len(next(iter(columns.values()))))}), "Europe/Berlin")
+    expected = KeyedBatch.of(rows.frame(), key_columns)
+    decoded: list[list[str]] = []
+    decode = ArrowRows.frame
+    monkeypatch.setattr(ArrowRows, "frame", lambda self: decoded.append(self.columns) or decode(self))
+    batch = KeyedBatch.of(rows, key_columns)
+    # only keys whose Python values differ from Arrow's are decoded, and only their columns
+    assert decoded == ([key_columns] if decoded_to_group else [])
+    assert [repr(key) for key in batch.keys] == [repr(key) for key in expected.keys]
+    assert batch.offsets.tolist() == expected.offsets.tolist()
+    assert batch.first_rows.tolist() == expected.first_rows.tolist()
+    assert batch._rows is None, "grouping decoded every row"
+    assert batch.column("i").tolist() == expected.column("i").tolist()
+    assert batch._rows is None, "reading one column decoded every row"
+    pd.testing.assert_frame_equal(batch.rows, expected.rows)
+    assert [rows["i"].tolist() for _, rows in batch.per_key()] == [
+        rows["i"].tolist() for _, rows in expected.per_key()
+    ]
+
+
+def test_empty_arrow_rows_make_an_empty_batch():
+    batch = KeyedBatch.of(ArrowRows(pa.table({"k": pa.array([], pa.string())}), "UTC"), ["k"])
+    assert len(batch) == 0 and batch.rows.empty and list(batch.rows.columns) == ["k"]
 
 
 def test_touched_keys_count_each_key_once():

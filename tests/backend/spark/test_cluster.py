@@ -66,6 +66,8 @@ def test_in_steady_state_at_most_5_percent_of_instance_batches_restore_in_full(c
     assert full <= 0.05 * instance_batches, [(p["batch_id"], p["full_restores"]) for p in progress]
     assert sum(p["warm_instances"] + p["caught_up"] for p in progress[WARM_UP:]) >= 0.95 * instance_batches
     assert steady["exact"]["wrong"] == [] and steady["exact"]["unexpected"] == []
+    # the pinned instances got their rows as Arrow: the demo's reads of them converted them to pandas
+    assert all("to_pandas" in p["task_phases_ms"] for p in progress if p["rows"]), progress
 
 
 @pytest.mark.slow

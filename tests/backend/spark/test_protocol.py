@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pandas as pd
 import pytest
 
 from dstl.backend.changelog import snapshot as snapshot_module
@@ -10,6 +9,7 @@ from dstl.backend.spark import StatefulProcessor
 from dstl.backend.spark._private import task
 from dstl.backend.spark._private.call_checks import job_config
 from dstl.backend.spark._private.columns import EVENT_TIME_COLUMN, INSTANCE_COLUMN, KEY_GROUP_COLUMN
+from dstl.backend.spark._private.instance_rows import ArrowRows
 from dstl.backend.spark._private.protocol import InstancePlan, InstanceReport, InstanceStats, Restore
 from dstl.backend.spark._private.runner import BatchRunner, Phases, QuerySpec
 from dstl.spi import InvalidHandleError
@@ -29,12 +29,15 @@ class Count(StatefulProcessor):
         yield {"k": key, "n": total}
 
 
-def _rows(runner: BatchRunner, instance: int, keys: list[str]) -> pd.DataFrame:
-    """The instance's rows as the driver routes them (key group and instance columns)."""
+def _rows(runner: BatchRunner, instance: int, keys: list[str]) -> ArrowRows:
+    """The instance's rows as the driver routes them (key group and instance columns), as Arrow."""
+    import pyarrow as pa
+
     from dstl.backend.keygroups import key_group_for
 
     groups = [key_group_for(key, runner.max_parallelism) for key in keys]
-    return pd.DataFrame({"k": keys, KEY_GROUP_COLUMN: groups, INSTANCE_COLUMN: [instance] * len(keys)})
+    table = pa.table({"k": keys, KEY_GROUP_COLUMN: groups, INSTANCE_COLUMN: [instance] * len(keys)})
+    return ArrowRows(table, "UTC")
 
 
 def test_a_snapshot_is_serialized_at_most_twice_between_the_instances_checkpoint_and_chk_json(

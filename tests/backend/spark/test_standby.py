@@ -6,16 +6,14 @@ import threading
 from collections import Counter
 from dataclasses import replace
 
-import pandas as pd
 import pytest
 
 from dstl.backend.spark._private import standby, task
 from dstl.backend.spark._private.call_checks import job_config
-from dstl.backend.spark._private.columns import INSTANCE_COLUMN, KEY_GROUP_COLUMN
 from dstl.backend.spark._private.protocol import Restore
 from dstl.backend.spark._private.runner import BatchRunner, Phases, QuerySpec
 
-from .test_protocol import Count
+from .test_protocol import Count, _rows
 from .test_query import local_config
 
 pytest.importorskip("pyspark")
@@ -34,13 +32,6 @@ def _runner(tmp_path, monkeypatch, interval: str, **extra: str) -> BatchRunner:
     return BatchRunner(job_config({}, config, str(tmp_path / "chk")), spec)
 
 
-def _rows(runner: BatchRunner, keys: list[str]) -> pd.DataFrame:
-    from dstl.backend.keygroups import key_group_for
-
-    groups = [key_group_for(key, runner.max_parallelism) for key in keys]
-    return pd.DataFrame({"k": keys, KEY_GROUP_COLUMN: groups, INSTANCE_COLUMN: [0] * len(keys)})
-
-
 def _batch(runner: BatchRunner, batch_id: int, working_dir: str, keys: list[str], standby_dir: str | None):
     """One batch: the standby refreshes to its base (as after the home's task), the home runs it."""
     base = runner.coordinator.latest()
@@ -51,7 +42,7 @@ def _batch(runner: BatchRunner, batch_id: int, working_dir: str, keys: list[str]
     if standby_dir is not None:
         refreshed = standby.refresh_standby(replace(plan, working_dir=standby_dir), 0)
     output, report = task.process_instance(
-        replace(plan, working_dir=working_dir), Count, _rows(runner, keys), 0
+        replace(plan, working_dir=working_dir), Count, _rows(runner, 0, keys), 0
     )
     runner.complete_batch(batch_id, base, bases, clock, [report.to_json()], Phases(0.0))
     return refreshed, report.stats.restore, dict(zip(output["k"], output["n"], strict=True))

@@ -1,5 +1,7 @@
 """A task brings its working copy up: it moves onto a background snapshot of its run, or removes it."""
 
+import pytest
+
 from dstl.backend.changelog import ChangelogKeyedStateBackend
 from dstl.backend.spark._private.bring_up import bring_up
 from dstl.backend.spark._private.working_copy import WorkingCopy
@@ -132,8 +134,10 @@ def test_fired_timers_are_counted_whatever_rows_their_handlers_return(memory_con
         backend.close()
 
 
-def test_the_rows_key_groups_from_the_routing_stay_aligned_with_the_rows_the_processor_gets():
+@pytest.mark.parametrize("kind", ["arrow", "pandas"])
+def test_the_rows_key_groups_from_the_routing_stay_aligned_with_the_rows_the_processor_gets(kind):
     import pandas as pd
+    import pyarrow as pa
 
     from dstl.backend.spark import BatchClock, TimeMode
     from dstl.backend.spark._private.columns import (
@@ -142,18 +146,19 @@ def test_the_rows_key_groups_from_the_routing_stay_aligned_with_the_rows_the_pro
         KEY_GROUP_COLUMN,
         WAKE_KEY_GROUP,
     )
+    from dstl.backend.spark._private.instance_rows import ArrowRows, PandasRows
     from dstl.backend.spark._private.task import _on_time
 
-    rows = pd.DataFrame(
-        {
-            "k": ["a", "wake", "b", "late", "c"],
-            KEY_GROUP_COLUMN: [5, WAKE_KEY_GROUP, 6, 7, 8],
-            INSTANCE_COLUMN: [0] * 5,
-            EVENT_TIME_COLUMN: [2_000, 0, 3_000, 500, 4_000],
-        }
-    )
+    columns = {
+        "k": ["a", "wake", "b", "late", "c", "unknown"],
+        KEY_GROUP_COLUMN: [5, WAKE_KEY_GROUP, 6, 7, 8, 9],
+        INSTANCE_COLUMN: [0] * 6,
+        EVENT_TIME_COLUMN: [2_000, 0, 3_000, 500, 4_000, None],  # no event time: never late
+    }
+    rows = ArrowRows(pa.table(columns), "UTC") if kind == "arrow" else PandasRows(pd.DataFrame(columns))
     clock = BatchClock(10_000, watermark_ms=1_000, mode=TimeMode.EVENT)
     user_rows, routed, stats = _on_time(rows, clock, woken=True)
-    assert user_rows["k"].tolist() == ["a", "b", "c"] and list(user_rows.columns) == ["k"]
-    assert routed.tolist() == [5, 6, 8]
-    assert stats["late_rows"] == 1
+    assert type(user_rows) is type(rows), "the rows stay as they came"
+    assert user_rows.frame()["k"].tolist() == ["a", "b", "c", "unknown"] and user_rows.columns == ["k"]
+    assert routed.tolist() == [5, 6, 8, 9]
+    assert stats == {"rows": 5, "max_event_ms": 4_000, "late_rows": 1}
