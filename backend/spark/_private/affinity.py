@@ -34,6 +34,7 @@ from ..options import (
     SPARK_WORKING_DIR,
 )
 from .protocol import InstanceStats, Restore
+from .report_channel import CopyStatus
 
 __all__ = ["ExecutorHomes", "executors_to_pin", "pinned_instances"]
 
@@ -42,6 +43,12 @@ log = logging.getLogger(__name__)
 #: Restores that say the instance's task ran where its copy was not at the base.
 _MOVED = frozenset({Restore.CAUGHT_UP, Restore.FULL})
 
+#: ``(executor id, host)``
+Executor = tuple[str, str]
+
+#: The most tasks of one stage read back to find where the copies' reports came from.
+_MOST_TASKS = 100_000
+
 
 class ExecutorHomes:
     """Driver side: the home executor of every instance, kept while that executor lives.
@@ -49,6 +56,12 @@ class ExecutorHomes:
     Instances whose executor is gone (or that have none yet) move to their standby
     executor when it lives, else to the live executor with the fewest instances; the
     others never move, so a new or a lost executor moves only the instances it must.
+
+    Homes are balanced again without a full restore in the batch (Kafka Streams'
+    warm-up replicas): while one executor has two instances more than another (a lost
+    executor's replacement has none), one instance of the fullest keeps a copy on the
+    emptiest, refreshed as a standby copy is, and moves there once a task there reports
+    that copy warm (:mod:`.standby`). An instance without state moves at once.
 
     With ``standby_replicas`` (:mod:`.standby`), each instance also has a standby
     executor other than its home, kept while both live: the tasks that run there keep
@@ -64,12 +77,12 @@ class ExecutorHomes:
     def __init__(
         self, standby_replicas: int = 0, *, own_directories: bool = False, refresh_interval: float = 0.0
     ) -> None:
-        self._homes: dict[int, tuple[str, str]] = {}  # instance -> (executor id, host)
-        self._standbys: dict[int, tuple[str, str]] = {}  # instance -> its standby executor
+        self._homes: dict[int, Executor] = {}  # instance -> (executor id, host)
+        self._standbys: dict[int, Executor] = {}  # instance -> its standby executor
         self.standby_replicas = standby_replicas
         #: seconds between two refreshes of an instance's standby copy
         self.refresh_interval = refresh_interval
-        self._refreshed_at: dict[int, float] = {}  # instance -> when its standby was last asked to refresh
+        self._refreshed_at: dict[tuple[int, Executor], float] = {}  # when a copy was last asked to refresh
         #: each executor has its own working directory (a relative one: under the executor's own
         #: directory); else a host's executors share one, and a standby must be on another host
         self.own_directories = own_directories
@@ -83,6 +96,8 @@ class ExecutorHomes:
         self._executors: list[tuple[str, str]] = []
         self._executors_at = -float("inf")
         self.jvm: Any = None  # the JVM classes pinning uses, once looked up
+        self._warmups: dict[int, Executor] = {}  # instance -> the emptier executor it is to move to
+        self._warm: dict[int, set[Executor]] = {}  # instance -> executors a task said hold a warm copy
 
     @classmethod
     def of(cls, cfg: Config) -> ExecutorHomes | None:
@@ -114,6 +129,34 @@ class ExecutorHomes:
         if any(item.restore in _MOVED for item in stats):
             self._executors_at = -float("inf")
 
+    def observed(self, statuses: list[CopyStatus]) -> None:
+        """Tasks' word on the standby copies their executors keep: which are warm, found where they ran.
+
+        A task cannot tell its executor; Spark's status store can, by the task's attempt id.
+        A status whose task the store does not know yet is left for the next one.
+        """
+        if self.jvm is None:
+            return
+        try:
+            ran_on = _task_executors(self.jvm.context, {stage for stage, _, _ in statuses})
+        except Exception as exc:  # advice only: the store may not know the stage yet; the next word comes
+            log.debug("dstl: where the standby copies' tasks ran is not known: %s", exc)
+            return
+        hosts = dict(self._executors)
+        for _, task, copies in statuses:
+            executor_id = ran_on.get(task)
+            if executor_id is not None and executor_id in hosts:
+                self.copies_at((executor_id, hosts[executor_id]), copies)
+
+    def copies_at(self, executor: Executor, copies: Iterable[tuple[int, bool]]) -> None:
+        """``executor``'s copies of instances: ``(instance, warm)``, as a task that ran there found them."""
+        for instance, warm in copies:
+            held = self._warm.setdefault(instance, set())
+            if warm:
+                held.add(executor)
+            else:
+                held.discard(executor)
+
     def assign(
         self, parallelism: int, executors: list[tuple[str, str]], with_state: frozenset[int] | None = None
     ) -> dict[int, str]:
@@ -135,17 +178,59 @@ class ExecutorHomes:
         load = Counter(homes.values())
         for executor in executors:
             load.setdefault(executor, 0)
+        moved = False
         for instance in range(parallelism):
             if instance not in homes:
-                standby = self._standbys.get(instance)
-                home = standby if standby in live else min(sorted(live), key=lambda e: load[e])
+                copy = self._standbys.get(instance) or self._warmups.get(instance)
+                home = copy if copy in live else min(sorted(live), key=lambda e: load[e])
                 homes[instance] = home
                 load[home] += 1
+                moved = True
+        self._warm = {i: {e for e in held if e in live} for i, held in self._warm.items() if i < parallelism}
+        if not moved:  # one change of homes a batch: a loss's moves first, balancing after
+            self._balance(homes, load, with_state)
         self._homes = homes
         self._assign_standbys(parallelism, live, with_state)
         return {
             i: f"executor_{host}_{executor}" for i, (executor, host) in {**homes, **self.standby_only}.items()
         }
+
+    def _balance(
+        self, homes: dict[int, Executor], load: Counter[Executor], with_state: frozenset[int] | None
+    ) -> None:
+        """Move an instance from the fullest executor to the emptiest (two apart) once its copy there is warm.
+
+        Until then the instance keeps a warm-up copy on the emptiest (:attr:`_warmups`).
+        """
+        fullest = max(sorted(load), key=lambda e: load[e])
+        emptiest = min(sorted(load), key=lambda e: load[e])
+        if load[fullest] - load[emptiest] < 2:
+            self._warmups.clear()
+            return
+        on_fullest = [i for i in sorted(homes) if homes[i] == fullest]
+        ready = [
+            i
+            for i in on_fullest
+            if emptiest in self._warm.get(i, ()) or (with_state is not None and i not in with_state)
+        ]
+        if ready:
+            instance = ready[0]
+            log.info(
+                "dstl: instance %d moves from executor %s to %s (balancing)",
+                instance,
+                fullest[0],
+                emptiest[0],
+            )
+            homes[instance] = emptiest
+            load[fullest] -= 1
+            load[emptiest] += 1
+            self._warmups.pop(instance, None)
+            if self.standby_replicas:
+                self._standbys[instance] = fullest  # its former home: the warmest copy after this one
+            return
+        self._warmups = {i: e for i, e in self._warmups.items() if homes.get(i) == fullest and e == emptiest}
+        if not self._warmups and on_fullest:
+            self._warmups[on_fullest[0]] = emptiest
 
     def _assign_standbys(
         self, parallelism: int, live: set[tuple[str, str]], with_state: frozenset[int] | None
@@ -168,14 +253,15 @@ class ExecutorHomes:
                 standbys[instance] = min(others, key=lambda e: (e[1] == home_host, load[e]))
                 load[standbys[instance]] += 1
         now = time.monotonic()
-        kept_on: dict[tuple[str, str], list[int]] = {}
-        for instance, executor in sorted(standbys.items()):
+        kept_on: dict[Executor, list[int]] = {}
+        copies = sorted({*standbys.items(), *((i, e) for i, e in self._warmups.items() if e != homes[i])})
+        for instance, executor in copies:
             if with_state is not None and instance not in with_state:
                 continue  # nothing to copy yet
-            moved = self._standbys.get(instance) != executor  # a new standby starts at once
-            if moved or now - self._refreshed_at.get(instance, -float("inf")) >= self.refresh_interval:
-                self._refreshed_at[instance] = now
+            if now - self._refreshed_at.get((instance, executor), -float("inf")) >= self.refresh_interval:
+                self._refreshed_at[(instance, executor)] = now  # a new copy starts at once
                 kept_on.setdefault(executor, []).append(instance)
+        self._refreshed_at = {key: at for key, at in self._refreshed_at.items() if key in set(copies)}
         self._standbys = standbys
         self.standby_work = {i: tuple(kept_on[homes[i]]) for i in range(parallelism) if homes[i] in kept_on}
         # an executor home to no instance (a lost one's replacement) gets a task of its own for them
@@ -196,6 +282,18 @@ def live_executors(sc: Any) -> list[tuple[str, str]]:
         if executor != "driver":
             found.append((executor, str(summary.hostPort()).rsplit(":", 1)[0]))
     return sorted(found)
+
+
+def _task_executors(sc: Any, stages: set[int]) -> dict[int, str]:
+    """Task attempt id -> the executor that ran it, for the tasks of ``stages`` (every attempt of each)."""
+    store = sc._jsc.sc().statusStore()
+    as_java = sc._jvm.scala.jdk.javaapi.CollectionConverters.asJava
+    found: dict[int, str] = {}
+    for stage in stages:
+        for attempt in range(store.lastStageAttempt(stage).attemptId() + 1):
+            for task in as_java(store.taskList(stage, attempt, _MOST_TASKS)):
+                found[int(task.taskId())] = str(task.executorId())
+    return found
 
 
 class _Jvm:

@@ -26,9 +26,9 @@ from .instance_rows import ArrowRows, InstanceRows, PandasRows
 from .kept_output import KeptKey, keep_output, kept_output
 from .output import output_batch
 from .protocol import TaskPlan
-from .report_channel import ReportSender, reporting
+from .report_channel import ReportSender, TaskReports, reporting
 from .routing import instance_partition
-from .standby import refresh_later
+from .standby import keep_copies
 from .task import process_instance, working_copy_of
 
 if TYPE_CHECKING:
@@ -97,7 +97,7 @@ def pinned_arrow_function(
     :param sender: where the task also sends its reports (:mod:`.report_channel`).
     """
 
-    def process(carriers: Iterator[Any], reports: list[str]) -> Iterator[Any]:
+    def process(carriers: Iterator[Any], reports: TaskReports) -> Iterator[Any]:
         for carrier in carriers:
             instances = carrier.column(INSTANCE_COLUMN).to_pylist()
             for instance, streams in zip(instances, carrier.column("streams").to_pylist(), strict=True):
@@ -109,7 +109,7 @@ def pinned_arrow_function(
                         plan, make_processor, instance, rows, timezone, decode_ms, reports
                     )
                 elif plan.standbys.get(instance):  # no rows here (or a standby-only task): the copies
-                    refresh_later(plan, plan.standbys[instance])
+                    keep_copies(plan, plan.standbys[instance], reports.copies)
 
     return reporting(process, sender)
 
@@ -127,11 +127,11 @@ def run_instance(
     rows: InstanceRows,
     timezone: str,
     decode_ms: float,
-    reports: list[str],
+    reports: TaskReports,
 ) -> Iterator[Any]:
     """One instance's batch: its output rows, then the row carrying its report (both as Arrow).
 
-    The report, encoded, is also appended to ``reports``. With ``plan.keep_output``, a
+    The report, encoded, is also noted in ``reports``. With ``plan.keep_output``, a
     task that runs the batch again (a further action over the output) replays what
     the first one returned (:mod:`.kept_output`). Then the standby copies the plan
     gives this instance's executor are refreshed in the background (:mod:`.standby`).
@@ -155,7 +155,7 @@ def run_instance(
         else:
             batches, encoded = kept
     if plan.standbys.get(instance):  # after this instance's work, in the worker's background
-        refresh_later(plan, plan.standbys[instance])
-    reports.append(encoded)
+        keep_copies(plan, plan.standbys[instance], reports.copies)
+    reports.instances.append(encoded)
     yield from batches
     yield output_batch({}, plan.output_schema, timezone, report=encoded)

@@ -20,7 +20,7 @@ from .arrow_pinning import run_instance
 from .columns import INSTANCE_COLUMN
 from .instance_rows import ArrowRows
 from .protocol import TaskPlan
-from .report_channel import ReportSender, reporting
+from .report_channel import ReportSender, TaskReports, reporting
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -84,7 +84,7 @@ def shuffled_arrow_function(
     every placement). ``sender``: where the task also sends its reports (:mod:`.report_channel`).
     """
 
-    def process(batches: Iterator[Any], reports: list[str]) -> Iterator[Any]:
+    def process(batches: Iterator[Any], reports: TaskReports) -> Iterator[Any]:
         import pyarrow as pa
         import pyarrow.compute as pc
 

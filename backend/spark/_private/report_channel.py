@@ -11,18 +11,34 @@ latest attempt, the one whose output Spark kept.
 
 Any partition without an update (the sink ran no job over the output) is
 collected from the output afterwards, which runs what is missing.
+
+A task that keeps standby copies also sends which of them are warm (:mod:`.standby`),
+with its stage: the driver finds where the task ran from Spark's status store.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ReportChannel", "ReportSender", "reporting"]
+__all__ = ["CopyStatus", "ReportChannel", "ReportSender", "TaskReports", "reporting"]
 
-#: One task's update: ``(batch id, partition, task attempt id, its instances' encoded reports)``.
-Update = tuple[int, int, int, tuple[str, ...]]
+#: Whether the standby copies a task's executor keeps are warm: ``(stage id, task attempt id,
+#: ((instance, warm), ...))``.
+CopyStatus = tuple[int, int, tuple[tuple[int, bool], ...]]
+
+#: One task's update: ``(batch id, partition, task attempt id, its instances' encoded reports,
+#: its copies' status or None)``.
+Update = tuple[int, int, int, tuple[str, ...], CopyStatus | None]
+
+
+@dataclass
+class TaskReports:
+    """What one task reports: its instances' encoded reports, and whether its standby copies are warm."""
+
+    instances: list[str] = field(default_factory=list)
+    copies: dict[int, bool] = field(default_factory=dict)
 
 
 class _Concatenating:
@@ -43,22 +59,27 @@ class ReportSender:
     accumulator: Any
     batch_id: int
 
-    def send(self, reports: list[str]) -> None:
+    def send(self, reports: TaskReports) -> None:
         """Send this task's reports (maybe none: its partition ran no instance)."""
         from pyspark import TaskContext
 
         context = TaskContext.get()
         if context is None:  # not in a Spark task: nothing to send to
             return
-        update = (self.batch_id, context.partitionId(), context.taskAttemptId(), tuple(reports))
+        attempt = context.taskAttemptId()
+        copies = None
+        if reports.copies:
+            copies = (context.stageId(), attempt, tuple(sorted(reports.copies.items())))
+        update = (self.batch_id, context.partitionId(), attempt, tuple(reports.instances), copies)
         self.accumulator.add([update])
 
 
 class ReportChannel:
     """Driver side: one accumulator per query, read after each batch's sink."""
 
-    def __init__(self, sc: Any) -> None:
+    def __init__(self, sc: Any, observe: Callable[[list[CopyStatus]], None] | None = None) -> None:
         self._accumulator = sc.accumulator([], _Concatenating())
+        self._observe = observe  # told the batch's copy statuses (the standby copies' warmth)
 
     def sender(self, batch_id: int) -> ReportSender:
         """The tasks' side of batch ``batch_id`` (earlier batches' updates are dropped)."""
@@ -71,26 +92,29 @@ class ReportChannel:
         A partition computed more than once (a shuffle stage's retry) counts by its
         latest attempt.
         """
-        latest: dict[int, tuple[int, tuple[str, ...]]] = {}
-        for batch, partition, attempt, reports in self._accumulator.value:
+        latest: dict[int, tuple[int, tuple[str, ...], CopyStatus | None]] = {}
+        for batch, partition, attempt, reports, copies in self._accumulator.value:
             if batch == batch_id and (partition not in latest or attempt > latest[partition][0]):
-                latest[partition] = (attempt, reports)
+                latest[partition] = (attempt, reports, copies)
+        statuses = [copies for _, _, copies in latest.values() if copies is not None]
+        if statuses and self._observe is not None:
+            self._observe(statuses)
         if not set(range(partitions)) <= set(latest):  # partitions past them (standby-only) report nothing
             return None
         return [report for partition in sorted(latest) for report in latest[partition][1]]
 
 
 def reporting(
-    process: Callable[[Iterator[Any], list[str]], Iterator[Any]], sender: ReportSender | None
+    process: Callable[[Iterator[Any], TaskReports], Iterator[Any]], sender: ReportSender | None
 ) -> Callable[[Iterator[Any]], Iterator[Any]]:
     """A ``mapInArrow`` function from ``process``, whose reports ``sender`` sends once it is done.
 
-    :param process: yields a partition's output batches and appends each report it
-        yields to the list it is given.
+    :param process: yields a partition's output batches and notes in the reports it is
+        given each report it yields (and its standby copies' warmth).
     """
 
     def run(batches: Iterator[Any]) -> Iterator[Any]:
-        reports: list[str] = []
+        reports = TaskReports()
         yield from process(batches, reports)
         if sender is not None:
             sender.send(reports)

@@ -261,7 +261,7 @@ class BatchRunner:
         if executors is None:
             return None
         if self._reports is None:
-            self._reports = ReportChannel(spark.sparkContext)
+            self._reports = ReportChannel(spark.sparkContext, self.homes.observed)
         sender = self._reports.sender(plan.batch_id)
         if not executors:  # only the driver runs tasks (local mode): nothing to pin, the JVM shuffles
             shuffled = instance_shuffled(with_wake_rows(rows, plan.wake), self.parallelism)

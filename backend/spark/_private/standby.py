@@ -11,7 +11,10 @@ incremental snapshots since its stamp, or a full restore the first time.
 
 When the instance's home executor is lost, the driver moves it to its standby
 executor, whose copy holds a committed checkpoint of its lineage: its task catches
-up on a batch or two of changes instead of restoring the whole state.
+up on a batch or two of changes instead of restoring the whole state. Before queuing
+the refreshes, a task tells the driver which of its executor's copies can catch up
+(:func:`keep_copies`): the driver moves a home onto an idle executor only where its
+copy is warm (:meth:`~.affinity.ExecutorHomes.assign`).
 
 A refresh never writes where the job keeps its state: its backend's own log is a
 private in-memory one, and the handles are read through read-only storages. It
@@ -43,12 +46,34 @@ from .working_copy import snapshot_digest
 
 log = logging.getLogger(__name__)
 
-__all__ = ["refresh_later", "refresh_standby"]
+__all__ = ["copy_is_warm", "keep_copies", "refresh_later", "refresh_standby"]
 
 _QUEUE: queue.SimpleQueue[tuple[TaskPlan, int]] = queue.SimpleQueue()
 _PENDING: set[tuple[str, str, int]] = set()  # (job, operator, instance) queued or refreshing
 _LOCK = threading.Lock()
 _WORKER: threading.Thread | None = None
+
+
+def keep_copies(plan: TaskPlan, instances: Iterable[int], warm: dict[int, bool]) -> None:
+    """Note in ``warm`` whether this host's copy of each of ``instances`` can catch up, then refresh them."""
+    instances = tuple(instances)
+    for instance in instances:
+        warm[instance] = copy_is_warm(plan, instance)
+    refresh_later(plan, instances)
+
+
+def copy_is_warm(plan: TaskPlan, instance: int) -> bool:
+    """Whether this host's copy of ``instance`` holds its base in ``plan``, or a committed checkpoint before.
+
+    Read from the copy's stamp alone: a copy being refreshed (unstamped meanwhile) is not warm.
+    """
+    own = plan.instance(instance)
+    if own.base is None:
+        return False
+    stamp = working_copy_of(plan, instance).stamp()
+    return stamp is not None and (
+        stamp["digest"] == snapshot_digest(own.base) or stamp["digest"] in own.lineage
+    )
 
 
 def refresh_later(plan: TaskPlan, instances: Iterable[int]) -> None:

@@ -10,7 +10,8 @@ executor its own working copies, as on two hosts. Writes one JSON document:
 - ``executor_kill``: progress around the SIGKILL of one executor (its JVM and
   Python workers) mid-stream, and whether the result is exact;
 - ``standby_kill``: with a standby copy of each instance on the other executor, an
-  executor killed between two batches (known lost before the next), and exactness;
+  executor killed between two batches (known lost before the next), the driver's
+  balancing moves after it, and exactness;
 - ``rescale``: progress of a run at parallelism 2, then 3, and whether it is exact.
 
 Usage: ``python -m tests.backend.spark.cluster_driver OUT.json WORKDIR``
@@ -19,6 +20,7 @@ Usage: ``python -m tests.backend.spark.cluster_driver OUT.json WORKDIR``
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import sys
@@ -67,15 +69,23 @@ def _run_available(spark: Any, workdir: Path, config: dict[str, Any], files: int
 
 
 def _executor_kill(
-    spark: Any, workdir: Path, config: dict[str, Any], *, between_batches: bool = False
+    spark: Any, workdir: Path, config: dict[str, Any], *, between_batches: bool = False, files: int = 9
 ) -> dict[str, Any]:
-    """Kill an executor while batches run, or between them (after the 4th, known lost before the 5th)."""
+    """Kill an executor while batches run, or between them (after the 4th, known lost before the 5th).
+
+    Also returns the instances the driver moved to balance its executors (its log).
+    """
     from dstl.backend.spark._private.affinity import ExecutorHomes, live_executors
     from dstl.backend.spark.demo.pipeline import start_pipeline, write_input_file
 
     executors = two_executors(spark.sparkContext)  # an earlier kill's replacement registered
     for index in range(4 if between_batches else 3):
         write_input_file(workdir / "input", index, ROWS)
+    moves: list[str] = []
+    balancing = logging.getLogger("dstl.backend.spark._private.affinity")
+    handler = _Recording(moves)
+    balancing.addHandler(handler)
+    balancing.setLevel(logging.INFO)
     query = start_pipeline(spark, workdir, config)
     try:
         if not query.wait_for_batches(4 if between_batches else 3, timeout=240):
@@ -93,7 +103,7 @@ def _executor_kill(
                 time.sleep(0.5)
             two_executors(spark.sparkContext)  # and its replacement registered
             time.sleep(ExecutorHomes.EXECUTORS_TTL)  # and the driver's list of executors knows it
-        for index in range(4 if between_batches else 3, 9):  # batches in flight while the executor dies
+        for index in range(4 if between_batches else 3, files):  # batches in flight while the executor dies
             write_input_file(workdir / "input", index, ROWS)
             if index == 4 and not between_batches:
                 for pid in victims:
@@ -104,7 +114,22 @@ def _executor_kill(
             raise RuntimeError(str(query.exception()))
     finally:
         query.stop()
-    return {"victims": len(victims), "progress": [json.loads(p.to_json()) for p in query.progress]}
+        balancing.removeHandler(handler)
+    progress = [json.loads(p.to_json()) for p in query.progress]
+    return {"victims": len(victims), "progress": progress, "moves": moves}
+
+
+class _Recording(logging.Handler):
+    """Keeps the messages of the driver's balancing moves."""
+
+    def __init__(self, messages: list[str]) -> None:
+        super().__init__()
+        self.messages = messages
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if "(balancing)" in message:
+            self.messages.append(message)
 
 
 def main() -> None:
@@ -128,7 +153,9 @@ def main() -> None:
         standby_config = _config(
             standby_dir, **{"dstl.spark.standby-replicas": 1, "dstl.spark.standby-refresh-interval": "0s"}
         )
-        result["standby_kill"] = _executor_kill(spark, standby_dir, standby_config, between_batches=True)
+        result["standby_kill"] = _executor_kill(
+            spark, standby_dir, standby_config, between_batches=True, files=12
+        )
         result["standby_kill"]["exact"] = _exact(spark, standby_dir)
 
         rescale_dir = base / "rescale"

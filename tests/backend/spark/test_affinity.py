@@ -21,8 +21,47 @@ def test_instances_are_spread_and_keep_their_home_while_it_lives():
         3: "executor_10.0.0.2_1",
     }
     assert homes.assign(4, [B, A]) == first  # the order executors are listed in does not matter
-    # A new executor takes no instance away from a live one: moving would cost a restore.
-    assert homes.assign(4, [A, B, C]) == first
+    # A new executor takes no instance away at once (moving would cost a restore): one instance of
+    # the fullest keeps a warm-up copy there, refreshed by a task of its own (past the instances)
+    assert homes.assign(4, [A, B, C]) == {**first, 4: "executor_10.0.0.3_2"}
+    assert homes.standby_work == {4: (0,)}
+
+
+@pytest.mark.parametrize("standby_replicas", [0, 1])
+def test_an_idle_executor_gets_an_instance_once_its_copy_there_is_warm(standby_replicas):
+    homes = ExecutorHomes(standby_replicas, own_directories=True)
+    homes.assign(2, [A, B])
+    homes.assign(2, [A])  # B died: its instance moves to A
+    assert homes._homes == {0: A, 1: A}
+    for _ in range(2):  # C replaced B: until a task on C says the copy is warm, A keeps both
+        locations = homes.assign(2, [A, C])
+        assert homes._homes == {0: A, 1: A} and locations[2] == "executor_10.0.0.3_2"
+        assert 0 in homes.standby_work[2]
+        homes.copies_at(C, [(0, False)])  # a task on C found it still cold
+        homes.copies_at(A, [(0, True)])  # (word of another executor's copy does not count)
+    homes.copies_at(C, [(0, True)])
+    homes.assign(2, [A, C])
+    assert homes._homes == {0: C, 1: A}, "the warm copy's instance did not move"
+    if standby_replicas:  # its former home keeps the standby copy: the warmest after its own
+        assert homes._standbys[0] == A
+    balanced = homes.assign(2, [A, C])
+    assert homes._homes == {0: C, 1: A} and 2 not in balanced and homes._warmups == {}
+
+
+def test_balancing_moves_one_instance_a_batch_and_one_without_state_at_once():
+    homes = ExecutorHomes()
+    homes.assign(4, [A])
+    homes.assign(4, [A, B])  # B is new: A has all four
+    assert set(homes._homes.values()) == {A}
+    homes.assign(4, [A, B], with_state=frozenset({0, 1}))  # 2 has no state: nothing to warm up
+    assert homes._homes[2] == B and sum(home == A for home in homes._homes.values()) == 3
+    homes.copies_at(B, [(0, True), (1, True)])
+    homes.assign(4, [A, B], with_state=frozenset({0, 1}))
+    assert homes._homes[0] == B and homes._homes[1] == A  # one move a batch
+    homes.assign(4, [A, B], with_state=frozenset({0, 1}))
+    assert [homes._homes[i] for i in range(4)] == [B, A, B, A]  # two apart no more
+    lost = homes.assign(4, [B])  # a loss's moves are not balanced in the same batch
+    assert set(lost.values()) == {"executor_10.0.0.2_1"}
 
 
 def test_a_lost_executor_moves_only_its_instances_to_the_least_loaded():

@@ -82,13 +82,15 @@ def test_an_executor_killed_mid_stream_gives_exact_results(cluster_run):
 @pytest.mark.slow
 def test_with_standby_copies_the_instances_of_a_lost_executor_catch_up_instead_of_restoring(cluster_run):
     kill = cluster_run["standby_kill"]
-    assert kill["victims"] >= 2 and len(kill["progress"]) == 9
+    assert kill["victims"] >= 2 and len(kill["progress"]) == 12
     after_kill = kill["progress"][4:]  # killed after the 4th batch, known lost before the 5th
-    # its instances moved to their standbys' executor: a batch or two of changes, never the whole state
+    # its instances moved to their standbys' executor: a batch or two of changes, never the whole state;
+    # then the replacement executor, idle, got one back once a task there found its copy warm
     assert sum(p["full_restores"] for p in after_kill) == 0, [
         (p["batch_id"], p["full_restores"]) for p in after_kill
     ]
-    assert sum(p["caught_up"] for p in after_kill) >= 1, "no instance moved onto its standby copy"
+    assert sum(p["caught_up"] for p in after_kill) >= 2, "no instance moved onto a standby copy, or back"
+    assert len(kill["moves"]) == 1, kill["moves"]
     assert kill["exact"]["users"] == 500
     assert kill["exact"]["wrong"] == [] and kill["exact"]["unexpected"] == []
 

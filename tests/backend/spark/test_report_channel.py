@@ -8,17 +8,27 @@ import os
 import pytest
 
 from dstl.backend.spark import StatefulProcessor, transform_with_state
-from dstl.backend.spark._private.report_channel import ReportChannel
+from dstl.backend.spark._private.affinity import _task_executors
+from dstl.backend.spark._private.report_channel import ReportChannel, TaskReports
 from tests.backend.spark.test_query import local_config
 
 
 def test_every_partition_sends_its_reports_from_its_task(spark):
-    channel = ReportChannel(spark.sparkContext)
+    observed: list[list] = []
+    channel = ReportChannel(spark.sparkContext, observed.append)
     sender = channel.sender(7)
-    spark.sparkContext.parallelize(range(3), 3).foreachPartition(
-        lambda rows: sender.send([f"r{row}" for row in rows])
-    )
+
+    def send(rows):
+        rows = list(rows)
+        copies = {5: True, 6: False} if rows == [1] else {}  # partition 1 keeps two standby copies
+        sender.send(TaskReports([f"r{row}" for row in rows], copies))
+
+    spark.sparkContext.parallelize(range(3), 3).foreachPartition(send)
     assert channel.received(7, 3) == ["r0", "r1", "r2"]
+    [[(stage, task, copies)]] = observed
+    assert copies == ((5, True), (6, False))
+    # where the task ran, from Spark's status store by its attempt id (local mode: the driver)
+    assert _task_executors(spark.sparkContext, {stage})[task] == "driver"
     assert channel.received(7, 4) is None  # partition 3 never ran
     assert channel.received(6, 3) is None  # another batch's
     # partitions past the instances' (standby-only tasks) send none: the instances' are all there
@@ -28,7 +38,9 @@ def test_every_partition_sends_its_reports_from_its_task(spark):
 def test_a_partition_counts_by_its_latest_attempt_and_a_new_batch_drops_the_last_ones(spark):
     channel = ReportChannel(spark.sparkContext)
     sender = channel.sender(3)
-    sender.accumulator.add([(3, 0, 12, ("retried",)), (3, 0, 10, ("first",)), (3, 1, 11, ())])
+    sender.accumulator.add(
+        [(3, 0, 12, ("retried",), None), (3, 0, 10, ("first",), None), (3, 1, 11, (), None)]
+    )
     assert channel.received(3, 2) == ["retried"]
     channel.sender(4)
     assert channel.received(3, 2) is None
