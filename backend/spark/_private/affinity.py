@@ -34,7 +34,7 @@ from ..options import (
     SPARK_WORKING_DIR,
 )
 from .protocol import InstanceStats, Restore
-from .report_channel import CopyStatus
+from .report_channel import TaskStatus
 
 __all__ = ["ExecutorHomes", "executors_to_pin", "pinned_instances"]
 
@@ -46,7 +46,7 @@ _MOVED = frozenset({Restore.CAUGHT_UP, Restore.FULL})
 #: ``(executor id, host)``
 Executor = tuple[str, str]
 
-#: The most tasks of one stage read back to find where the copies' reports came from.
+#: The most tasks of one stage read back to find where a batch's tasks ran.
 _MOST_TASKS = 100_000
 
 
@@ -98,6 +98,7 @@ class ExecutorHomes:
         self.jvm: Any = None  # the JVM classes pinning uses, once looked up
         self._warmups: dict[int, Executor] = {}  # instance -> the emptier executor it is to move to
         self._warm: dict[int, set[Executor]] = {}  # instance -> executors a task said hold a warm copy
+        self._tasks: list[TaskStatus] = []  # the last batch's tasks, until noticed
 
     @classmethod
     def of(cls, cfg: Config) -> ExecutorHomes | None:
@@ -120,33 +121,54 @@ class ExecutorHomes:
         return self._executors
 
     def noticed(self, stats: Iterable[InstanceStats]) -> None:
-        """A batch's instances: one that found no warm copy ran off its home, so ask the scheduler again.
+        """A batch's instances: where one found no warm copy it ran off its home.
 
-        An executor lost within :attr:`EXECUTORS_TTL` would otherwise stay a home until the
-        list expires, and the tasks preferring it run anywhere: on its replacement, say,
-        away from the standby copy.
+        Then the scheduler is asked for the executors again (an executor lost within
+        :attr:`EXECUTORS_TTL` would otherwise stay a home until the list expires), and
+        an instance whose task ran on another live executor makes that one its home:
+        its copy there is now the latest (Spark ran the task elsewhere once the home's
+        core stayed busy past ``spark.locality.wait``, or retried it elsewhere).
         """
-        if any(item.restore in _MOVED for item in stats):
-            self._executors_at = -float("inf")
-
-    def observed(self, statuses: list[CopyStatus]) -> None:
-        """Tasks' word on the standby copies their executors keep: which are warm, found where they ran.
-
-        A task cannot tell its executor; Spark's status store can, by the task's attempt id.
-        A status whose task the store does not know yet is left for the next one.
-        """
-        if self.jvm is None:
+        tasks, self._tasks = self._tasks, []
+        if not any(item.restore in _MOVED for item in stats):
             return
+        self._executors_at = -float("inf")
+        for partition, executor in self._ran_on(tasks).items():
+            if self._homes.get(partition, executor) != executor:
+                log.info("dstl: instance %d ran on executor %s: its home now", partition, executor[0])
+                self._homes[partition] = executor
+
+    def observed(self, tasks: list[TaskStatus]) -> None:
+        """A batch's tasks (their partitions and attempts), and their word on the standby copies they keep.
+
+        Kept for :meth:`noticed`; copies reported warm or cold are noted where their task ran.
+        """
+        self._tasks = tasks
+        if any(copies for *_, copies in tasks):
+            ran_on = self._ran_on(tasks)
+            for partition, _, _, copies in tasks:
+                if partition in ran_on:
+                    self.copies_at(ran_on[partition], copies)
+
+    def _ran_on(self, tasks: list[TaskStatus]) -> dict[int, Executor]:
+        """Partition -> the live executor its task ran on, from Spark's status store (a task cannot tell).
+
+        Advice only: a task the store does not know yet, or an executor not in the list, is left out.
+        """
+        if self.jvm is None or not tasks:
+            return {}
         try:
-            ran_on = _task_executors(self.jvm.context, {stage for stage, _, _ in statuses})
-        except Exception as exc:  # advice only: the store may not know the stage yet; the next word comes
-            log.debug("dstl: where the standby copies' tasks ran is not known: %s", exc)
-            return
+            executor_of = _task_executors(self.jvm.context, {stage for _, _, stage, _ in tasks})
+        except Exception as exc:  # the store may not know the stage yet; the next batch tells again
+            log.debug("dstl: where the batch's tasks ran is not known: %s", exc)
+            return {}
         hosts = dict(self._executors)
-        for _, task, copies in statuses:
-            executor_id = ran_on.get(task)
+        ran_on = {}
+        for partition, task, _, _ in tasks:
+            executor_id = executor_of.get(task)
             if executor_id is not None and executor_id in hosts:
-                self.copies_at((executor_id, hosts[executor_id]), copies)
+                ran_on[partition] = (executor_id, hosts[executor_id])
+        return ran_on
 
     def copies_at(self, executor: Executor, copies: Iterable[tuple[int, bool]]) -> None:
         """``executor``'s copies of instances: ``(instance, warm)``, as a task that ran there found them."""

@@ -12,8 +12,9 @@ latest attempt, the one whose output Spark kept.
 Any partition without an update (the sink ran no job over the output) is
 collected from the output afterwards, which runs what is missing.
 
-A task that keeps standby copies also sends which of them are warm (:mod:`.standby`),
-with its stage: the driver finds where the task ran from Spark's status store.
+Each task also sends its stage and, if it keeps standby copies, which of them are
+warm (:mod:`.standby`): the driver finds where a task ran in Spark's status store
+(:meth:`~.affinity.ExecutorHomes.observed`).
 """
 
 from __future__ import annotations
@@ -22,15 +23,18 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["CopyStatus", "ReportChannel", "ReportSender", "TaskReports", "reporting"]
+__all__ = ["ReportChannel", "ReportSender", "TaskReports", "TaskStatus", "reporting"]
 
-#: Whether the standby copies a task's executor keeps are warm: ``(stage id, task attempt id,
-#: ((instance, warm), ...))``.
-CopyStatus = tuple[int, int, tuple[tuple[int, bool], ...]]
+#: Whether the standby copies a task's executor keeps are warm: ``((instance, warm), ...)``.
+Copies = tuple[tuple[int, bool], ...]
 
 #: One task's update: ``(batch id, partition, task attempt id, its instances' encoded reports,
-#: its copies' status or None)``.
-Update = tuple[int, int, int, tuple[str, ...], CopyStatus | None]
+#: stage id, its copies)``.
+Update = tuple[int, int, int, tuple[str, ...], int, Copies]
+
+#: What the driver learns of a batch's task besides its reports: ``(partition, task attempt id,
+#: stage id, copies)``.
+TaskStatus = tuple[int, int, int, Copies]
 
 
 @dataclass
@@ -66,20 +70,24 @@ class ReportSender:
         context = TaskContext.get()
         if context is None:  # not in a Spark task: nothing to send to
             return
-        attempt = context.taskAttemptId()
-        copies = None
-        if reports.copies:
-            copies = (context.stageId(), attempt, tuple(sorted(reports.copies.items())))
-        update = (self.batch_id, context.partitionId(), attempt, tuple(reports.instances), copies)
+        copies = tuple(sorted(reports.copies.items()))
+        update = (
+            self.batch_id,
+            context.partitionId(),
+            context.taskAttemptId(),
+            tuple(reports.instances),
+            context.stageId(),
+            copies,
+        )
         self.accumulator.add([update])
 
 
 class ReportChannel:
     """Driver side: one accumulator per query, read after each batch's sink."""
 
-    def __init__(self, sc: Any, observe: Callable[[list[CopyStatus]], None] | None = None) -> None:
+    def __init__(self, sc: Any, observe: Callable[[list[TaskStatus]], None] | None = None) -> None:
         self._accumulator = sc.accumulator([], _Concatenating())
-        self._observe = observe  # told the batch's copy statuses (the standby copies' warmth)
+        self._observe = observe  # told the batch's tasks: where they ran, their standby copies' warmth
 
     def sender(self, batch_id: int) -> ReportSender:
         """The tasks' side of batch ``batch_id`` (earlier batches' updates are dropped)."""
@@ -92,13 +100,12 @@ class ReportChannel:
         A partition computed more than once (a shuffle stage's retry) counts by its
         latest attempt.
         """
-        latest: dict[int, tuple[int, tuple[str, ...], CopyStatus | None]] = {}
-        for batch, partition, attempt, reports, copies in self._accumulator.value:
+        latest: dict[int, tuple[int, tuple[str, ...], int, Copies]] = {}
+        for batch, partition, attempt, reports, stage, copies in self._accumulator.value:
             if batch == batch_id and (partition not in latest or attempt > latest[partition][0]):
-                latest[partition] = (attempt, reports, copies)
-        statuses = [copies for _, _, copies in latest.values() if copies is not None]
-        if statuses and self._observe is not None:
-            self._observe(statuses)
+                latest[partition] = (attempt, reports, stage, copies)
+        if self._observe is not None:
+            self._observe([(p, attempt, stage, copies) for p, (attempt, _, stage, copies) in latest.items()])
         if not set(range(partitions)) <= set(latest):  # partitions past them (standby-only) report nothing
             return None
         return [report for partition in sorted(latest) for report in latest[partition][1]]

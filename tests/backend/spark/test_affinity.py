@@ -176,6 +176,29 @@ def test_an_instance_that_ran_off_its_home_makes_the_driver_ask_for_the_executor
     assert len(asked) == 2
 
 
+def test_an_instance_that_ran_off_its_home_makes_the_executor_it_ran_on_its_home(monkeypatch):
+    from types import SimpleNamespace
+
+    from dstl.backend.spark._private.protocol import InstanceStats, Restore
+
+    ran = {11: "1", 12: "1", 13: "9"}  # task attempt -> executor id, as Spark's status store has it
+    monkeypatch.setattr(affinity, "_task_executors", lambda sc, stages: ran)
+    homes = ExecutorHomes()
+    homes.jvm = SimpleNamespace(context=None)
+    homes._executors = [A, B]
+    homes.assign(3, [A, B])
+    assert homes._homes == {0: A, 1: B, 2: A}
+    tasks = [(0, 11, 5, ()), (1, 12, 5, ()), (2, 13, 5, ())]  # 0 ran on B, 2 on an executor now gone
+    homes.observed(tasks)
+    homes.noticed([InstanceStats("kg0-43", 1, 1, Restore.WARM)])
+    assert homes._homes == {0: A, 1: B, 2: A}, "every instance found its copy warm: nothing moved"
+    homes.observed(tasks)
+    homes.noticed([InstanceStats("kg0-43", 1, 1, Restore.FULL)])
+    assert homes._homes == {0: B, 1: B, 2: A}  # its copy there is the latest now
+    homes.noticed([InstanceStats("kg0-43", 1, 1, Restore.FULL)])  # the tasks are a batch's: used once
+    assert homes._homes == {0: B, 1: B, 2: A}
+
+
 def test_a_standby_is_asked_to_refresh_once_per_interval_and_a_new_one_at_once(monkeypatch):
     now = [100.0]
     monkeypatch.setattr(affinity.time, "monotonic", lambda: now[0])

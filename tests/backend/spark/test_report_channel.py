@@ -25,10 +25,15 @@ def test_every_partition_sends_its_reports_from_its_task(spark):
 
     spark.sparkContext.parallelize(range(3), 3).foreachPartition(send)
     assert channel.received(7, 3) == ["r0", "r1", "r2"]
-    [[(stage, task, copies)]] = observed
-    assert copies == ((5, True), (6, False))
-    # where the task ran, from Spark's status store by its attempt id (local mode: the driver)
-    assert _task_executors(spark.sparkContext, {stage})[task] == "driver"
+    [tasks] = observed  # every partition's task: its attempt, stage and standby copies
+    assert [(partition, copies) for partition, _, _, copies in sorted(tasks)] == [
+        (0, ()),
+        (1, ((5, True), (6, False))),
+        (2, ()),
+    ]
+    # where each ran, from Spark's status store by its attempt id (local mode: the driver)
+    ran_on = _task_executors(spark.sparkContext, {stage for _, _, stage, _ in tasks})
+    assert {ran_on[task] for _, task, _, _ in tasks} == {"driver"}
     assert channel.received(7, 4) is None  # partition 3 never ran
     assert channel.received(6, 3) is None  # another batch's
     # partitions past the instances' (standby-only tasks) send none: the instances' are all there
@@ -39,7 +44,7 @@ def test_a_partition_counts_by_its_latest_attempt_and_a_new_batch_drops_the_last
     channel = ReportChannel(spark.sparkContext)
     sender = channel.sender(3)
     sender.accumulator.add(
-        [(3, 0, 12, ("retried",), None), (3, 0, 10, ("first",), None), (3, 1, 11, (), None)]
+        [(3, 0, 12, ("retried",), 1, ()), (3, 0, 10, ("first",), 1, ()), (3, 1, 11, (), 1, ())]
     )
     assert channel.received(3, 2) == ["retried"]
     channel.sender(4)
