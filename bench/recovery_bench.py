@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import statistics
 import tempfile
 import threading
@@ -34,7 +33,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from bench.spark_cluster import executor_processes, two_executors
+from bench.spark_cluster import executor_processes, kill_all, two_executors
 from bench.spark_stores import count_processors, file_source, write_inputs
 
 __all__ = ["main", "run_query"]
@@ -118,8 +117,7 @@ def run_query(
         wait_for(int(kill_after or 0))
         victims = executor_processes(spark.sparkContext.applicationId, victim)
         killed["at_s"] = time.time()
-        for pid in victims:
-            os.kill(pid, signal.SIGKILL)
+        kill_all(victims)
         killed["victims"] = len(victims)
 
     if kill_after is not None:

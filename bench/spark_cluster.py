@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["executor_processes", "two_executors"]
+__all__ = ["executor_processes", "kill_all", "two_executors"]
 
 
 def executor_processes(app_id: str, executor_id: str) -> list[int]:
@@ -34,6 +37,13 @@ def executor_processes(app_id: str, executor_id: str) -> list[int]:
         grew = bool(below)
         family |= below
     return sorted(family)
+
+
+def kill_all(pids: list[int]) -> None:
+    """SIGKILL each process (one that exited meanwhile, a Python worker Spark retired, is skipped)."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def two_executors(sc: Any, timeout: float = 120) -> list[str]:

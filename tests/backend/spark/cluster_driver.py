@@ -22,13 +22,12 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from bench.spark_cluster import executor_processes, two_executors
+from bench.spark_cluster import executor_processes, kill_all, two_executors
 
 ROWS = 400
 MASTER = "local-cluster[2,1,1024]"
@@ -94,8 +93,7 @@ def _executor_kill(
         if not victims:
             raise RuntimeError(f"executor {executors[-1]} was not found among the processes")
         if between_batches:
-            for pid in victims:
-                os.kill(pid, signal.SIGKILL)
+            kill_all(victims)
             deadline = time.monotonic() + 120
             while executors[-1] in {e for e, _ in live_executors(spark.sparkContext)}:
                 if time.monotonic() > deadline:
@@ -106,8 +104,7 @@ def _executor_kill(
         for index in range(4 if between_batches else 3, files):  # batches in flight while the executor dies
             write_input_file(workdir / "input", index, ROWS)
             if index == 4 and not between_batches:
-                for pid in victims:
-                    os.kill(pid, signal.SIGKILL)
+                kill_all(victims)
             time.sleep(0.3)
         query.process_all_available()
         if query.exception() is not None:
