@@ -283,7 +283,8 @@ class ExecutorHomes:
             if now - self._refreshed_at.get((instance, executor), -float("inf")) >= self.refresh_interval:
                 self._refreshed_at[(instance, executor)] = now  # a new copy starts at once
                 kept_on.setdefault(executor, []).append(instance)
-        self._refreshed_at = {key: at for key, at in self._refreshed_at.items() if key in set(copies)}
+        kept = set(copies)
+        self._refreshed_at = {key: at for key, at in self._refreshed_at.items() if key in kept}
         self._standbys = standbys
         self.standby_work = {i: tuple(kept_on[homes[i]]) for i in range(parallelism) if homes[i] in kept_on}
         # an executor home to no instance (a lost one's replacement) gets a task of its own for them
