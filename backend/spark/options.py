@@ -56,9 +56,10 @@ SPARK_STANDBY_REFRESH_INTERVAL: ConfigOption[float] = ConfigOption(
     "dstl.spark.standby-refresh-interval",
     OptionType.DURATION,
     10.0,
-    "How often a standby copy catches up on its instance's changes (with dstl.spark.standby-replicas): "
-    "shorter leaves less to catch up on when the instance moves there, longer costs its executor less "
-    "(changes to the same key in between are replayed once).",
+    "How often a standby copy (dstl.spark.standby-replicas) or a warm-up copy (balancing onto an idle "
+    "executor) catches up on its instance's changes: shorter leaves less to catch up on when the instance "
+    "moves there, and balances sooner; longer costs its executor less (changes to the same key in between "
+    "are replayed once).",
     minimum=0,
 )
 
