@@ -43,27 +43,49 @@ class ChangedKeys:
             self._coarsen()
 
     def add_many(self, state: str, key_groups: Sequence[int], keys: Sequence[bytes]) -> None:
-        """:meth:`add` for each key (the bulk write path); the limit is applied once, after all."""
+        """:meth:`add` for each key (the bulk write path); the limit is applied once, for all.
+
+        When the batch could overflow the limit, the key groups to make whole are chosen
+        first, from the tracked keys and the batch's own counts: a batch larger than the
+        limit then never fills the set only to be filtered again (which cost more than
+        the state's own write, every batch).
+        """
         if len(key_groups) != len(keys):
             msg = f"{len(key_groups)} key groups for {len(keys)} keys"
             raise ValueError(msg)
+        if len(self._tracked) + len(keys) > self.limit:
+            incoming = Counter(key_groups)
+            for key_group in self.whole.intersection(incoming):
+                del incoming[key_group]
+            if not incoming:  # every key of the batch is in a whole group
+                return
+            self._coarsen(incoming)
         changes: Iterable[tuple[int, str, bytes]] = zip(key_groups, repeat(state), keys)
         if self.whole and not self.whole.isdisjoint(key_groups):
             tracked_groups = set(key_groups) - self.whole
             changes = compress(changes, map(tracked_groups.__contains__, key_groups))
         self._tracked.update(changes)
-        if len(self._tracked) > self.limit:
+        if len(self._tracked) > self.limit:  # only when counts were not known up front
             self._coarsen()
 
-    def _coarsen(self) -> None:
-        """Make the fullest key groups whole until half the limit is tracked (so this runs rarely)."""
-        left = len(self._tracked)
+    def _coarsen(self, incoming: Counter[int] | None = None) -> None:
+        """Make the fullest key groups whole until half the limit is tracked (so this runs rarely).
+
+        ``incoming`` counts keys about to be added, by key group (none of them whole):
+        the groups are chosen as if they were tracked already.
+        """
+        counts = Counter(map(itemgetter(0), self._tracked))
+        if incoming:
+            counts.update(incoming)
+        left = counts.total()
         made_whole = set()
-        for key_group, count in Counter(map(itemgetter(0), self._tracked)).most_common():
+        for key_group, count in counts.most_common():
             if left <= self.limit // 2:
                 break
             left -= count
             made_whole.add(key_group)
+        if not made_whole:
+            return
         self.whole |= made_whole
         self._tracked = {change for change in self._tracked if change[0] not in made_whole}
 

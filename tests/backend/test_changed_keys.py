@@ -1,5 +1,7 @@
 """Changed-key tracking stays within its limit, coarsening to whole key groups."""
 
+import random
+
 import pytest
 
 from dstl.backend.changelog.changed_keys import ChangedKeys
@@ -61,3 +63,27 @@ def test_add_many_beyond_the_limit_coarsens_and_skips_whole_groups():
 def test_the_limit_must_be_positive():
     with pytest.raises(ValueError, match="positive"):
         ChangedKeys(0)
+
+
+def test_batches_larger_than_the_limit_keep_every_change_and_the_bound():
+    rng = random.Random(7)
+    changed, added = ChangedKeys(limit=500), set()
+    for batch in range(12):
+        size = rng.choice([50, 400, 2000])
+        groups = [rng.randrange(64) for _ in range(size)]
+        keys = [b"b%d-%d" % (batch, rng.randrange(size)) for _ in range(size)]  # with repeats
+        changed.add_many("s", groups, keys)
+        added.update(zip(groups, keys, strict=True))
+        assert len(changed) <= changed.limit
+        tracked = {(kg, key) for _, kg, key in changed}
+        assert all((kg, key) in tracked or kg in changed.whole for kg, key in added)
+        assert not any(kg in changed.whole for kg, _ in tracked)
+
+
+def test_a_batch_larger_than_the_limit_makes_its_fullest_groups_whole_first():
+    changed = ChangedKeys(limit=10)
+    changed.add_many("s", [0] * 4 + [1] * 3, [b"a%d" % i for i in range(7)])
+    changed.add_many("s", [2] * 20 + [1] * 2, [b"b%d" % i for i in range(22)])
+    assert changed.whole == {2, 1} and sorted(changed) == [("s", 0, b"a%d" % i) for i in range(4)]
+    changed.add_many("s", [1] * 5 + [2] * 30, [b"c%d" % i for i in range(35)])  # all whole: no change
+    assert changed.whole == {2, 1} and len(changed) == 4
