@@ -99,6 +99,7 @@ class ExecutorHomes:
         self._warmups: dict[int, Executor] = {}  # instance -> the emptier executor it is to move to
         self._warm: dict[int, set[Executor]] = {}  # instance -> executors a task said hold a warm copy
         self._tasks: list[TaskStatus] = []  # the last batch's tasks, until noticed
+        self._tasks_ran_on: dict[int, Executor] | None = None  # where they ran, once looked up
 
     @classmethod
     def of(cls, cfg: Config) -> ExecutorHomes | None:
@@ -129,11 +130,12 @@ class ExecutorHomes:
         its copy there is now the latest (Spark ran the task elsewhere once the home's
         core stayed busy past ``spark.locality.wait``, or retried it elsewhere).
         """
-        tasks, self._tasks = self._tasks, []
+        tasks, ran_on = self._tasks, self._tasks_ran_on
+        self._tasks, self._tasks_ran_on = [], None
         if not any(item.restore in _MOVED for item in stats):
             return
         self._executors_at = -float("inf")
-        for partition, executor in self._ran_on(tasks).items():
+        for partition, executor in (ran_on if ran_on is not None else self._ran_on(tasks)).items():
             if self._homes.get(partition, executor) != executor:
                 log.info("dstl: instance %d ran on executor %s: its home now", partition, executor[0])
                 self._homes[partition] = executor
@@ -143,9 +145,9 @@ class ExecutorHomes:
 
         Kept for :meth:`noticed`; copies reported warm or cold are noted where their task ran.
         """
-        self._tasks = tasks
+        self._tasks, self._tasks_ran_on = tasks, None
         if any(copies for *_, copies in tasks):
-            ran_on = self._ran_on(tasks)
+            self._tasks_ran_on = ran_on = self._ran_on(tasks)  # noticed() needs no second look-up
             for partition, _, _, copies in tasks:
                 if partition in ran_on:
                     self.copies_at(ran_on[partition], copies)

@@ -199,6 +199,27 @@ def test_an_instance_that_ran_off_its_home_makes_the_executor_it_ran_on_its_home
     assert homes._homes == {0: B, 1: B, 2: A}
 
 
+def test_a_batch_with_copies_and_a_moved_instance_asks_the_status_store_once(monkeypatch):
+    from types import SimpleNamespace
+
+    from dstl.backend.spark._private.protocol import InstanceStats, Restore
+
+    asked: list[set[int]] = []
+    monkeypatch.setattr(
+        affinity, "_task_executors", lambda sc, stages: asked.append(stages) or {11: "1", 12: "1"}
+    )
+    homes = ExecutorHomes(standby_replicas=1)
+    homes.jvm = SimpleNamespace(context=None)
+    homes._executors = [A, B]
+    homes.assign(2, [A, B])
+    homes.observed([(0, 11, 5, ((1, True),)), (1, 12, 5, ())])  # a task keeping a copy: looked up
+    homes.noticed([InstanceStats("kg0-64", 1, 1, Restore.CAUGHT_UP)])
+    assert asked == [{5}] and homes._homes[0] == B  # the move used the first look-up
+    homes.observed([(0, 11, 6, ()), (1, 12, 6, ())])  # no copies: nothing looked up until needed
+    homes.noticed([InstanceStats("kg0-64", 1, 1, Restore.FULL)])
+    assert asked == [{5}, {6}]
+
+
 def test_a_standby_is_asked_to_refresh_once_per_interval_and_a_new_one_at_once(monkeypatch):
     now = [100.0]
     monkeypatch.setattr(affinity.time, "monotonic", lambda: now[0])
