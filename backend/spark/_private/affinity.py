@@ -147,7 +147,8 @@ class ExecutorHomes:
         """
         self._tasks, self._tasks_ran_on = tasks, None
         if any(copies for *_, copies in tasks):
-            self._tasks_ran_on = ran_on = self._ran_on(tasks)  # noticed() needs no second look-up
+            ran_on = self._ran_on(tasks)
+            self._tasks_ran_on = ran_on or None  # noticed() needs no second look-up (unless none was found)
             for partition, _, _, copies in tasks:
                 if partition in ran_on:
                     self.copies_at(ran_on[partition], copies)
