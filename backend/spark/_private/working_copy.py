@@ -8,16 +8,22 @@ a task whose previous checkpoint matches the stamp continues from the copy
 is removed before the copy changes and written after the checkpoint, so a task
 that dies midway leaves no stamp and its successor restores.
 
-The LMDB file is written without fsync, so the order is made durable too: the
-stamp's removal is synced before the copy changes, and a new stamp is written
-only after the environment was synced, then synced itself. After a host crash a
-stamp therefore never vouches for pages that did not reach the disk.
+The LMDB file is written without fsync. A stamp names the host's boot (Linux's
+``boot_id``) and vouches for the copy only within that boot: until the host
+restarts, every committed page is in its page cache, whichever process reads it,
+so neither the environment nor the stamp is synced on a batch's path (at large
+state that sync cost more than the batch's writes). After a host crash the copy
+is restored. Where the boot is unknown, the order is made durable instead: the
+stamp's removal is synced before the copy changes, and a new stamp is written only
+after the environment was synced, then synced itself. Either way a stamp never
+vouches for pages that may not have reached the disk.
 """
 
 from __future__ import annotations
 
 import errno
 import fcntl
+import functools
 import json
 import os
 import stat
@@ -43,6 +49,15 @@ EMPTY = "empty"
 # The copies this thread holds exclusively: ``flock`` locks of two opens conflict even
 # within a process, so a nested ``exclusive()`` of the same copy would wait for itself.
 _HELD = threading.local()
+
+
+@functools.cache
+def host_boot() -> str | None:
+    """This host's boot id (a new one at every start of the kernel); ``None`` where unknown."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text(encoding="ascii").strip() or None
+    except (OSError, ValueError):
+        return None
 
 
 def snapshot_digest(snapshot: BackendSnapshot | None) -> str:
@@ -120,6 +135,8 @@ class WorkingCopy:
             return None
         if doc.get("layout") != LAYOUT:
             return None  # written by a version that lays records out otherwise: restore the copy
+        if "boot" in doc and doc["boot"] != host_boot():
+            return None  # unsynced, from before the host restarted: pages may not have reached the disk
         registrations = doc.get("registrations")
         if not isinstance(registrations, dict) or not all(
             isinstance(kinds, list) and len(kinds) == 2 and all(isinstance(part, str) for part in kinds)
@@ -198,21 +215,39 @@ class WorkingCopy:
             return []
 
     def invalidate(self) -> None:
-        """The copy is about to change: until :meth:`mark`, it is at no checkpoint (durably)."""
-        if self._stamp.exists():
-            self._stamp.unlink(missing_ok=True)
+        """The copy is about to change: until :meth:`mark`, it is at no checkpoint (durably).
+
+        Removing a stamp of this boot needs no sync: after a host crash it is not trusted
+        anyway. A synced stamp (no boot in it) could come back after one: its removal is synced.
+        """
+        try:
+            doc = read_document(self._stamp)
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError, RecursionError):
+            doc = None
+        self._stamp.unlink(missing_ok=True)
+        if not isinstance(doc, dict) or not isinstance(doc.get("boot"), str):
             fsync_directory(self.path)
 
     def mark(self, snapshot: BackendSnapshot, registrations: dict[str, tuple[str, str]]) -> None:
-        """The copy now holds exactly ``snapshot``: sync the environment, then write the stamp atomically."""
-        self.delegate.sync()
-        doc = {
+        """The copy now holds exactly ``snapshot``: the stamp says so, atomically.
+
+        It names this boot (trusted until the host restarts, nothing synced); where the
+        boot is unknown, the environment is synced first and the stamp durably after it.
+        """
+        boot = host_boot()
+        doc: dict[str, Any] = {
             "layout": LAYOUT,
             "digest": snapshot_digest(snapshot),
             "registrations": registrations,
             "snapshot": snapshot.to_dict(),
         }
-        write_atomically(self._stamp, json.dumps(doc).encode(), sync=True)
+        if boot is None:
+            self.delegate.sync()
+        else:
+            doc["boot"] = boot
+        write_atomically(self._stamp, json.dumps(doc).encode(), sync=boot is None)
 
 
 #: ``(state name, key group, key bytes)`` a full snapshot found expired.

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from dstl.backend.changelog import BackendSnapshot
+from dstl.backend.spark._private import working_copy
 from dstl.backend.spark._private.working_copy import WorkingCopy, snapshot_digest
 
 
@@ -37,20 +38,69 @@ def test_a_damaged_stamp_means_no_known_checkpoint(copy, registrations):
     assert copy.stamp() is None
 
 
-def test_the_stamp_is_written_only_after_the_environment_is_synced(copy, monkeypatch):
+def _syncs(copy, monkeypatch):
     events = []
     real_sync, real_fsync = copy.delegate.sync, __import__("os").fsync
     monkeypatch.setattr(copy.delegate, "sync", lambda: (events.append("lmdb synced"), real_sync())[1])
     monkeypatch.setattr("os.fsync", lambda fd: (events.append("fsync"), real_fsync(fd))[1])
+    return events
+
+
+def test_where_the_boot_is_unknown_the_stamp_is_written_only_after_the_environment_is_synced(
+    copy, monkeypatch
+):
+    monkeypatch.setattr(working_copy, "host_boot", lambda: None)
+    events = _syncs(copy, monkeypatch)
     copy.delegate.put("totals", 0, b"k", b"1")
     copy.mark(BackendSnapshot(7, ()), {})
     assert events[0] == "lmdb synced" and events.count("fsync") == 2  # stamp file, then its directory
+    assert "boot" not in json.loads((copy.path / "dstl-stamp.json").read_text())
     events.clear()
     copy.invalidate()
     assert events == ["fsync"], "the stamp's removal was not made durable before the copy changes"
 
 
-KILL_BETWEEN_SYNC_AND_STAMP = """
+def test_a_stamp_of_this_boot_is_written_and_removed_without_a_sync(copy, monkeypatch):
+    monkeypatch.setattr(working_copy, "host_boot", lambda: "boot-1")
+    events = _syncs(copy, monkeypatch)
+    copy.delegate.put("totals", 0, b"k", b"1")
+    copy.mark(BackendSnapshot(7, ()), {})
+    assert events == [], "nothing on the batch's path waits for the disk"
+    assert copy.stamp()["digest"] == snapshot_digest(BackendSnapshot(7, ()))
+    copy.invalidate()
+    assert events == [] and copy.stamp() is None
+
+
+def test_a_stamp_from_before_the_host_restarted_vouches_for_nothing(copy, monkeypatch):
+    monkeypatch.setattr(working_copy, "host_boot", lambda: "boot-1")
+    copy.mark(BackendSnapshot(7, ()), {})
+    monkeypatch.setattr(working_copy, "host_boot", lambda: "boot-2")  # the host crashed meanwhile
+    assert copy.stamp() is None, "an unsynced copy was trusted across a restart"
+    stamp_file = copy.path / "dstl-stamp.json"
+    doc = json.loads(stamp_file.read_text())
+    stamp_file.write_text(json.dumps({**doc, "boot": None}))  # hostile or damaged: not this boot either
+    assert copy.stamp() is None
+
+
+def test_removing_a_synced_stamp_is_synced_even_where_the_boot_is_known(copy, monkeypatch):
+    monkeypatch.setattr(working_copy, "host_boot", lambda: None)
+    copy.mark(BackendSnapshot(7, ()), {})  # synced: it would come back after a host crash
+    monkeypatch.setattr(working_copy, "host_boot", lambda: "boot-1")
+    assert copy.stamp() is not None  # a synced stamp holds across boots
+    events = _syncs(copy, monkeypatch)
+    copy.invalidate()
+    assert events == ["fsync"] and copy.stamp() is None
+
+
+def test_the_host_boot_is_read_from_the_kernel_where_there_is_one():
+    from pathlib import Path
+
+    source = Path("/proc/sys/kernel/random/boot_id")
+    expected = source.read_text().strip() if source.exists() else None
+    assert working_copy.host_boot() == expected
+
+
+KILL_BEFORE_THE_STAMP = """
 import os, signal, sys
 from dstl.backend.changelog import BackendSnapshot
 from dstl.backend.spark._private.working_copy import WorkingCopy
@@ -61,25 +111,25 @@ copy.delegate.put("totals", 0, b"k", b"2")
 real_open = os.open
 def dying_open(path, *args, **kwargs):
     if "dstl-stamp" in str(path):
-        os.kill(os.getpid(), signal.SIGKILL)  # after the LMDB sync, before the new stamp
+        os.kill(os.getpid(), signal.SIGKILL)  # after the LMDB write (and any sync), before the new stamp
     return real_open(path, *args, **kwargs)
 os.open = dying_open
 copy.mark(BackendSnapshot(2, ()), {})
 """
 
 
-def test_a_process_killed_between_sync_and_stamp_leaves_no_stamp(tmp_path):
+def test_a_process_killed_before_its_stamp_leaves_no_stamp(tmp_path):
     import signal
     import subprocess
     import sys
 
     child = subprocess.run(
-        [sys.executable, "-c", KILL_BETWEEN_SYNC_AND_STAMP, str(tmp_path)], capture_output=True, timeout=60
+        [sys.executable, "-c", KILL_BEFORE_THE_STAMP, str(tmp_path)], capture_output=True, timeout=60
     )
     assert child.returncode == -signal.SIGKILL, child.stderr.decode()[-2000:]
     reopened = WorkingCopy(tmp_path, "op-kg0-64", map_size=1 << 20)
     assert reopened.stamp() is None, "a stamp vouches for a copy that changed after it"
-    assert reopened.delegate.get("totals", 0, b"k") == b"2", "the synced write is missing"
+    assert reopened.delegate.get("totals", 0, b"k") == b"2", "the committed write is missing"
 
 
 def test_a_copy_stamped_by_another_record_layout_is_restored_not_read(copy):
