@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -100,6 +100,8 @@ class KeySet:
     keys: tuple[Any, ...]
     groups: tuple[int, ...]
     raw: tuple[bytes, ...]
+    #: the binder knew no key is there twice (a grouped batch's keys): not checked again
+    known_distinct: bool = field(default=False, repr=False, compare=False)
 
     def __len__(self) -> int:
         """How many keys."""
@@ -108,7 +110,7 @@ class KeySet:
     @cached_property
     def distinct(self) -> bool:
         """Whether no key is there twice (known once per key set, whatever states it serves)."""
-        return len(set(self.raw)) == len(self.raw)
+        return self.known_distinct or len(set(self.raw)) == len(self.raw)
 
     def subset(self, positions: Iterable[int]) -> KeySet:
         """The keys at ``positions``, in that order."""

@@ -20,7 +20,7 @@ import enum
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from ..keyed import TTL_SUFFIX, TimeDomain
@@ -178,12 +178,16 @@ class StateContext:
         self._backend.set_current_key(key)
         self.keys_touched.add(key)
 
-    def key_set(self, keys: Iterable[Any], *, key_groups: Sequence[int] | None = None) -> KeySet:
+    def key_set(
+        self, keys: Iterable[Any], *, key_groups: Sequence[int] | None = None, distinct: bool = False
+    ) -> KeySet:
         """Bind ``keys`` for bulk state access (a :class:`~.batch.KeyedBatch` has its own, ``key_set``).
 
         :param key_groups: their key groups when known, used once a sample agrees with their hashes.
+        :param distinct: no key is there twice (not checked again; a repeated key's last write wins).
         """
-        return self._backend.key_set(keys, key_groups=key_groups)
+        bound = self._backend.key_set(keys, key_groups=key_groups)
+        return replace(bound, known_distinct=True) if distinct else bound
 
     def get_value_state(
         self, name: str, *, ttl: float | None = None, serializer: str = "msgpack"

@@ -145,6 +145,33 @@ def test_bulk_access_equals_key_by_key_and_restores_the_same(tmp_path, memory_co
             b.close()
 
 
+def test_keys_said_distinct_are_not_checked_and_a_repeated_one_keeps_its_last_write(tmp_path, memory_config):
+    from dataclasses import replace
+
+    from dstl.backend.changelog import BackendSnapshot
+
+    def make(name, epoch=0):
+        return ChangelogKeyedStateBackend(
+            storage, name, KeyGroupRange(0, 128), delegate=LmdbDelegate(tmp_path / name), epoch=epoch
+        )
+
+    with load_storage(memory_config, job_id="job") as storage:
+        backend = make("op")
+        value, total = backend.value_state("v"), backend.reducing_state("t", lambda a, c: a + c)
+        bound = backend.key_set(["a", "b", "a"])
+        said = replace(bound, known_distinct=True)  # wrongly: "a" is there twice
+        assert not bound.distinct and said.distinct and said == bound
+        value.update_many(said, [1, 2, 3])
+        total.add_many(said, [1, 2, 3])
+        assert value.get_many(["a", "b"]) == [3, 2] and total.get_many(["a", "b"]) == [4, 2]
+        restored = make("restored", epoch=1)
+        restored.restore(BackendSnapshot.from_json(backend.checkpoint(1).result(timeout=30).to_json()))
+        assert restored.value_state("v").get_many(["a", "b"]) == [3, 2]
+        assert restored.reducing_state("t", lambda a, c: a + c).get_many(["a", "b"]) == [4, 2]
+        backend.close()
+        restored.close()
+
+
 def test_bulk_access_refuses_keys_of_other_instances_and_mismatched_lengths(memory_config):
     with load_storage(memory_config, job_id="job") as storage:
         backend = ChangelogKeyedStateBackend(storage, "op", KeyGroupRange(0, 1))

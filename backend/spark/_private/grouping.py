@@ -28,9 +28,10 @@ def keyed_batch(rows: pd.DataFrame | ArrowRows, context: StateContext) -> KeyedB
     batch.decode_phases = context.phases_ms
     routed = context.routed_key_groups
     if routed is not None and batch.first_rows is not None and len(routed) == len(rows):
-        batch.key_set = context.key_set(batch.keys, key_groups=routed[batch.first_rows].tolist())
+        groups = routed[batch.first_rows].tolist()
+        batch.key_set = context.key_set(batch.keys, key_groups=groups, distinct=True)  # grouped: distinct
     else:
-        batch.key_set = context.key_set(batch.keys)
+        batch.key_set = context.key_set(batch.keys, distinct=True)
     context.keys_touched.add_distinct(batch.keys)
     context.phases_ms["group"] = round((time.perf_counter() - began) * 1000, 3)
     return batch

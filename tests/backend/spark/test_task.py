@@ -162,3 +162,24 @@ def test_the_rows_key_groups_from_the_routing_stay_aligned_with_the_rows_the_pro
     assert user_rows.frame()["k"].tolist() == ["a", "b", "c", "unknown"] and user_rows.columns == ["k"]
     assert routed.tolist() == [5, 6, 8, 9]
     assert stats == {"rows": 5, "max_event_ms": 4_000, "late_rows": 1}
+
+
+@pytest.mark.parametrize("kind", ["arrow", "pandas"])
+def test_a_grouped_batchs_keys_are_bound_as_distinct_without_a_check(kind, memory_config):
+    import pandas as pd
+    import pyarrow as pa
+
+    from dstl.backend.spark._private.grouping import keyed_batch
+    from dstl.backend.spark._private.instance_rows import ArrowRows
+    from dstl.backend.spark.processor import BatchClock, StateContext, TimeMode
+
+    columns = {"k": ["a", "b", "a", "c", "b"], "v": [1, 2, 3, 4, 5]}
+    rows = ArrowRows(pa.table(columns), "UTC") if kind == "arrow" else pd.DataFrame(columns)
+    with load_storage(memory_config, job_id="job") as storage:
+        backend = ChangelogKeyedStateBackend(storage, "op", KeyGroupRange(0, 128))
+        context = StateContext(backend, 1, 0, ("k",), BatchClock(20, None, TimeMode.PROCESSING))
+        batch = keyed_batch(rows, context)
+        assert batch.keys == ["a", "b", "c"] and batch.key_set.keys == ("a", "b", "c")
+        assert batch.key_set.known_distinct and batch.key_set.distinct
+        assert context.key_set(["a", "a"]).distinct is False  # anyone else's keys are checked
+        backend.close()
