@@ -42,7 +42,7 @@ from ..placement import instance_name
 from .bring_up import bring_up
 from .protocol import Restore, TaskPlan
 from .task import working_copy_of
-from .working_copy import snapshot_digest
+from .working_copy import held_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -70,10 +70,7 @@ def copy_is_warm(plan: TaskPlan, instance: int) -> bool:
     own = plan.instance(instance)
     if own.base is None:
         return False
-    stamp = working_copy_of(plan, instance).stamp()
-    return stamp is not None and (
-        stamp["digest"] == snapshot_digest(own.base) or stamp["digest"] in own.lineage
-    )
+    return any(held_checkpoint(working_copy_of(plan, instance).stamp(), own.base, own.lineage))
 
 
 def refresh_later(plan: TaskPlan, instances: Iterable[int]) -> None:
@@ -120,12 +117,12 @@ def refresh_standby(plan: TaskPlan, instance: int) -> Restore | None:
         if not alone:
             return None
         stamp = copy.stamp()
-        if stamp is not None and stamp["digest"] == snapshot_digest(target):
+        warm, committed = held_checkpoint(stamp, target, own.lineage)
+        if warm:
             return Restore.WARM
         held = stamp["snapshot"] if stamp is not None else None
         if held is not None and catch_up_delta(target, held) is not None:
             return None  # a later batch of the lineage: the instance's own copy, never moved back
-        committed = stamp is not None and stamp["digest"] in own.lineage
         copy.invalidate()
         key_groups = key_group_range_for_instance(instance, plan.parallelism, plan.max_parallelism)
         with private_storage(plan.job_id, "standby") as storage:

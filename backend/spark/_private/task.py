@@ -29,7 +29,7 @@ from .grouping import keyed_batch
 from .instance_rows import ArrowRows, InstanceRows
 from .output import check_output_types, output_columns
 from .protocol import InstanceReport, InstanceStats, TaskPlan
-from .working_copy import WorkingCopy, snapshot_digest
+from .working_copy import WorkingCopy, held_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -104,8 +104,7 @@ def process_instance(
     copy = working_copy_of(plan, instance, cfg)
     with copy.exclusive():
         stamp = copy.stamp()
-        warm = stamp is not None and stamp["digest"] == snapshot_digest(previous)
-        committed = stamp is not None and stamp["digest"] in own.lineage
+        warm, committed = held_checkpoint(stamp, previous, own.lineage)
         copy.invalidate()
         backend = ChangelogKeyedStateBackend.from_config(
             storage,

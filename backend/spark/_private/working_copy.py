@@ -41,7 +41,7 @@ from ...delegate import LmdbDelegate
 from ...delegate.lmdb_records import LAYOUT
 from ...documents import MAX_DOCUMENT_BYTES, parse_json
 
-__all__ = ["WorkingCopy", "open_regular_file", "snapshot_digest", "write_atomically"]
+__all__ = ["WorkingCopy", "held_checkpoint", "open_regular_file", "snapshot_digest", "write_atomically"]
 
 # One environment per path and process: LMDB forbids opening a file twice in a process.
 _DELEGATES: dict[str, LmdbDelegate] = {}
@@ -63,6 +63,19 @@ def host_boot() -> str | None:
 def snapshot_digest(snapshot: BackendSnapshot | None) -> str:
     """A digest of ``snapshot`` that survives a JSON round trip (``"empty"`` for no snapshot)."""
     return EMPTY if snapshot is None else snapshot.digest
+
+
+def held_checkpoint(
+    stamp: dict[str, Any] | None, base: BackendSnapshot | None, lineage: Sequence[str]
+) -> tuple[bool, bool]:
+    """``(warm, committed)`` of a copy stamped ``stamp`` (:meth:`WorkingCopy.stamp`).
+
+    Warm: it holds the instance's ``base``. Committed: it holds one of ``lineage`` (the
+    digests of the instance's recent committed snapshots), so it can catch up.
+    """
+    if stamp is None:
+        return False, False
+    return stamp["digest"] == snapshot_digest(base), stamp["digest"] in lineage
 
 
 class WorkingCopy:

@@ -299,3 +299,16 @@ def test_a_stale_temporary_file_of_a_dead_process_is_replaced(copy):
     copy.keep_expired([("n", 1, b"k")])
     assert copy.take_expired() == [("n", 1, b"k")]
     assert not (copy.path / f"dstl-expired.tmp{os.getpid()}").exists()
+
+
+def test_a_stamp_is_warm_at_the_base_and_committed_in_the_lineage(copy):
+    from dstl.backend.spark._private.working_copy import held_checkpoint
+
+    earlier, base = BackendSnapshot(6, ()), BackendSnapshot(7, ())
+    lineage = (snapshot_digest(earlier), snapshot_digest(base))
+    assert held_checkpoint(None, base, lineage) == (False, False)
+    copy.mark(base, {})
+    assert held_checkpoint(copy.stamp(), base, lineage) == (True, True)
+    copy.mark(earlier, {})
+    assert held_checkpoint(copy.stamp(), base, lineage) == (False, True)  # it can catch up
+    assert held_checkpoint(copy.stamp(), base, ()) == (False, False)  # of no known checkpoint
