@@ -127,7 +127,7 @@ class LmdbDelegate(StateDelegate):
         if len(state.encode()) > 255:
             msg = f"state name {state[:40]!r}... is longer than 255 bytes"
             raise ValueError(msg)
-        base = _base(_prefix(state, key_group), key)
+        base = _base(_prefix(state, key_group), key[: _MAX_KEY + 1])  # the cut key's length still packs
         if len(base) + extra > _MAX_KEY:
             msg = (
                 f"state {state!r}: the key ({len(key)} bytes) with the state name and an element's "
@@ -190,9 +190,18 @@ class LmdbDelegate(StateDelegate):
         self._write(lambda txn: _store(txn, base, entry))
 
     def write_batch(self, state: str, key_group: int, entries: Mapping[bytes, Any]) -> None:
-        """All in one write transaction (a transaction per entry would dominate a restore)."""
+        """All in one write transaction (a transaction per entry would dominate a restore).
+
+        Values only (a value state's section, most of a restore): one C call writes them.
+        """
         prefix = _prefix(state, key_group)
-        self._base(state, key_group, b"")  # validates the state name
+        keys = list(entries)
+        self._base(state, key_group, max(keys, key=len, default=b""))  # the state name, the longest key
+        values = list(entries.values())
+        if set(map(type, values)) == {bytes}:
+            bases = _bases_of([prefix] * len(keys), keys)
+            self._write(lambda txn: txn.cursor().putmulti(zip(bases, values, strict=True)))
+            return
 
         def write(txn: _Txn) -> None:
             for key, entry in entries.items():

@@ -101,6 +101,16 @@ def test_write_batch_stores_entries_and_none_removes(make_delegate):
     assert dict(delegate.entries("s", 8)) == {}
 
 
+def test_a_batch_of_values_overwrites_as_one_by_one(make_delegate):
+    delegate = make_delegate()
+    delegate.put("s", 4, b"a", b"old")
+    delegate.put("s", 4, b"keep", b"k")
+    delegate.put("t", 4, b"a", b"other state")
+    delegate.write_batch("s", 4, {b"a": b"new", b"b": b"2"})  # values only: the bulk path
+    assert dict(delegate.entries("s", 4)) == {b"a": b"new", b"b": b"2", b"keep": b"k"}
+    assert dict(delegate.entries("t", 4)) == {b"a": b"other state"}
+
+
 def test_values_are_read_and_written_in_bulk_as_one_by_one(make_delegate):
     delegate = make_delegate()
     delegate.put("v", 3, b"old", b"0")
@@ -304,10 +314,15 @@ def test_an_lmdb_key_too_long_is_a_clear_error(tmp_path):
     for bulk in (
         lambda: delegate.put_values("v", [0, 1], [b"short", b"k" * 600], [b"1", b"2"]),
         lambda: delegate.get_values("v", [0, 1], [b"short", b"k" * 600]),
+        lambda: delegate.write_batch("v", 0, {b"short": b"1", b"k" * 600: b"2"}),  # values: one C call
+        lambda: delegate.write_batch("v", 0, {b"short": b"1", b"k" * 600: [b"2"]}),  # with a collection
     ):
         with pytest.raises(ValueError, match=r"the key \(600 bytes\).*exceeds the 511 bytes"):
             bulk()
-    assert delegate.get("v", 0, b"short") is None  # the refused bulk write wrote nothing
+    # A key beyond what its length prefix holds (a hostile snapshot's) is the same clear error.
+    with pytest.raises(ValueError, match=r"the key \(70000 bytes\).*exceeds the 511 bytes"):
+        delegate.write_batch("v", 0, {b"k" * 70_000: b"1"})
+    assert delegate.get("v", 0, b"short") is None  # the refused bulk writes wrote nothing
     delegate.close()
 
 
