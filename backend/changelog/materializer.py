@@ -25,7 +25,7 @@ from ..options import (
 )
 from ..pacing import give_way, paced
 from .changed_keys import ChangedKeys, ChangedKeysView
-from .sections import checked_entries, purged, replaced_key_groups
+from .sections import load_section, purged, replaced_key_groups
 from .snapshot_choice import SnapshotChoice
 
 if TYPE_CHECKING:
@@ -453,21 +453,7 @@ class Materializer:
         where = f"{self._dir}/{ref.path}"
         delegate = backend.delegate
         for key_group, entries in sections:
-            # Entries come state by state: whole ones in one batch per state, a part that continues
-            # a collection extends it once what came before is written.
-            batch: dict[bytes, Any] = {}
-            batch_state = ""  # set with the batch's first entry
-            for state, key, entry, continued in checked_entries(entries, key_group, where):
-                if batch and (continued or state != batch_state):
-                    delegate.write_batch(batch_state, key_group, batch)
-                    batch = {}
-                if continued:
-                    delegate.extend(state, key_group, key, entry)
-                else:
-                    batch[key] = entry
-                    batch_state = state
-            if batch:
-                delegate.write_batch(batch_state, key_group, batch)
+            load_section(delegate, key_group, entries, where)
         return {
             name: (kind, serializer) for name, (kind, serializer) in meta.get("registrations", {}).items()
         }

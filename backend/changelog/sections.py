@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from itertools import compress
+from operator import itemgetter, ne
+from typing import TYPE_CHECKING, Any
 
 from dstl.spi import CorruptedError
 
 from ..keyed import purge_expired
 
-__all__ = ["checked_entries", "purged", "replaced_key_groups"]
+if TYPE_CHECKING:
+    from ..delegate import StateDelegate
+
+__all__ = ["checked_entries", "load_section", "purged", "replaced_key_groups"]
+
+_STATE, _KEY, _ENTRY = itemgetter(0), itemgetter(1), itemgetter(2)
 
 
 def replaced_key_groups(meta: dict[str, Any], *, where: str) -> list[int]:
@@ -48,9 +55,7 @@ def purged(
     return kept
 
 
-def checked_entries(
-    entries: list[Any], key_group: int, where: str
-) -> Iterator[tuple[str, bytes, Any, bool]]:
+def checked_entries(entries: list[Any], key_group: int, where: str) -> Iterator[tuple[str, bytes, Any, bool]]:
     """``(state, key, entry, continued)`` of a section's entries, each checked (the snapshot is untrusted)."""
     for item in entries:
         valid = isinstance(item, list) and len(item) in (3, 4)
@@ -67,3 +72,53 @@ def checked_entries(
             msg = f"snapshot section of key group {key_group} holds a malformed entry: {item!r:.80}"
             raise CorruptedError(msg, location=where)
         yield state, key, entry, continued
+
+
+def load_section(delegate: StateDelegate, key_group: int, entries: list[Any], where: str) -> None:
+    """Write a snapshot section's entries (checked: the snapshot is untrusted) to ``delegate``.
+
+    A section of whole entries (no collection continued from an earlier part) is
+    checked and split into one batch per state with C-level passes over the section,
+    not a Python loop per entry: that loop cost more than the writes of a restore.
+    """
+    whole = _whole_runs(entries)
+    if whole is not None:
+        runs, keys, values = whole
+        for state, start, end in runs:
+            delegate.write_batch(state, key_group, dict(zip(keys[start:end], values[start:end], strict=True)))
+        return
+    # Entries come state by state: whole ones in one batch per state, a part that continues
+    # a collection extends it once what came before is written.
+    batch: dict[bytes, Any] = {}
+    batch_state = ""  # set with the batch's first entry
+    for state, key, entry, continued in checked_entries(entries, key_group, where):
+        if batch and (continued or state != batch_state):
+            delegate.write_batch(batch_state, key_group, batch)
+            batch = {}
+        if continued:
+            delegate.extend(state, key_group, key, entry)
+        else:
+            batch[key] = entry
+            batch_state = state
+    if batch:
+        delegate.write_batch(batch_state, key_group, batch)
+
+
+def _whole_runs(entries: list[Any]) -> tuple[list[tuple[str, int, int]], list[bytes], list[Any]] | None:
+    """``(runs, keys, entries)`` when every entry is a well-formed whole ``[state, key, entry]``.
+
+    Each run is ``(state, start, end)``: the entries of one state, in the section's order.
+
+    ``None`` for anything else (a continued part, a malformed entry): the per-entry
+    check then handles it and names the problem.
+    """
+    if not entries or set(map(type, entries)) != {list} or set(map(len, entries)) != {3}:
+        return None
+    states = list(map(_STATE, entries))
+    keys = list(map(_KEY, entries))
+    if set(map(type, states)) != {str} or set(map(type, keys)) != {bytes}:
+        return None
+    starts = [0, *compress(range(1, len(states)), map(ne, states[1:], states))]
+    ends = [*starts[1:], len(states)]
+    runs = [(states[start], start, end) for start, end in zip(starts, ends, strict=True)]
+    return runs, keys, list(map(_ENTRY, entries))

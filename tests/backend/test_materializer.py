@@ -289,3 +289,36 @@ def test_malformed_snapshot_entries_are_corruption(tmp_path):
         ref = MaterializationRef("job/snapshots/bad.snap", KeyGroupRange(0, 8), 1, len(data), 1)
         with pytest.raises(CorruptedError, match="malformed entry"):
             materializer.load(ref)
+
+
+@pytest.mark.parametrize("kind", ["heap", "lmdb"])
+def test_a_section_loads_state_by_state_as_entry_by_entry(tmp_path, kind):
+    from dstl.backend.changelog.sections import load_section
+
+    delegate = HeapDelegate() if kind == "heap" else LmdbDelegate(tmp_path / "l")
+    delegate.put("a", 5, b"old", b"0")
+    # Runs of states, a key repeated (the later entry wins, as the per-entry loop has it), a collection.
+    section = [
+        ["a", b"k1", b"1"],
+        ["a", b"k2", b"2"],
+        ["b", b"k1", [b"x"]],
+        ["a", b"k1", b"3"],
+        ["a", b"old", b"4"],
+    ]
+    load_section(delegate, 5, section, "test")
+    assert dict(delegate.entries("a", 5)) == {b"k1": b"3", b"k2": b"2", b"old": b"4"}
+    assert dict(delegate.entries("b", 5)) == {b"k1": [b"x"]}
+    # A continued part goes entry by entry: it extends what the section wrote before it.
+    load_section(delegate, 5, [["b", b"k1", [b"y"], 1], ["a", b"k3", b"5"]], "test")
+    assert delegate.get("b", 5, b"k1") == [b"x", b"y"]
+    assert delegate.get("a", 5, b"k3") == b"5"
+
+
+def test_a_malformed_entry_among_many_is_corruption(tmp_path):
+    from dstl.backend.changelog.sections import load_section
+    from dstl.spi import CorruptedError
+
+    good = [["v", b"k%d" % i, b"x"] for i in range(1000)]
+    for bad in (["v", "k", b"x"], [7, b"k", b"x"], ["v", b"k"], "entry", ["v", b"k", b"x", 2]):
+        with pytest.raises(CorruptedError, match="malformed entry"):
+            load_section(HeapDelegate(), 1, [*good[:500], bad, *good[500:]], "test")
