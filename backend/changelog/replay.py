@@ -164,7 +164,7 @@ class SquashedLog:
         )
 
 
-def squash(  # noqa: C901 - the restore hot loop, inlined: a call per change would cost more
+def squash(
     logs: Iterable[FetchedLog], base: Callable[[str, int, bytes], Any] | None
 ) -> SquashedLog:
     """Replay ``logs`` in order into a :class:`SquashedLog`.
@@ -180,13 +180,13 @@ def squash(  # noqa: C901 - the restore hot loop, inlined: a call per change wou
     unpackb = msgpack.unpackb
     for handle, change_sets in logs:
         names = _Registrations(handle, lambda *registration: result.registrations.append(registration))
-        last_state_id, last_key_group, name = None, None, ""
-        batch: dict[bytes, Any] = {}
+        # (state id, key group) -> (name, its batch): a log's key groups interleave change by change
+        targets: dict[tuple[int, int], tuple[str, dict[bytes, Any]]] = {}
         for _sqn, changes in change_sets:
             for key_group, data in changes:
                 if key_group == META_KEY_GROUP:
                     names.record(data)
-                    last_state_id = None  # ids may be bound anew
+                    targets = {}  # ids may be bound anew
                     continue
                 try:
                     record = unpackb(data, raw=False, strict_map_key=False)
@@ -203,13 +203,14 @@ def squash(  # noqa: C901 - the restore hot loop, inlined: a call per change wou
                     state_id, key, op, args = record[1], record[2], _OP_VALUE_PUT, None
                 else:
                     op, state_id, key, args = decode_change(data, where=names.where)
-                if state_id != last_state_id or key_group != last_key_group:
+                target = targets.get((state_id, key_group))
+                if target is None:
                     name = names.name(state_id)
-                    found = batches.get((name, key_group))
-                    if found is None:
-                        found = batches[(name, key_group)] = {}
-                    batch = found
-                    last_state_id, last_key_group = state_id, key_group
+                    target = targets[(state_id, key_group)] = (
+                        name,
+                        batches.setdefault((name, key_group), {}),
+                    )
+                name, batch = target
                 if unsquashed_keys and (name, key_group, key) in unsquashed_keys:
                     unsquashed.append((name, key_group, key, int(op), record[3:] if args is None else args))
                     continue

@@ -16,7 +16,7 @@ from dstl.backend.changelog.records import (
 )
 from dstl.backend.changelog.replay import SquashedLog
 from dstl.backend.keyed import Op
-from dstl.spi import CorruptedError, KeyGroupRange, load_storage
+from dstl.spi import META_KEY_GROUP, CorruptedError, KeyGroupRange, load_storage
 from tests.backend.test_changelog_backend import populate, read_back
 
 ALL = KeyGroupRange(0, 128)
@@ -156,3 +156,22 @@ def test_value_puts_encoded_in_bulk_are_each_put_s_record():
     ]
     with pytest.raises(ValueError):
         encode_value_puts(7, keys, values[:2])
+
+
+def test_a_state_id_bound_anew_mid_log_sends_later_changes_to_its_new_state():
+    from dstl.backend.changelog.replay import squash
+
+    handle = type("Handle", (), {"storage_id": "memory", "log_id": "op"})()
+    changes = [
+        (META_KEY_GROUP, encode_registration(1, "first", "value", "msgpack")),
+        (3, encode_change(Op.VALUE_PUT, 1, b"k", b"1")),
+        (4, encode_change(Op.VALUE_PUT, 1, b"j", b"2")),
+        (META_KEY_GROUP, encode_registration(1, "second", "value", "msgpack")),
+        (3, encode_change(Op.VALUE_PUT, 1, b"k", b"3")),
+    ]
+    squashed = squash([(handle, [(1, changes)])], None)
+    assert squashed.batches == {
+        ("first", 3): {b"k": b"1"},
+        ("first", 4): {b"j": b"2"},
+        ("second", 3): {b"k": b"3"},
+    }
