@@ -25,7 +25,7 @@ from ..options import (
 )
 from ..pacing import give_way, paced
 from .changed_keys import ChangedKeys, ChangedKeysView
-from .sections import load_section, purged, replaced_key_groups
+from .sections import OpenedSnapshot, load_section, purged, replaced_key_groups
 from .snapshot_choice import SnapshotChoice
 
 if TYPE_CHECKING:
@@ -418,10 +418,11 @@ class Materializer:
     def load(
         self, ref: MaterializationRef, key_groups: KeyGroupRange | None = None
     ) -> dict[str, tuple[str, str]]:
-        """Apply ``ref``'s sections of ``key_groups`` (default: the backend's) to the delegate.
+        """Apply ``ref``'s sections of ``key_groups`` (default: the backend's); returns its registrations."""
+        return self.apply(self.open(ref, key_groups))
 
-        Returns the snapshot's registrations.
-        """
+    def open(self, ref: MaterializationRef, key_groups: KeyGroupRange | None = None) -> OpenedSnapshot:
+        """Read ``ref``'s meta and index; its sections of ``key_groups`` are read as :meth:`apply` loads."""
         fs, root = self._filesystem()
         job = self._backend.job_id
         if not ref.path.startswith(f"{job}/snapshots/"):
@@ -431,31 +432,43 @@ class Materializer:
             )
             raise InvalidHandleError(msg)
         path = f"{root}/{ref.path}"
-        backend = self._backend
-        wanted = key_groups or backend.key_groups
+        wanted = key_groups or self._backend.key_groups
+        where = f"{self._dir}/{ref.path}"
         try:
-            check_regular_file(fs, path, f"snapshot {self._dir}/{ref.path}")
+            check_regular_file(fs, path, f"snapshot {where}")
         except FileNotFoundError as exc:
-            msg = f"snapshot {self._dir}/{ref.path} does not exist"
+            msg = f"snapshot {where} does not exist"
             raise StorageError(msg) from exc
 
         def read_range(start: int, end: int) -> bytes:
             try:
                 return fs.cat_file(path, start=start, end=end)
             except FileNotFoundError as exc:
-                msg = f"snapshot {self._dir}/{ref.path} does not exist"
+                msg = f"snapshot {where} does not exist"
                 raise StorageError(msg) from exc
 
-        meta, sections = read_sections(read_range, wanted, where=f"{self._dir}/{ref.path}", size=ref.size)
-        for key_group in replaced_key_groups(meta, where=f"{self._dir}/{ref.path}"):
-            if key_group in wanted:
-                backend.delegate.drop_key_group(key_group)  # the sections hold all that is left of it
-        where = f"{self._dir}/{ref.path}"
-        delegate = backend.delegate
-        for key_group, entries in sections:
-            load_section(delegate, key_group, entries, where)
+        meta, sections = read_sections(read_range, wanted, where=where, size=ref.size)
+        replaced = frozenset(
+            key_group for key_group in replaced_key_groups(meta, where=where) if key_group in wanted
+        )
+        return OpenedSnapshot(meta, sections, where, replaced)
+
+    def apply(
+        self, opened: OpenedSnapshot, *, replaced_later: frozenset[int] = frozenset()
+    ) -> dict[str, tuple[str, str]]:
+        """Load an opened snapshot into the delegate; returns its registrations.
+
+        :param replaced_later: key groups a later snapshot of the chain replaces whole:
+            their sections are not read (what they hold would be dropped).
+        """
+        delegate = self._backend.delegate
+        for key_group in opened.replaced - replaced_later:
+            delegate.drop_key_group(key_group)  # the sections hold all that is left of it
+        for key_group, entries in opened.sections.excluding(replaced_later):
+            load_section(delegate, key_group, entries, opened.where)
         return {
-            name: (kind, serializer) for name, (kind, serializer) in meta.get("registrations", {}).items()
+            name: (kind, serializer)
+            for name, (kind, serializer) in opened.meta.get("registrations", {}).items()
         }
 
     def discard(self, refs: Iterable[MaterializationRef]) -> None:

@@ -79,8 +79,15 @@ class Loader:
         self, snapshot: BackendSnapshot, config: Config | Mapping[str, Any] | None, key_groups: KeyGroupRange
     ) -> None:
         def load_snapshots() -> None:
-            for ref in snapshot.materialized:
-                for name, (kind, serializer) in self.materializer.load(ref, key_groups).items():
+            # A key group a later snapshot replaces whole is not read from the earlier ones: at
+            # large state, incrementals hold most key groups whole, and each would be loaded again.
+            opened = [self.materializer.open(ref, key_groups) for ref in snapshot.materialized]
+            replaced_later = [frozenset[int]()] * len(opened)
+            for index in range(len(opened) - 2, -1, -1):
+                replaced_later[index] = replaced_later[index + 1] | opened[index + 1].replaced
+            for snapshot_file, skipped in zip(opened, replaced_later, strict=True):
+                registrations = self.materializer.apply(snapshot_file, replaced_later=skipped)
+                for name, (kind, serializer) in registrations.items():
                     self.registered(name, kind, serializer)
 
         with self.readers(snapshot.handles, config) as sources:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from itertools import compress
 from operator import itemgetter, ne
 from typing import TYPE_CHECKING, Any
@@ -13,10 +14,21 @@ from ..keyed import purge_expired
 
 if TYPE_CHECKING:
     from ..delegate import StateDelegate
+    from ..materialization import SnapshotSections
 
-__all__ = ["checked_entries", "load_section", "purged", "replaced_key_groups"]
+__all__ = ["OpenedSnapshot", "checked_entries", "load_section", "purged", "replaced_key_groups"]
 
 _STATE, _KEY, _ENTRY = itemgetter(0), itemgetter(1), itemgetter(2)
+
+
+@dataclass(frozen=True)
+class OpenedSnapshot:
+    """A snapshot whose meta and index were read; its sections are read as they are loaded."""
+
+    meta: dict[str, Any]
+    sections: SnapshotSections
+    where: str  # names the object in errors
+    replaced: frozenset[int]  # the wanted key groups it holds whole (a restore drops theirs first)
 
 
 def replaced_key_groups(meta: dict[str, Any], *, where: str) -> list[int]:

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from .format import MaterializationRef, SnapshotWriter, read_sections, write_snapshot
+from .format import MaterializationRef, SnapshotSections, SnapshotWriter, read_sections, write_snapshot
 
-__all__ = ["MaterializationRef", "SnapshotWriter", "read_sections", "write_snapshot"]
+__all__ = ["MaterializationRef", "SnapshotSections", "SnapshotWriter", "read_sections", "write_snapshot"]

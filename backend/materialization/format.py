@@ -31,7 +31,7 @@ import io
 import json
 import math
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
@@ -286,13 +286,28 @@ def _unpack_bounded(body: bytes, budget: int) -> Any:
     )
 
 
+class SnapshotSections:
+    """A snapshot's sections of the wanted key groups, each read and verified as it is iterated."""
+
+    def __init__(self, read: Callable[[Container[int]], Iterator[tuple[int, list[Any]]]]) -> None:
+        self._read = read
+
+    def __iter__(self) -> Iterator[tuple[int, list[Any]]]:
+        """``(key group, entries)`` of every wanted key group's sections, in the object's order."""
+        return self._read(())
+
+    def excluding(self, key_groups: Container[int]) -> Iterator[tuple[int, list[Any]]]:
+        """The sections but those of ``key_groups``, which are not read at all."""
+        return self._read(key_groups)
+
+
 def read_sections(  # noqa: C901 - an untrusted file, checked one field after another
     read_range: Any,
     key_groups: KeyGroupRange,
     *,
     where: str,
     size: int | None = None,
-) -> tuple[dict[str, Any], Iterator[tuple[int, list[Any]]]]:
+) -> tuple[dict[str, Any], SnapshotSections]:
     """The meta and the sections of ``key_groups`` (each verified); reads only what it needs.
 
     :param size: the object's size (a reference records it); version 2 keeps its
@@ -320,9 +335,9 @@ def read_sections(  # noqa: C901 - an untrusted file, checked one field after an
     except InvalidHandleError as exc:
         raise CorruptedError(str(exc) or type(exc).__name__, location=where, offset=_HEADER.size) from exc
 
-    def sections() -> Iterator[tuple[int, list[Any]]]:
+    def sections(skipped: Container[int]) -> Iterator[tuple[int, list[Any]]]:
         for key_group, offset, length, raw_length in index:
-            if key_group not in key_groups:
+            if key_group not in key_groups or key_group in skipped:
                 continue
             # Compressed data may come out a little longer than raw: twice the bound is slack enough.
             if raw_length > MAX_SECTION_BYTES or length > 2 * MAX_SECTION_BYTES:
@@ -348,4 +363,4 @@ def read_sections(  # noqa: C901 - an untrusted file, checked one field after an
                 raise CorruptedError(msg, location=where, offset=offset)
             yield key_group, entries
 
-    return meta, sections()
+    return meta, SnapshotSections(sections)

@@ -5,7 +5,7 @@ import operator
 import pytest
 
 from dstl.backend.changelog import BackendSnapshot, ChangelogKeyedStateBackend
-from dstl.backend.keygroups import key_group_range_for_instance
+from dstl.backend.keygroups import key_group_for, key_group_range_for_instance
 from dstl.spi import ConfigError, InvalidHandleError, KeyGroupRange, load_storage
 from tests.backend.helpers import owns_key
 
@@ -327,3 +327,57 @@ def test_an_update_the_full_working_disk_refuses_is_in_neither_state_nor_log(
         backend.close()
         restored.close()
         delegate.close()
+
+
+def test_a_restore_reads_a_key_group_only_from_the_newest_snapshot_holding_it_whole(
+    memory_config, tmp_path, monkeypatch
+):
+    from dstl.backend.changelog import materializer as materializer_module
+
+    loaded: list[tuple[str, int]] = []
+    load_section = materializer_module.load_section
+
+    def counting(delegate, key_group, entries, where):
+        loaded.append((where, key_group))
+        load_section(delegate, key_group, entries, where)
+
+    monkeypatch.setattr(materializer_module, "load_section", counting)
+    snapshot_dir = (tmp_path / "snap").as_uri()
+    with load_storage(memory_config, job_id="job") as storage:
+        backend = ChangelogKeyedStateBackend(
+            storage, "op", ALL, snapshot_dir=snapshot_dir, max_tracked_keys=20
+        )
+        totals = backend.value_state("totals")
+        expected = {}
+
+        def write(keys, value):
+            for key in keys:
+                backend.set_current_key(key)
+                totals.update(value)
+                expected[key] = value
+
+        write([f"k{i}" for i in range(400)], 1)
+        backend.materialize().result(timeout=30)  # full
+        write([f"k{i}" for i in range(0, 240, 4)], 2)  # 60 keys, beyond 20: key groups made whole
+        backend.materialize().result(timeout=30)
+        write(["k1", "k2", "k3"], 3)  # tracked one by one
+        backend.materialize().result(timeout=30)
+        write(["k5"], 4)  # in the log only
+        snapshot = backend.checkpoint(1).result(timeout=30)
+        backend.close()
+        full, whole_groups, tracked = snapshot.materialized
+        assert "-full-" in full.path and "-incr-" in whole_groups.path and "-incr-" in tracked.path
+        restored = ChangelogKeyedStateBackend(storage, "op", ALL, epoch=1, snapshot_dir=snapshot_dir)
+        replaced = restored.materializer.open(whole_groups).replaced
+        assert replaced and not restored.materializer.open(tracked).replaced
+        restored.restore(snapshot, memory_config)
+        restored_totals = restored.value_state("totals")
+        for key, value in expected.items():
+            restored.set_current_key(key)
+            assert restored_totals.value() == value, key
+    read_from = {
+        ref.path: {kg for where, kg in loaded if where.endswith(ref.path)} for ref in snapshot.materialized
+    }
+    assert replaced <= read_from[whole_groups.path]  # each whole group from the incremental holding it...
+    assert not replaced & read_from[full.path]  # ...and not from the full snapshot before it
+    assert read_from[full.path] | replaced == {key_group_for(key) for key in expected}
