@@ -404,12 +404,12 @@ class ChangelogKeyedStateBackend(StateFactories):
         delta = catch_up_delta(held, target)
         if delta is None:
             return None
-        began = time.perf_counter()
+        began, read_before = time.perf_counter(), self.materializer.read_bytes
         with bulk_load():
             self._loader.load(delta, config)
         self.resume(target, {**registrations, **self.registry.restored}, config)
         self._metrics.restore_seconds = time.perf_counter() - began
-        return sum(h.size for h in delta.handles) + sum(ref.size for ref in delta.materialized)
+        return sum(h.size for h in delta.handles) + self.materializer.read_bytes - read_before
 
     def resume(
         self,

@@ -116,6 +116,7 @@ class Materializer:
         self._last_full_clock = -math.inf
         self._made: set[str] = set()  # paths of the snapshots this materializer uploaded
         self.failures = 0  # consecutive
+        self.read_bytes = 0  # what loading snapshots read of them (a restore skips what it need not read)
         self.failed = 0
         self.started = 0
         self.completed = 0
@@ -442,10 +443,12 @@ class Materializer:
 
         def read_range(start: int, end: int) -> bytes:
             try:
-                return fs.cat_file(path, start=start, end=end)
+                data: bytes = fs.cat_file(path, start=start, end=end)
             except FileNotFoundError as exc:
                 msg = f"snapshot {where} does not exist"
                 raise StorageError(msg) from exc
+            self.read_bytes += len(data)
+            return data
 
         meta, sections = read_sections(read_range, wanted, where=where, size=ref.size)
         replaced = frozenset(

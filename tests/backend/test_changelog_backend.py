@@ -370,7 +370,10 @@ def test_a_restore_reads_a_key_group_only_from_the_newest_snapshot_holding_it_wh
         restored = ChangelogKeyedStateBackend(storage, "op", ALL, epoch=1, snapshot_dir=snapshot_dir)
         replaced = restored.materializer.open(whole_groups).replaced
         assert replaced and not restored.materializer.open(tracked).replaced
+        read_before = restored.materializer.read_bytes
         restored.restore(snapshot, memory_config)
+        read = restored.materializer.read_bytes - read_before  # what the restore read of the snapshots
+        assert 0 < read < sum(ref.size for ref in snapshot.materialized)
         restored_totals = restored.value_state("totals")
         for key, value in expected.items():
             restored.set_current_key(key)

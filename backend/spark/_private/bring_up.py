@@ -69,10 +69,11 @@ def bring_up(
     copy.delegate.clear()
     if previous is None:
         return Restore.FRESH, 0
+    read_before = backend.materializer.read_bytes  # the snapshots' parts it reads, not their sizes
     backend.restore(previous, cfg)
-    return Restore.FULL, sum(h.size for h in previous.all_handles) + sum(
-        ref.size for ref in previous.all_materialized
-    )
+    return Restore.FULL, sum(
+        h.size for h in previous.all_handles
+    ) + backend.materializer.read_bytes - read_before
 
 
 def _offer(
