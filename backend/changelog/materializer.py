@@ -25,7 +25,7 @@ from ..options import (
 )
 from ..pacing import give_way, paced
 from .changed_keys import ChangedKeys, ChangedKeysView
-from .sections import OpenedSnapshot, load_section, purged, replaced_key_groups
+from .sections import OpenedSnapshot, load_runs, load_section, purged, replaced_key_groups
 from .snapshot_choice import SnapshotChoice
 
 if TYPE_CHECKING:
@@ -467,8 +467,9 @@ class Materializer:
         delegate = self._backend.delegate
         for key_group in opened.replaced - replaced_later:
             delegate.drop_key_group(key_group)  # the sections hold all that is left of it
-        for key_group, entries in opened.sections.excluding(replaced_later):
-            load_section(delegate, key_group, entries, opened.where)
+        load = load_runs if opened.sections.columnar else load_section
+        for key_group, body in opened.sections.excluding(replaced_later):
+            load(delegate, key_group, body, opened.where)
         return {
             name: (kind, serializer)
             for name, (kind, serializer) in opened.meta.get("registrations", {}).items()

@@ -11,12 +11,13 @@ from typing import TYPE_CHECKING, Any
 from dstl.spi import CorruptedError
 
 from ..keyed import purge_expired
+from ..materialization import checked_runs
 
 if TYPE_CHECKING:
     from ..delegate import StateDelegate
     from ..materialization import SnapshotSections
 
-__all__ = ["OpenedSnapshot", "checked_entries", "load_section", "purged", "replaced_key_groups"]
+__all__ = ["OpenedSnapshot", "checked_entries", "load_runs", "load_section", "purged", "replaced_key_groups"]
 
 _STATE, _KEY, _ENTRY = itemgetter(0), itemgetter(1), itemgetter(2)
 
@@ -86,8 +87,21 @@ def checked_entries(entries: list[Any], key_group: int, where: str) -> Iterator[
         yield state, key, entry, continued
 
 
+def load_runs(delegate: StateDelegate, key_group: int, runs: list[Any], where: str) -> None:
+    """Write a columnar section's runs (checked: the snapshot is untrusted) to ``delegate``.
+
+    A run's keys and entries go to the delegate as they were decoded, in one batch.
+    """
+    for run in checked_runs(runs, key_group, where):
+        if run.continued:  # parts extend what came before them: one by one, in order
+            for key, part in zip(run.keys, run.entries, strict=True):
+                delegate.extend(run.state, key_group, key, part)
+        elif run.keys:
+            delegate.write_batch(run.state, key_group, dict(zip(run.keys, run.entries, strict=True)))
+
+
 def load_section(delegate: StateDelegate, key_group: int, entries: list[Any], where: str) -> None:
-    """Write a snapshot section's entries (checked: the snapshot is untrusted) to ``delegate``.
+    """Write a row-shaped snapshot section's entries (versions 1 and 2; checked) to ``delegate``.
 
     A section of whole entries (no collection continued from an earlier part) is
     checked and split into one batch per state with C-level passes over the section,

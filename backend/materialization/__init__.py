@@ -3,5 +3,14 @@
 from __future__ import annotations
 
 from .format import MaterializationRef, SnapshotSections, SnapshotWriter, read_sections, write_snapshot
+from .runs import Run, checked_runs
 
-__all__ = ["MaterializationRef", "SnapshotSections", "SnapshotWriter", "read_sections", "write_snapshot"]
+__all__ = [
+    "MaterializationRef",
+    "Run",
+    "SnapshotSections",
+    "SnapshotWriter",
+    "checked_runs",
+    "read_sections",
+    "write_snapshot",
+]

@@ -1,16 +1,19 @@
 """Snapshot objects: one per materialization, checksummed sections per key group.
 
-Version 2, written as a stream (little-endian)::
+Version 3, written as a stream (little-endian)::
 
-    magic "DSTM" | version u8 = 2 | codec u8 | reserved 2
-    sections: codec(msgpack [[state, key, entry(, 1)], ...]) followed by its crc32c u32
+    magic "DSTM" | version u8 = 3 | codec u8 | reserved 2
+    sections: codec(msgpack [[state, [key, ...], [entry, ...](, 1)], ...]) followed by its crc32c u32
     meta (JSON: registrations, SQN)                                } covered by
     index: count x (key group i32 | offset u64 | length u32 |      } the
                     raw length u32)                                } trailer crc
     trailer: meta offset u64 | meta length u32 | section count u32 | crc32c u32 | "DSTE"
 
 The codec (see :mod:`.codecs`) compresses each section on its own; the crc
-covers the stored bytes, the raw length bounds decompression.
+covers the stored bytes, the raw length bounds decompression. A section holds
+*runs* (:mod:`.runs`): the consecutive entries of one state, keys and entries in
+two lists. Version 2 is the same object with row-shaped sections, one
+``[state, key, entry(, 1)]`` per entry; it is still read.
 
 Sections are written as the state is read, key group by key group (a large key
 group in several consecutive sections; a large list or map in parts, each after
@@ -45,19 +48,20 @@ from ..delegate import SECTION_ENTRIES
 from ..documents import MAX_DOCUMENT_BYTES, check_fields, parse_json
 from ..keygroups import MAX_KEY_GROUPS
 from .codecs import CODEC_IDS, CODEC_NAMES, compressor, decompress
+from .runs import as_runs, rows_of
 
 _MAGIC = b"DSTM"
 _END_MAGIC = b"DSTE"
-_PREAMBLE = struct.Struct("<4sBB2x")  # magic, version, codec (version 2)
+_PREAMBLE = struct.Struct("<4sBB2x")  # magic, version, codec (versions 2 and 3)
 _HEADER = struct.Struct("<4sB3xIII")  # version 1
-_TRAILER = struct.Struct("<QIII4s")  # version 2
+_TRAILER = struct.Struct("<QIII4s")  # versions 2 and 3
 _ENTRY_V1 = struct.Struct("<iQI")
-_ENTRY = struct.Struct("<iQII")  # version 2: key group, offset, stored length, raw length
+_ENTRY = struct.Struct("<iQII")  # versions 2 and 3: key group, offset, stored length, raw length
 _CRC = struct.Struct("<I")
-VERSION = 2
+VERSION = 3
 #: The most bytes one section may decode to: bounds what a damaged or forged section costs.
 MAX_SECTION_BYTES = 256 << 20
-#: The most arrays, maps and their elements one version-2 section decodes to. Writers put at most
+#: The most arrays, maps and their elements one version-2 or -3 section decodes to. Writers put at most
 #: SECTION_ENTRIES entries (of 3 or 4 items) and SECTION_ENTRIES collection elements in a section,
 #: so this is ample; a forged section of millions of tiny arrays (a few KB compressed) is refused
 #: before it costs gigabytes.
@@ -121,7 +125,7 @@ class MaterializationRef:
 
 
 class SnapshotWriter:
-    """Writes a snapshot to a binary stream, one key group's section at a time (format version 2).
+    """Writes a snapshot to a binary stream, one key group's section at a time (format version 3).
 
     :param stream: any writable binary file object (a local file, an fsspec/S3 upload).
     :param codec: section compression, a name of :data:`~.codecs.CODEC_IDS`.
@@ -149,7 +153,7 @@ class SnapshotWriter:
             msg = f"sections must come in key group order: {key_group} after {self._last_key_group}"
             raise ValueError(msg)
         self._last_key_group = key_group
-        raw = msgpack.packb(entries, use_bin_type=True)
+        raw = msgpack.packb(as_runs(entries), use_bin_type=True)
         if len(raw) > MAX_SECTION_BYTES:
             if len(entries) == 1:
                 msg = (
@@ -220,7 +224,7 @@ def _v1_head(read_range: Any, where: str) -> tuple[bytes, list[tuple[int, int, i
 
 
 def _v2_tail(read_range: Any, where: str, size: int | None) -> tuple[bytes, list[tuple[int, int, int, int]]]:
-    """Meta, index and section count of a version-2 snapshot (checked against the trailer crc)."""
+    """Meta, index and section count of a version-2 or -3 snapshot (checked against the trailer crc)."""
     if size is None or size < _PREAMBLE.size + _TRAILER.size:
         msg = f"snapshot of {size} bytes cannot hold a trailer (size unknown or too small)"
         raise CorruptedError(msg, location=where, offset=0)
@@ -289,15 +293,21 @@ def _unpack_bounded(body: bytes, budget: int) -> Any:
 class SnapshotSections:
     """A snapshot's sections of the wanted key groups, each read and verified as it is iterated."""
 
-    def __init__(self, read: Callable[[Container[int]], Iterator[tuple[int, list[Any]]]]) -> None:
+    def __init__(
+        self, read: Callable[[Container[int]], Iterator[tuple[int, list[Any]]]], *, columnar: bool, where: str
+    ) -> None:
         self._read = read
+        #: the sections hold runs (version 3, :mod:`.runs`), not one row per entry
+        self.columnar = columnar
+        self._where = where
 
     def __iter__(self) -> Iterator[tuple[int, list[Any]]]:
-        """``(key group, entries)`` of every wanted key group's sections, in the object's order."""
-        return self._read(())
+        """``(key group, [[state, key, entry(, 1)], ...])`` of every wanted key group's sections, in order."""
+        for key_group, body in self._read(()):
+            yield key_group, rows_of(body, key_group, self._where) if self.columnar else body
 
     def excluding(self, key_groups: Container[int]) -> Iterator[tuple[int, list[Any]]]:
-        """The sections but those of ``key_groups``, which are not read at all."""
+        """The sections as stored (runs when :attr:`columnar`) but those of ``key_groups`` (not read)."""
         return self._read(key_groups)
 
 
@@ -310,15 +320,15 @@ def read_sections(  # noqa: C901 - an untrusted file, checked one field after an
 ) -> tuple[dict[str, Any], SnapshotSections]:
     """The meta and the sections of ``key_groups`` (each verified); reads only what it needs.
 
-    :param size: the object's size (a reference records it); version 2 keeps its
-        index at the end, so it is required there.
+    :param size: the object's size (a reference records it); versions 2 and 3 keep
+        their index at the end, so it is required there.
     """
     head = read_range(0, _PREAMBLE.size)
     if len(head) < _PREAMBLE.size:
         msg = "snapshot header truncated"
         raise CorruptedError(msg, location=where, offset=0)
     magic, version, codec = _PREAMBLE.unpack_from(head, 0)
-    if magic != _MAGIC or version not in (1, VERSION):
+    if magic != _MAGIC or version not in (1, 2, VERSION):
         msg = f"not a dstl snapshot (magic {magic!r}, version {version})"
         raise CorruptedError(msg, location=where, offset=0)
     if version == 1:
@@ -352,7 +362,7 @@ def read_sections(  # noqa: C901 - an untrusted file, checked one field after an
                 msg = f"snapshot section of key group {key_group} failed its checksum"
                 raise CorruptedError(msg, location=where, offset=offset)
             body = decompress(codec, stored, raw_length, where=where, offset=offset)
-            budget = MAX_SECTION_OBJECTS if version == VERSION else MAX_V1_SECTION_OBJECTS
+            budget = MAX_SECTION_OBJECTS if version >= 2 else MAX_V1_SECTION_OBJECTS
             try:
                 entries = _unpack_bounded(body, budget)
             except (ValueError, TypeError, msgpack.UnpackException) as exc:
@@ -363,4 +373,4 @@ def read_sections(  # noqa: C901 - an untrusted file, checked one field after an
                 raise CorruptedError(msg, location=where, offset=offset)
             yield key_group, entries
 
-    return meta, SnapshotSections(sections)
+    return meta, SnapshotSections(sections, columnar=version >= 3, where=where)

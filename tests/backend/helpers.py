@@ -95,3 +95,25 @@ def stored_state(delegate):
         for kg in range(8)
         for key, entry in delegate.entries(state, kg)
     }
+
+
+def snapshot_bytes(sections, meta=b'{"sqn": 1}', count=None, codec=0, version=2):
+    """A version-2 (or 3) snapshot built by hand from section bodies (hostile input is hand-made).
+
+    ``sections`` holds ``(key group, stored body)`` or ``(key group, stored body, raw length)``.
+    """
+    import struct
+
+    from google_crc32c import value as crc
+
+    out = bytearray(b"DSTM" + bytes([version, codec, 0, 0]))
+    index = b""
+    for key_group, body, *raw_length in sections:
+        raw = raw_length[0] if raw_length else len(body)
+        index += struct.pack("<iQII", key_group, len(out), len(body) + 4, raw)
+        out += body + struct.pack("<I", crc(body))
+    meta_offset = len(out)
+    out += meta + index
+    sections_count = len(sections) if count is None else count
+    out += struct.pack("<QIII4s", meta_offset, len(meta), sections_count, crc(meta + index), b"DSTE")
+    return bytes(out)

@@ -335,13 +335,13 @@ def test_a_restore_reads_a_key_group_only_from_the_newest_snapshot_holding_it_wh
     from dstl.backend.changelog import materializer as materializer_module
 
     loaded: list[tuple[str, int]] = []
-    load_section = materializer_module.load_section
+    load_runs = materializer_module.load_runs
 
     def counting(delegate, key_group, entries, where):
         loaded.append((where, key_group))
-        load_section(delegate, key_group, entries, where)
+        load_runs(delegate, key_group, entries, where)
 
-    monkeypatch.setattr(materializer_module, "load_section", counting)
+    monkeypatch.setattr(materializer_module, "load_runs", counting)
     snapshot_dir = (tmp_path / "snap").as_uri()
     with load_storage(memory_config, job_id="job") as storage:
         backend = ChangelogKeyedStateBackend(

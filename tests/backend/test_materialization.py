@@ -6,7 +6,7 @@ from dstl.backend.changelog import BackendSnapshot, ChangelogKeyedStateBackend
 from dstl.backend.keygroups import key_group_range_for_instance
 from dstl.backend.materialization import write_snapshot
 from dstl.spi import CorruptedError, KeyGroupRange, StorageError, load_storage
-from tests.backend.helpers import failing_snapshot_store, owns_key
+from tests.backend.helpers import failing_snapshot_store, owns_key, snapshot_bytes
 
 ALL = KeyGroupRange(0, 128)
 
@@ -378,35 +378,11 @@ def test_log_outgrowing_the_materialized_state_starts_a_materialization(setup):
         backend.close()
 
 
-def _crc(data):
-    import google_crc32c
-
-    return google_crc32c.value(data)
-
-
-def _v2_bytes(sections, meta=b'{"sqn": 1}', count=None, codec=0):
-    """A version-2 snapshot built by hand from section bodies (hostile input is hand-made).
-
-    ``sections`` holds ``(key group, stored body)`` or ``(key group, stored body, raw length)``.
-    """
-    import struct
-
-    out = bytearray(b"DSTM" + bytes([2, codec, 0, 0]))
-    index = b""
-    for key_group, body, *raw_length in sections:
-        raw = raw_length[0] if raw_length else len(body)
-        index += struct.pack("<iQII", key_group, len(out), len(body) + 4, raw)
-        out += body + struct.pack("<I", _crc(body))
-    meta_offset = len(out)
-    out += meta + index
-    sections_count = len(sections) if count is None else count
-    out += struct.pack("<QIII4s", meta_offset, len(meta), sections_count, _crc(meta + index), b"DSTE")
-    return bytes(out)
-
-
 def _v1_bytes(sections, meta=b'{"sqn": 1}'):
     """A version-1 snapshot (index before the sections), as older releases wrote them."""
     import struct
+
+    from google_crc32c import value as _crc
 
     head = 20 + len(meta) + 16 * len(sections)
     index, bodies = b"", b""
@@ -453,33 +429,35 @@ def test_hostile_snapshot_headers_and_sections_are_corrupted_errors():
             size=len(data) if size is None else size,
         )
 
-    body = msgpack.packb([["s", b"k", 1]], use_bin_type=True)
-    assert _v2_bytes([(3, body)]) == write_snapshot({3: [["s", b"k", 1]]}, {"sqn": 1})
+    body = msgpack.packb([["s", b"k", 1]], use_bin_type=True)  # a row-shaped (version 2) section
+    runs = msgpack.packb([["s", [b"k"], [1]]], use_bin_type=True)
+    assert snapshot_bytes([(3, runs)], version=3) == write_snapshot({3: [["s", b"k", 1]]}, {"sqn": 1})
+    assert list(read(snapshot_bytes([(3, body)]))[1]) == [(3, [["s", b"k", 1]])]  # version 2 is still read
     with pytest.raises(CorruptedError, match="claims 4294967295 sections"):
-        read(_v2_bytes([(3, body)], count=0xFFFFFFFF))
+        read(snapshot_bytes([(3, body)], count=0xFFFFFFFF))
     with pytest.raises(CorruptedError, match="trailer does not describe"):
-        read(_v2_bytes([(3, body)], count=2))
+        read(snapshot_bytes([(3, body)], count=2))
     with pytest.raises(CorruptedError, match="cannot hold a trailer"):
-        read(_v2_bytes([(3, body)]), size=10)
+        read(snapshot_bytes([(3, body)]), size=10)
     with pytest.raises(CorruptedError, match="shorter than its reference"):
-        read(_v2_bytes([(3, body)])[:-3], size=len(_v2_bytes([(3, body)])))
+        read(snapshot_bytes([(3, body)])[:-3], size=len(snapshot_bytes([(3, body)])))
     # A section whose checksum is right but whose body is not msgpack entries.
-    _, sections = read(_v2_bytes([(3, b"\xc1\xc1\xc1")]))
+    _, sections = read(snapshot_bytes([(3, b"\xc1\xc1\xc1")]))
     with pytest.raises(CorruptedError, match="does not decode"):
         list(sections)
     # Compressed sections: a bomb, data that is no zstd frame, an unknown codec.
     import zstandard
 
     bomb = zstandard.ZstdCompressor().compress(b"\0" * (64 << 20))  # its header declares 64 MiB
-    _, sections = read(_v2_bytes([(3, bomb, 100)], codec=1))
+    _, sections = read(snapshot_bytes([(3, bomb, 100)], codec=1))
     with pytest.raises(CorruptedError, match="decompresses to 101 bytes, its index says 100"):
         list(sections)  # read up to the bound, never the 64 MiB the frame claims
-    _, sections = read(_v2_bytes([(3, body)], codec=1))
+    _, sections = read(snapshot_bytes([(3, body)], codec=1))
     with pytest.raises(CorruptedError, match="does not decompress"):
         list(sections)
     with pytest.raises(CorruptedError, match="unknown codec id 9"):
-        read(_v2_bytes([(3, body)], codec=9))
-    _, sections = read(_v2_bytes([(3, body, 1 << 30)]))
+        read(snapshot_bytes([(3, body)], codec=9))
+    _, sections = read(snapshot_bytes([(3, body, 1 << 30)]))
     with pytest.raises(CorruptedError, match="claims 1073741824 bytes"):
         list(sections)
     # Snapshots of older releases (version 1) still restore.
@@ -517,3 +495,26 @@ def test_a_full_snapshots_ttl_clock_travels_with_its_reference():
     for forged in ("soon", True, float("nan"), float("inf")):
         with pytest.raises(InvalidHandleError, match="clock"):
             MaterializationRef.from_dict({**full.to_dict(), "clock": forged})
+
+
+def test_runs_group_consecutive_entries_of_a_state_and_give_the_rows_back():
+    from dstl.backend.materialization import checked_runs
+    from dstl.backend.materialization.runs import as_runs, rows_of
+
+    rows = [
+        ["a", b"1", b"x"],
+        ["a", b"2", [b"l"]],
+        ["a", b"2", [b"m"], 1],  # a part continuing the list: a run of its own
+        ["b", b"1", {b"k": b"v"}],
+        ["a", b"3", b"y"],
+    ]
+    runs = as_runs(rows)
+    assert runs == [
+        ["a", [b"1", b"2"], [b"x", [b"l"]]],
+        ["a", [b"2"], [[b"m"]], 1],
+        ["b", [b"1"], [{b"k": b"v"}]],
+        ["a", [b"3"], [b"y"]],
+    ]
+    assert rows_of(runs, 0, "test") == rows and as_runs([]) == []
+    with pytest.raises(CorruptedError, match="key group 4 is not a list of runs"):
+        list(checked_runs(5, 4, "test"))

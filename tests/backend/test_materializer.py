@@ -275,20 +275,44 @@ def test_collections_bigger_than_a_section_are_written_and_restored_in_parts(tmp
     assert stored_state(copy.delegate) == stored_state(target.delegate)
 
 
-def test_malformed_snapshot_entries_are_corruption(tmp_path):
-    from dstl.backend.materialization import MaterializationRef, write_snapshot
+_BAD_ROWS = (["v", b"k"], ["v", b"k", b"x", 1], ["v", b"k", [b"x"], 2], [7, b"k", b"x"], ["v", "k", b"x"])
+_BAD_RUNS = (
+    ["v", [b"k"]],  # no entries
+    ["v", [b"k"], [b"x"], 2],  # a flag that is not 1
+    ["v", [b"k"], [b"x"], 1],  # a continued part that is no collection
+    ["v", [b"k"], [b"x", b"y"]],  # more entries than keys
+    [7, [b"k"], [b"x"]],  # a state that is no name
+    ["v", ["k"], [b"x"]],  # a key that is not bytes
+    ["v", b"k", [b"x"]],  # keys that are no list
+    "run",
+)
+
+
+@pytest.mark.parametrize(
+    ("version", "section", "problem"),
+    [
+        *((2, [bad], "malformed entry") for bad in _BAD_ROWS),
+        *((3, [bad], "malformed run") for bad in _BAD_RUNS),
+        (3, {"s": 1}, "is not a list"),
+    ],
+)
+def test_malformed_snapshot_entries_and_runs_are_corruption(tmp_path, version, section, problem):
+    import msgpack
+
+    from dstl.backend.materialization import MaterializationRef
     from dstl.spi import CorruptedError
+
+    from .helpers import snapshot_bytes
 
     target = FakeTarget(HeapDelegate())
     materializer = Materializer(target, (tmp_path / "snap").as_uri(), 3)
-    for bad in (["v", b"k"], ["v", b"k", b"x", 1], ["v", b"k", [b"x"], 2], [7, b"k", b"x"], ["v", "k", b"x"]):
-        data = write_snapshot({1: [bad]}, {"sqn": 1, "registrations": {}, "key_groups": [0, 8]})
-        path = tmp_path / "snap" / "job" / "snapshots" / "bad.snap"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-        ref = MaterializationRef("job/snapshots/bad.snap", KeyGroupRange(0, 8), 1, len(data), 1)
-        with pytest.raises(CorruptedError, match="malformed entry"):
-            materializer.load(ref)
+    data = snapshot_bytes([(1, msgpack.packb(section, use_bin_type=True))], version=version)
+    path = tmp_path / "snap" / "job" / "snapshots" / "bad.snap"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    ref = MaterializationRef("job/snapshots/bad.snap", KeyGroupRange(0, 8), 1, len(data), 1)
+    with pytest.raises(CorruptedError, match=problem):
+        materializer.load(ref)
 
 
 @pytest.mark.parametrize("kind", ["heap", "lmdb"])
@@ -322,3 +346,23 @@ def test_a_malformed_entry_among_many_is_corruption(tmp_path):
     for bad in (["v", "k", b"x"], [7, b"k", b"x"], ["v", b"k"], "entry", ["v", b"k", b"x", 2]):
         with pytest.raises(CorruptedError, match="malformed entry"):
             load_section(HeapDelegate(), 1, [*good[:500], bad, *good[500:]], "test")
+
+
+def test_a_version_2_snapshot_of_rows_still_restores(tmp_path):
+    import msgpack
+
+    from dstl.backend.materialization import MaterializationRef
+
+    from .helpers import snapshot_bytes
+
+    rows = [["v", b"a", b"1"], ["v", b"b", b"2"], ["l", b"c", [b"x"]], ["l", b"c", [b"y"], 1]]
+    data = snapshot_bytes([(1, msgpack.packb(rows, use_bin_type=True))], version=2)
+    path = tmp_path / "snap" / "job" / "snapshots" / "old.snap"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(data)
+    target = FakeTarget(HeapDelegate())
+    Materializer(target, (tmp_path / "snap").as_uri(), 3).load(
+        MaterializationRef("job/snapshots/old.snap", KeyGroupRange(0, 8), 1, len(data), 3)
+    )
+    assert dict(target.delegate.entries("v", 1)) == {b"a": b"1", b"b": b"2"}
+    assert target.delegate.get("l", 1, b"c") == [b"x", b"y"]
