@@ -328,8 +328,11 @@ def read_sections(  # noqa: C901 - an untrusted file, checked one field after an
         msg = "snapshot header truncated"
         raise CorruptedError(msg, location=where, offset=0)
     magic, version, codec = _PREAMBLE.unpack_from(head, 0)
-    if magic != _MAGIC or version not in (1, 2, VERSION):
+    if magic != _MAGIC:
         msg = f"not a dstl snapshot (magic {magic!r}, version {version})"
+        raise CorruptedError(msg, location=where, offset=0)
+    if version not in (1, 2, VERSION):
+        msg = f"snapshot format version {version}: this dstl reads 1 to {VERSION} (written by a newer one?)"
         raise CorruptedError(msg, location=where, offset=0)
     if version == 1:
         codec = CODEC_IDS["none"]

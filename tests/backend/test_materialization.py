@@ -433,6 +433,10 @@ def test_hostile_snapshot_headers_and_sections_are_corrupted_errors():
     runs = msgpack.packb([["s", [b"k"], [1]]], use_bin_type=True)
     assert snapshot_bytes([(3, runs)], version=3) == write_snapshot({3: [["s", b"k", 1]]}, {"sqn": 1})
     assert list(read(snapshot_bytes([(3, body)]))[1]) == [(3, [["s", b"k", 1]])]  # version 2 is still read
+    with pytest.raises(CorruptedError, match="format version 4: this dstl reads 1 to 3"):
+        read(snapshot_bytes([(3, runs)], version=4))
+    with pytest.raises(CorruptedError, match="not a dstl snapshot"):
+        read(b"XXXX" + snapshot_bytes([(3, runs)], version=3)[4:])
     with pytest.raises(CorruptedError, match="claims 4294967295 sections"):
         read(snapshot_bytes([(3, body)], count=0xFFFFFFFF))
     with pytest.raises(CorruptedError, match="trailer does not describe"):
