@@ -22,11 +22,15 @@ from typing import ParamSpec
 
 _P = ParamSpec("_P")
 
-__all__ = ["MOST_PAUSE_S", "foreground", "give_way", "paced", "yielding"]
+__all__ = ["BACKGROUND_SHARE", "MOST_PAUSE_S", "Pacer", "foreground", "give_way", "paced", "yielding"]
 
 #: The longest a background step waits for the foreground to finish: a process whose
 #: foreground never rests still advances its materialization, a step per this long.
 MOST_PAUSE_S = 0.5
+#: The least share of the wall time a :class:`Pacer`'s loop keeps while foreground work never
+#: rests (back-to-back batches): without it, a step of a few ms per half second made a
+#: materialization of 8M keys take many minutes, and the log a restore replays grew meanwhile.
+BACKGROUND_SHARE = 0.1
 
 
 class _Foreground:
@@ -91,6 +95,31 @@ def give_way(most: float | None = None) -> float:
     with state.rested:
         state.rested.wait_for(lambda: not state.pausing(), timeout=MOST_PAUSE_S if most is None else most)
     return time.perf_counter() - began
+
+
+class Pacer:
+    """Gives way to foreground work between a loop's steps, keeping at least ``share`` of the time.
+
+    Each pause lasts at most what the step before it took times ``(1 - share) / share``
+    (and :data:`MOST_PAUSE_S`): a loop beside foreground work that never rests still
+    finishes within about its own time divided by ``share``.
+    """
+
+    def __init__(self, share: float | None = None, clock: Callable[[], float] = time.perf_counter) -> None:
+        share = BACKGROUND_SHARE if share is None else share  # read now: a test may change it
+        if not 0 < share <= 1:
+            msg = f"a background share is in (0, 1], got {share}"
+            raise ValueError(msg)
+        self._ratio = (1 - share) / share
+        self._clock = clock
+        self._step_began = clock()
+
+    def __call__(self) -> float:
+        """Give way after a step; returns the seconds waited."""
+        step = self._clock() - self._step_began
+        waited = give_way(min(MOST_PAUSE_S, step * self._ratio))
+        self._step_began = self._clock()
+        return waited
 
 
 def paced(step: Callable[_P, None], every: int) -> Callable[_P, None]:

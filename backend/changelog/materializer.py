@@ -23,7 +23,7 @@ from ..options import (
     CHANGELOG_MATERIALIZATION_FULL_EVERY,
     CHANGELOG_MATERIALIZATION_MAX_TRACKED_KEYS,
 )
-from ..pacing import give_way, paced
+from ..pacing import Pacer, paced
 from .changed_keys import ChangedKeys, ChangedKeysView
 from .sections import OpenedSnapshot, load_runs, load_section, purged, replaced_key_groups
 from .snapshot_choice import SnapshotChoice
@@ -390,6 +390,7 @@ class Materializer:
         stream = fs.open(path, "wb")
         try:
             writer = SnapshotWriter(stream, self._codec)
+            pace = Pacer()
             for key_group, section in view.sections(key_groups):
                 if kind == "full" and ttl_states:
 
@@ -402,7 +403,7 @@ class Materializer:
                     kept = section
                 if kept:
                     writer.add_section(key_group, kept)
-                give_way()  # between sections: a batch being processed meanwhile keeps the GIL
+                pace()  # between sections: a batch being processed meanwhile keeps the GIL (mostly)
             size = writer.finish(meta)
         except BaseException:
             # Closing would commit what was written (fsspec files commit on close): abort the

@@ -3,10 +3,12 @@
 import threading
 import time
 
+import pytest
+
 from dstl.backend import foreground
 from dstl.backend.changelog.materializer import Materializer
 from dstl.backend.delegate import SECTION_ENTRIES, HeapDelegate, LmdbDelegate, StateView
-from dstl.backend.pacing import give_way, paced, yielding
+from dstl.backend.pacing import MOST_PAUSE_S, Pacer, give_way, paced, yielding
 from dstl.spi import StorageError
 
 from .helpers import FakeTarget, stored_state
@@ -53,6 +55,28 @@ def test_paced_steps_give_way_every_n_calls(monkeypatch):
     assert seen == list(range(7)) and len(pauses) == 2
 
 
+def test_a_pacer_keeps_its_share_beside_a_foreground_that_never_rests(monkeypatch):
+    pauses: list[float] = []
+    now = [0.0]
+
+    def give_way(most):  # the foreground never rests: each pause lasts as long as it may
+        pauses.append(most)
+        now[0] += most
+        return most
+
+    monkeypatch.setattr("dstl.backend.pacing.give_way", give_way)
+    pace = Pacer(share=0.1, clock=lambda: now[0])
+    for step in (0.01, 0.002, 0.2):  # each step's time, then the pause after it
+        now[0] += step
+        pace()
+    # Each pause is at most nine times the step before it (a tenth of the time is the loop's),
+    # never more than MOST_PAUSE_S.
+    assert [round(p, 6) for p in pauses] == [0.09, 0.018, MOST_PAUSE_S]
+    for share in (0.0, 1.5):
+        with pytest.raises(ValueError, match=r"in \(0, 1\]"):
+            Pacer(share=share)
+
+
 class CountingView(StateView):
     """A view that counts the sections a materialization has taken from it."""
 
@@ -79,7 +103,8 @@ class CountingView(StateView):
 
 
 def test_a_materialization_takes_no_further_section_while_a_batch_runs(tmp_path, monkeypatch):
-    monkeypatch.setattr("dstl.backend.pacing.MOST_PAUSE_S", 60.0)  # paused for the whole batch
+    monkeypatch.setattr("dstl.backend.pacing.MOST_PAUSE_S", 60.0)  # paused for the whole batch...
+    monkeypatch.setattr("dstl.backend.pacing.BACKGROUND_SHARE", 1e-9)  # ...keeping next to no share
     delegate = HeapDelegate()
     target = FakeTarget(delegate)
     materializer = Materializer(target, (tmp_path / "snap").as_uri(), 3, codec="zstd")
