@@ -4,22 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from itertools import compress
-from operator import itemgetter, ne
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from dstl.spi import CorruptedError
 
 from ..keyed import purge_expired
-from ..materialization import checked_runs
+from ..materialization import as_runs, checked_runs
 
 if TYPE_CHECKING:
     from ..delegate import StateDelegate
     from ..materialization import SnapshotSections
 
 __all__ = ["OpenedSnapshot", "checked_entries", "load_runs", "load_section", "purged", "replaced_key_groups"]
-
-_STATE, _KEY, _ENTRY = itemgetter(0), itemgetter(1), itemgetter(2)
 
 
 @dataclass(frozen=True)
@@ -103,15 +100,12 @@ def load_runs(delegate: StateDelegate, key_group: int, runs: list[Any], where: s
 def load_section(delegate: StateDelegate, key_group: int, entries: list[Any], where: str) -> None:
     """Write a row-shaped snapshot section's entries (versions 1 and 2; checked) to ``delegate``.
 
-    A section of whole entries (no collection continued from an earlier part) is
-    checked and split into one batch per state with C-level passes over the section,
-    not a Python loop per entry: that loop cost more than the writes of a restore.
+    A section of well-formed whole entries goes as a version-3 section's runs would
+    (C-level passes, not a Python loop per entry, which cost more than a restore's
+    writes); any other, entry by entry, naming a malformed one.
     """
-    whole = _whole_runs(entries)
-    if whole is not None:
-        runs, keys, values = whole
-        for state, start, end in runs:
-            delegate.write_batch(state, key_group, dict(zip(keys[start:end], values[start:end], strict=True)))
+    if _whole_entries(entries):
+        load_runs(delegate, key_group, as_runs(entries), where)
         return
     # Entries come state by state: whole ones in one batch per state, a part that continues
     # a collection extends it once what came before is written.
@@ -130,21 +124,12 @@ def load_section(delegate: StateDelegate, key_group: int, entries: list[Any], wh
         delegate.write_batch(batch_state, key_group, batch)
 
 
-def _whole_runs(entries: list[Any]) -> tuple[list[tuple[str, int, int]], list[bytes], list[Any]] | None:
-    """``(runs, keys, entries)`` when every entry is a well-formed whole ``[state, key, entry]``.
-
-    Each run is ``(state, start, end)``: the entries of one state, in the section's order.
-
-    ``None`` for anything else (a continued part, a malformed entry): the per-entry
-    check then handles it and names the problem.
-    """
-    if not entries or set(map(type, entries)) != {list} or set(map(len, entries)) != {3}:
-        return None
-    states = list(map(_STATE, entries))
-    keys = list(map(_KEY, entries))
-    if set(map(type, states)) != {str} or set(map(type, keys)) != {bytes}:
-        return None
-    starts = [0, *compress(range(1, len(states)), map(ne, states[1:], states))]
-    ends = [*starts[1:], len(states)]
-    runs = [(states[start], start, end) for start, end in zip(starts, ends, strict=True)]
-    return runs, keys, list(map(_ENTRY, entries))
+def _whole_entries(entries: list[Any]) -> bool:
+    """Whether every entry is a well-formed whole ``[state, key, entry]`` (checked in C-level passes)."""
+    return (
+        bool(entries)
+        and set(map(type, entries)) == {list}
+        and set(map(len, entries)) == {3}
+        and set(map(type, map(itemgetter(0), entries))) == {str}
+        and set(map(type, map(itemgetter(1), entries))) == {bytes}
+    )
