@@ -33,7 +33,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from bench.spark_cluster import executor_processes, kill_all, two_executors
+from bench.spark_cluster import executor_processes, kill_all, remove_executor_dirs, two_executors
 from bench.spark_stores import count_processors, file_source, write_inputs
 
 __all__ = ["main", "run_query"]
@@ -233,7 +233,9 @@ def main(argv: list[str] | None = None) -> int:
                 summary["after_ms"] = [b["batch_ms"] for b in second["batches"]]
                 results.append({**summary, "run": {"before": first, "after": second}})
     finally:
+        app_id = spark.sparkContext.applicationId
         spark.stop()
+        remove_executor_dirs(app_id)
     rows = []
     for r in results:
         moved = r.get("recovery") or r.get("first_after") or {}

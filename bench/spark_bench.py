@@ -30,6 +30,7 @@ from pathlib import Path
 from rich.console import Console
 
 from bench.dstl_bench import _markdown, _table, percentile
+from bench.spark_cluster import remove_executor_dirs
 from dstl.backend.spark import StatefulProcessor, transform_with_state
 from dstl.backend.spark.demo.run import spark_session
 
@@ -167,7 +168,9 @@ def main(argv: list[str] | None = None) -> int:
                 ]
             )
     finally:
+        app_id = spark.sparkContext.applicationId
         spark.stop()
+        remove_executor_dirs(app_id)
     columns = [
         "state keys",
         "load batch",

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["executor_processes", "kill_all", "two_executors"]
+__all__ = ["executor_processes", "kill_all", "remove_executor_dirs", "two_executors"]
 
 
 def executor_processes(app_id: str, executor_id: str) -> list[int]:
@@ -57,3 +57,18 @@ def two_executors(sc: Any, timeout: float = 120) -> list[str]:
             raise RuntimeError(msg)
         time.sleep(0.5)
     return sorted((executor for executor, _ in executors), key=int)
+
+
+def remove_executor_dirs(app_id: str | None) -> None:
+    """Remove a stopped ``local-cluster`` application's executor directories (``SPARK_HOME/work/<app>``).
+
+    Executors run there, so their working copies (GBs of LMDB at bench sizes) would stay in the
+    installed pyspark otherwise, run after run. Nothing for other masters.
+    """
+    if not app_id:
+        return
+    import shutil
+
+    import pyspark
+
+    shutil.rmtree(Path(pyspark.__file__).parent / "work" / app_id, ignore_errors=True)

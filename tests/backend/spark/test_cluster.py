@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.spark_cluster import remove_executor_dirs
 from tests.backend.spark.test_demo import run_demo
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -37,18 +38,9 @@ def cluster_run(tmp_path_factory):
         check=False,
     )
     result = json.loads(out.read_text()) if out.exists() else {}
-    _remove_executor_dirs(result.get("app_id"))
+    remove_executor_dirs(result.get("app_id"))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
     return result
-
-
-def _remove_executor_dirs(app_id: str | None) -> None:
-    """local-cluster runs executors in SPARK_HOME/work/<app>: their working copies go with the test."""
-    if not app_id:
-        return
-    import pyspark
-
-    shutil.rmtree(Path(pyspark.__file__).parent / "work" / app_id, ignore_errors=True)
 
 
 def _full_share(progress: list[dict]) -> tuple[int, int]:
