@@ -24,10 +24,12 @@ def keyed_batch(rows: pd.DataFrame | ArrowRows, context: StateContext) -> KeyedB
     ``group`` phase; any later conversion of Arrow rows to pandas is ``to_pandas``.
     """
     began = time.perf_counter()
-    batch = KeyedBatch.of(rows, context.key_columns)
-    batch.decode_phases = context.phases_ms
     routed = context.routed_key_groups
-    if routed is not None and batch.first_rows is not None and len(routed) == len(rows):
+    if routed is not None and len(routed) != len(rows):
+        routed = None
+    batch = KeyedBatch.of(rows, context.key_columns, key_groups=routed)
+    batch.decode_phases = context.phases_ms
+    if routed is not None and batch.first_rows is not None:
         groups = routed[batch.first_rows].tolist()
         batch.key_set = context.key_set(batch.keys, key_groups=groups, distinct=True)  # grouped: distinct
     else:

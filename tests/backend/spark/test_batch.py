@@ -109,6 +109,39 @@ def test_arrow_rows_group_into_the_batch_their_pandas_frame_gives(
     ]
 
 
+@pytest.mark.parametrize(
+    "keys",
+    [
+        ["user-b", "a", "user-b", "ü", "zz", "a", "user-aa", "b", None, "c" * 40, "a"],  # lengths differ
+        [3, -1, 3, 2**40, -1, 200, 70_000, 0, 127, 128],  # integers of every stored length
+    ],
+    ids=["strings", "longs"],
+)
+def test_keys_routed_with_their_key_groups_come_in_the_stores_order(tmp_path, keys):
+    import msgpack
+    import numpy as np
+
+    from dstl.backend.delegate import LmdbDelegate
+    from dstl.backend.keygroups import key_group_for
+
+    groups = np.array([key_group_for(key, 4) for key in keys])
+    rows = ArrowRows(pa.table({"k": keys, "i": range(len(keys))}), "UTC")
+    batch = KeyedBatch.of(rows, ["k"], key_groups=groups)
+    expected = KeyedBatch.of(rows, ["k"])  # first-seen order
+    assert sorted(map(repr, batch.keys)) == sorted(map(repr, expected.keys))
+    by_key = {repr(key): rows["i"].tolist() for key, rows in expected.per_key()}
+    assert {repr(key): rows["i"].tolist() for key, rows in batch.per_key()} == by_key
+    assert batch.column("i").tolist() == [i for key in batch.keys for i in by_key[repr(key)]]
+    assert groups[batch.first_rows].tolist() == [key_group_for(key, 4) for key in batch.keys]
+
+    store = LmdbDelegate(tmp_path / "lmdb", map_size=1 << 22)  # the order the working copy keeps
+    raw = [msgpack.packb(key, use_bin_type=True) for key in batch.keys]
+    key_groups = [key_group_for(key, 4) for key in batch.keys]
+    store.put_values("v", key_groups[::-1], raw[::-1], [b"x"] * len(raw))
+    stored = [key for group in sorted(set(key_groups)) for key, _ in store.entries("v", group)]
+    assert raw == stored, "the batch's keys are not in the order the store keeps them"
+
+
 def test_empty_arrow_rows_make_an_empty_batch():
     batch = KeyedBatch.of(ArrowRows(pa.table({"k": pa.array([], pa.string())}), "UTC"), ["k"])
     assert len(batch) == 0 and batch.rows.empty and list(batch.rows.columns) == ["k"]
