@@ -100,15 +100,30 @@ class StoreResult:
         }
 
 
+#: How the job's keys are spelled: numbered as they first appear, or as scattered as user ids.
+KEY_SHAPES = {
+    "sequential": lambda number: f"k{number}",
+    "random": lambda number: f"u{(number * 0x9E3779B97F4A7C15) % (1 << 64):016x}",  # a bijection
+}
+
+
 def write_inputs(
-    directory: Path, batches: int, rows: int, new_share: float = 0.8, state_keys: int = 0
+    directory: Path,
+    batches: int,
+    rows: int,
+    new_share: float = 0.8,
+    state_keys: int = 0,
+    key_shape: str = "sequential",
 ) -> int:
     """``batches`` files of ``rows`` keys each, in processing order; returns how many load files come first.
 
     Without ``state_keys``, most keys are new (``new_share``). With it, files of
     ``rows`` new keys load that many keys first, and the ``batches`` after them
     mostly update (a fifth new keys): state of a given size, then steady updates.
+    ``key_shape`` (:data:`KEY_SHAPES`): new keys numbered in order, or scattered
+    like user ids (what a store's page locality sees of real keys).
     """
+    spell = KEY_SHAPES[key_shape]
     rng = random.Random(3)
     directory.mkdir(parents=True, exist_ok=True)
     load = -(-state_keys // rows)
@@ -123,7 +138,7 @@ def write_inputs(
             else:
                 keys.append(rng.randrange(next_key))
         path = directory / f".f{index:05d}.tmp"
-        path.write_text("".join(json.dumps({"k": f"k{k}"}) + "\n" for k in keys))
+        path.write_text("".join(json.dumps({"k": spell(k)}) + "\n" for k in keys))
         os.utime(path, (FILE_TIME + index, FILE_TIME + index))
         path.replace(directory / f"f{index:05d}.json")
     return load
@@ -406,6 +421,7 @@ def compare(
     rows: int,
     engines: list[str] | None = None,
     state_keys: int = 0,
+    key_shape: str = "sequential",
 ) -> list[StoreResult]:
     """Run the job on every engine (or those named) over the same input files.
 
@@ -419,7 +435,7 @@ def compare(
     for name in names:
         ENGINES[name](spark, warm_up / "input", warm_up / name)
     inputs = workdir / "input"
-    load = write_inputs(inputs, batches, rows, state_keys=state_keys)
+    load = write_inputs(inputs, batches, rows, state_keys=state_keys, key_shape=key_shape)
     results = [ENGINES[name](spark, inputs, workdir) for name in names]
     for result in results:
         result.warm_up = max(1, load)
@@ -456,6 +472,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--state-keys", type=int, default=0, help="load this many keys first (left out), then mostly updates"
     )
+    parser.add_argument(
+        "--keys",
+        choices=sorted(KEY_SHAPES),
+        default="sequential",
+        help="keys numbered, or scattered as user ids",
+    )
     args = parser.parse_args(argv)
     console = Console(width=160)  # the table stays readable when piped to a file
     spark = spark_session("dstl-spark-stores")
@@ -467,12 +489,16 @@ def main(argv: list[str] | None = None) -> int:
         for _ in track(range(args.runs), description="runs", console=console, disable=args.runs == 1):
             with tempfile.TemporaryDirectory(prefix="dstl-stores-") as tmp:
                 engines = args.engines.split(",")
-                runs.append(compare(spark, Path(tmp), args.batches, args.rows, engines, args.state_keys))
+                runs.append(
+                    compare(spark, Path(tmp), args.batches, args.rows, engines, args.state_keys, args.keys)
+                )
     finally:
         spark.stop()
     results = runs[-1]
-    title = f"{args.batches} batches of {args.rows:,} rows" + (
-        f" over {args.state_keys:,} keys of state" if args.state_keys else ""
+    title = (
+        f"{args.batches} batches of {args.rows:,} rows"
+        + (f" over {args.state_keys:,} keys of state" if args.state_keys else "")
+        + (f", {args.keys} keys" if args.keys != "sequential" else "")
     )
     console.print(_table(title + ": the last run", SUMMARY_COLUMNS, summary_rows(results)))
     for line in speedups(results):
@@ -488,7 +514,12 @@ def main(argv: list[str] | None = None) -> int:
             console.print(_table(f"{r.key}: median ms per phase", ["phase", "ms"], phase_rows(r)))
     if args.json:
         figures = {
-            "settings": {"batches": args.batches, "rows": args.rows, "state_keys": args.state_keys},
+            "settings": {
+                "batches": args.batches,
+                "rows": args.rows,
+                "state_keys": args.state_keys,
+                "keys": args.keys,
+            },
             "spark": {r.key: r.figures() for r in results},
             "runs": [{r.key: r.figures() for r in run} for run in runs],
         }

@@ -206,6 +206,23 @@ def test_inputs_load_the_state_first_then_mostly_update(tmp_path):
     assert write_inputs(tmp_path / "plain", batches=1, rows=10) == 0
 
 
+def test_random_keys_are_the_same_job_spelled_as_scattered_ids(tmp_path):
+    import json
+
+    from bench.spark_stores import write_inputs
+
+    def keys(shape):
+        write_inputs(tmp_path / shape, batches=3, rows=300, key_shape=shape)
+        files = sorted((tmp_path / shape).glob("*.json"))
+        return [json.loads(line)["k"] for f in files for line in f.read_text().splitlines()]
+
+    sequential, scattered = keys("sequential"), keys("random")
+    spelled = dict(zip(sequential, scattered, strict=True))
+    assert len(set(spelled.values())) == len(spelled), "two keys were spelled alike"
+    assert [spelled[k] for k in sequential] == scattered  # the same keys, repeated alike
+    assert sorted(scattered[:50]) != scattered[:50], "new keys still come in order"
+
+
 def test_scale_bench_timer_and_collection_tables_run(tmp_path):
     from bench.scale_bench import main as scale_main
 
