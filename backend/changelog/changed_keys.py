@@ -53,6 +53,8 @@ class ChangedKeys:
         if len(key_groups) != len(keys):
             msg = f"{len(key_groups)} key groups for {len(keys)} keys"
             raise ValueError(msg)
+        if self.whole and self.whole.issuperset(key_groups):  # e.g. nothing is tracked one by one
+            return
         if len(self._tracked) + len(keys) > self.limit:
             incoming = Counter(key_groups)
             for key_group in self.whole.intersection(incoming):
@@ -60,11 +62,11 @@ class ChangedKeys:
             if not incoming:  # every key of the batch is in a whole group
                 return
             self._coarsen(incoming)
-        changes: Iterable[tuple[int, str, bytes]] = zip(key_groups, repeat(state), keys)
         if self.whole and not self.whole.isdisjoint(key_groups):
             tracked_groups = set(key_groups) - self.whole
-            changes = compress(changes, map(tracked_groups.__contains__, key_groups))
-        self._tracked.update(changes)
+            kept = list(map(tracked_groups.__contains__, key_groups))  # a tuple only for a kept key
+            key_groups, keys = list(compress(key_groups, kept)), list(compress(keys, kept))
+        self._tracked.update(zip(key_groups, repeat(state), keys))
         if len(self._tracked) > self.limit:  # only when counts were not known up front
             self._coarsen()
 
@@ -88,6 +90,11 @@ class ChangedKeys:
             return
         self.whole |= made_whole
         self._tracked = {change for change in self._tracked if change[0] not in made_whole}
+
+    def make_whole(self, key_groups: Iterable[int]) -> None:
+        """Track ``key_groups`` whole from now on: their keys are forgotten, and not tracked one by one."""
+        self.whole.update(key_groups)
+        self._tracked = {change for change in self._tracked if change[0] not in self.whole}
 
     def add_all(self, changes: Iterable[tuple[str, int, bytes]]) -> None:
         """Record several changes."""

@@ -153,6 +153,11 @@ class Materializer:
         """:meth:`changed` for each key (the bulk write path)."""
         self._dirty.add_many(state, key_groups, keys)
 
+    def forgo_tracking(self) -> None:
+        """Track no changed key one by one (whole key groups): for an owner that never snapshots itself."""
+        groups = self._backend.key_groups
+        self._dirty.make_whole(range(groups.start, groups.end))
+
     @property
     def running(self) -> bool:
         """Whether a materialization is in progress."""

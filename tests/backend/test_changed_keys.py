@@ -87,3 +87,14 @@ def test_a_batch_larger_than_the_limit_makes_its_fullest_groups_whole_first():
     assert changed.whole == {2, 1} and sorted(changed) == [("s", 0, b"a%d" % i) for i in range(4)]
     changed.add_many("s", [1] * 5 + [2] * 30, [b"c%d" % i for i in range(35)])  # all whole: no change
     assert changed.whole == {2, 1} and len(changed) == 4
+
+
+def test_key_groups_made_whole_forget_their_keys_and_track_no_more():
+    changed = ChangedKeys(limit=100)
+    changed.add_many("s", [1, 2, 3], [b"a", b"b", b"c"])
+    changed.make_whole(range(0, 3))
+    assert changed.whole == {0, 1, 2} and list(changed) == [("s", 3, b"c")]
+    changed.add_many("s", [0, 1, 2, 2], [b"d", b"e", b"f", b"g"])  # every key in a whole group
+    changed.add_many("s", [1, 4], [b"h", b"i"])
+    assert sorted(changed) == [("s", 3, b"c"), ("s", 4, b"i")]
+    assert changed.estimate(keys_per_group=10) == 2 + 3 * 10

@@ -205,6 +205,32 @@ def test_incremental_snapshots_hold_only_changes_and_restore_exactly(setup):
         restored.close()
 
 
+def test_a_backend_that_forgoes_tracking_still_snapshots_every_change(setup):
+    """Without tracked keys (a Spark task the driver gave no snapshot), a snapshot replaces every group."""
+    config, snapshots = setup
+    keys = [f"k{i}" for i in range(500)]
+    with load_storage(config, job_id="job") as storage:
+        backend = ChangelogKeyedStateBackend(storage, "op", ALL, snapshot_dir=snapshots)
+        fill(backend, keys, 1)
+        backend.materialize().result(timeout=30)
+        backend.materializer.forgo_tracking()
+        fill(backend, keys[:7], 2)
+        backend.set_current_key("k300")
+        backend.value_state("v").clear()
+        ref = backend.materialize().result(timeout=30)
+        assert ref.entries == len(keys) - 1, "the snapshot after untracked changes holds every key"
+        fill(backend, keys[7:9], 3)  # tracked again after that snapshot began
+        incremental = backend.materialize().result(timeout=30)
+        assert incremental.entries == 2
+        snapshot = backend.checkpoint(1).result(timeout=30)
+        expected = values(backend, keys)
+        backend.close()
+        restored = ChangelogKeyedStateBackend(storage, "op", ALL, epoch=1, snapshot_dir=snapshots)
+        restored.restore(snapshot, config)
+        assert values(restored, keys) == expected and expected["k300"] is None
+        restored.close()
+
+
 def test_full_checkpoint_stays_within_twice_the_state_size(setup, capsys):
     config, snapshots = setup
     keys = list(range(10_000))
