@@ -11,7 +11,10 @@ runs ``--steady`` batches of updates, then:
   of the first batch in which the lost executor's instances ran again;
 - ``kill-between``: the same, the executor killed while the job idles between two
   batches; the next batch's input comes once Spark knows the executor lost (and its
-  replacement registered): *back* counts from then;
+  replacement registered): *back* counts from then. With ``--settle S`` the job
+  first idles ``S`` seconds after its steady batches (its snapshots complete, as in a
+  job up for longer than a materialization takes) and runs one more batch (its
+  checkpoint moves onto them) before the kill;
 - ``rescale``: the query stops and restarts with twice the instances, and runs
   ``--after`` batches; its first batch restores every new instance's key groups.
 
@@ -84,13 +87,15 @@ def run_query(
     *,
     kill_after: int | None = None,
     withheld: tuple[Path, ...] = (),
+    settle: float = 0.0,
 ) -> dict[str, Any]:
     """Run the job over ``inputs``; kill an executor once ``kill_after`` batches completed.
 
     Without ``withheld`` files the kill hits the batch then running (the job runs back to
     back). With them the job idles once ``inputs`` are processed: the kill comes between
     batches, and the files are released once Spark knows the executor lost and its
-    replacement registered.
+    replacement registered. ``settle``: seconds the job idles before its last batch ahead
+    of the kill (the first withheld file), so that its snapshots complete first.
     """
     from dstl.backend.spark import transform_with_state
     from dstl.backend.spark._private.affinity import live_executors
@@ -127,6 +132,11 @@ def run_query(
             query.await_termination()
         else:
             try:
+                if settle:
+                    wait_for(int(kill_after) - 1)
+                    time.sleep(settle)
+                    withheld[0].rename(inputs / withheld[0].name)
+                    withheld = withheld[1:]
                 kill()
                 while victim in {e for e, _ in live_executors(spark.sparkContext)}:
                     time.sleep(0.2)
@@ -192,6 +202,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--standby", default="0,1", help="kill runs: dstl.spark.standby-replicas settings")
     parser.add_argument("--scenarios", default="kill,kill-between,rescale")
     parser.add_argument("--memory", type=int, default=3072, help="MB per executor JVM")
+    parser.add_argument(
+        "--settle", type=float, default=0.0, help="kill-between: idle seconds (snapshots complete) first"
+    )
     parser.add_argument("--json", metavar="PATH")
     args = parser.parse_args(argv)
     console = Console(width=160)
@@ -216,8 +229,15 @@ def main(argv: list[str] | None = None) -> int:
                     aside = Path(tmp) / "withheld"
                     withheld = _withhold(inputs, aside, load + args.steady) if scenario != "kill" else ()
                     config = _config(base, 2, standby)
+                    settle = args.settle if withheld else 0.0  # one more batch after it, then the kill
                     run = run_query(
-                        spark, inputs, base, config, kill_after=load + args.steady, withheld=withheld
+                        spark,
+                        inputs,
+                        base,
+                        config,
+                        kill_after=load + args.steady + (1 if settle else 0),
+                        withheld=withheld,
+                        settle=settle,
                     )
                     results.append({**_summary(name, run, steady), "run": run})
             if "rescale" in scenarios:
