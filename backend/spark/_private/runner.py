@@ -40,6 +40,7 @@ from .arrow_pinning import CARRIER_SCHEMA, arrow_groups, pinned_arrow_function
 from .arrow_shuffle import instance_shuffled, shuffled_arrow_function
 from .columns import INSTANCE_COLUMN, REPORT_COLUMN
 from .idle_batches import without_heartbeat
+from .materialization_turns import next_to_materialize
 from .protocol import InstancePlan, InstanceReport, InstanceStats, TaskPlan
 from .report_channel import ReportChannel
 from .routing import routed, with_wake_rows
@@ -222,23 +223,19 @@ class BatchRunner:
         return base
 
     def _due_for_materialization(self, previous: Mapping[str, BackendSnapshot]) -> frozenset[int]:
-        """At most one instance per batch (spreads the cost over batches).
-
-        First an instance whose log outgrew ``max-log-ratio`` times its materialized
-        state, else the one past the interval that waited longest.
-        """
+        """At most one instance per batch (spreads the cost over batches): :func:`next_to_materialize`."""
         names = [instance_name(r) for r in self.ranges]
-        for index, name in enumerate(names):
-            snapshot = previous.get(name)
-            if snapshot is not None and self.policy.log_outgrew(
-                sum(h.size for h in snapshot.all_handles), sum(m.size for m in snapshot.all_materialized)
-            ):
-                return frozenset({index})
+        sizes = {
+            name: (sum(h.size for h in s.all_handles), sum(m.size for m in s.all_materialized))
+            for name, s in previous.items()
+            if s is not None
+        }
         now = time.monotonic()
-        oldest = min(names, key=lambda name: self.materialized_at.get(name, now))
-        if now - self.materialized_at.get(oldest, now) < self.interval:
+        chosen = next_to_materialize(names, sizes, self.materialized_at, now, self.interval, self.policy)
+        if chosen is None:
             return frozenset()
-        return frozenset({names.index(oldest)})
+        self.materialized_at[chosen] = now  # asked: the next batch asks another first
+        return frozenset({names.index(chosen)})
 
     @property
     def _reports_first(self) -> bool:

@@ -1,0 +1,49 @@
+"""The driver asks one instance a batch to snapshot, and every instance gets its turn."""
+
+from dstl.backend.changelog import MaterializationPolicy
+from dstl.backend.spark._private.materialization_turns import next_to_materialize
+
+NAMES = ["kg0-64", "kg64-128"]
+RATIO = MaterializationPolicy(max_log_ratio=2.0)
+BIG_LOG = (100 << 20, 1 << 20)  # far more log than snapshots: outgrown
+SMALL_LOG = (1 << 10, 1 << 20)
+
+
+def turns(sizes, batches, *, interval=10.0, step=1.0):
+    """Whom each of ``batches`` batches (``step`` seconds apart) asks, noting each one asked."""
+    asked_at = dict.fromkeys(NAMES, 0.0)
+    asked = []
+    for batch in range(1, batches + 1):
+        now = batch * step
+        chosen = next_to_materialize(NAMES, sizes, asked_at, now, interval, RATIO)
+        if chosen is not None:
+            asked_at[chosen] = now
+        asked.append(chosen)
+    return asked
+
+
+def test_instances_whose_logs_outgrew_their_snapshots_take_turns():
+    # Both logs keep outgrowing (snapshots of millions of keys take minutes): the first
+    # instance used to be asked every batch, and the second never.
+    assert turns(dict.fromkeys(NAMES, BIG_LOG), 4) == ["kg0-64", "kg64-128", "kg0-64", "kg64-128"]
+
+
+def test_an_outgrown_log_goes_before_the_interval():
+    sizes = {"kg0-64": SMALL_LOG, "kg64-128": BIG_LOG}
+    assert turns(sizes, 3) == ["kg64-128", "kg64-128", "kg64-128"]  # the only one outgrown
+
+
+def test_past_the_interval_the_instance_asked_longest_ago_goes_next():
+    sizes = dict.fromkeys(NAMES, SMALL_LOG)
+    asked = turns(sizes, 25, interval=10.0)  # batches at 1, 2, ... 25 s
+    assert {second: name for second, name in enumerate(asked, start=1) if name} == {
+        10: "kg0-64",
+        11: "kg64-128",  # one a batch: the other waits for the next
+        20: "kg0-64",
+        21: "kg64-128",
+    }
+
+
+def test_nothing_is_asked_before_the_interval_or_of_no_instance():
+    assert next_to_materialize(NAMES, {}, {}, 5.0, 10.0, RATIO) is None  # asked "just now"
+    assert next_to_materialize([], {}, {}, 5.0, 10.0, RATIO) is None
