@@ -74,6 +74,8 @@ def _batches(query: Any) -> list[dict[str, Any]]:
                 "restore_ms": progress.restore_ms,
                 "restored_bytes": progress.restored_bytes,
                 "state_rows": progress.state_rows,
+                "materialized": list(progress.materialized),  # instances that began a snapshot
+                "rebased": list(progress.rebased),  # instances whose checkpoint moved onto one
             }
         )
     return rows
