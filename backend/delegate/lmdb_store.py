@@ -42,8 +42,6 @@ from .lmdb_records import (
 __all__ = ["LmdbDelegate"]
 
 _ITEMS_CHUNK = 1024  # map entries read per read transaction while iterating a map
-#: While no view is open, the map is kept at least this many times the pages used (``_grow_ahead``)
-_HEADROOM = 4
 
 
 def _disk_failure(exc: lmdb.Error) -> bool:
@@ -126,21 +124,19 @@ class LmdbDelegate(StateDelegate):
                 raise StorageError(msg, retriable=True) from exc
 
     def _grow_ahead(self) -> None:
-        """Keep the map at least :data:`_HEADROOM` times what is used, unless a view is open.
+        """Double the map while it is more than half used, unless a view is open.
 
-        A view (a materialization's read: minutes at millions of keys) must be given up for
-        the map to grow. Growing early, while none is open, leaves a view room for the state
-        to grow meanwhile: an instance loading 8M keys gave up its snapshots one after another,
-        and with twice the room still the one that ran while its state grew from 3.5M to 8M.
-        The map is address space: the file grows only with the data.
+        A view (a materialization's read, minutes at millions of keys) must be given up for
+        the map to grow: growing early, while none is open, leaves a view the room the state
+        may take meanwhile (an instance loading 8M keys gave up its snapshots one after another).
         """
         with self._views_closed:
             if self._views:
                 return
             info = self._env.info()
             used = (info["last_pgno"] + 1) * self._page_size
-            if used * _HEADROOM > info["map_size"]:  # twice the headroom: not every batch grows it
-                self._env.set_mapsize(used * _HEADROOM * 2)
+            if used * 2 > info["map_size"]:
+                self._env.set_mapsize(max(info["map_size"], used) * 2)
                 self.resizes += 1
 
     def _base(self, state: str, key_group: int, key: bytes, extra: int = 0) -> bytes:
