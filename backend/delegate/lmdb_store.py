@@ -62,7 +62,6 @@ class LmdbDelegate(StateDelegate):
         Path(path).mkdir(parents=True, exist_ok=True)
         self.path = str(path)
         self._env = lmdb.open(self.path, map_size=map_size, sync=False, metasync=False, max_dbs=0)
-        self._page_size = int(self._env.stat()["psize"])
         self.resizes = 0
         # Open views (long read transactions, e.g. a materialization in the background): the map
         # may only grow while none is open.
@@ -123,22 +122,6 @@ class LmdbDelegate(StateDelegate):
                 )
                 raise StorageError(msg, retriable=True) from exc
 
-    def _grow_ahead(self) -> None:
-        """Double the map while it is more than half used, unless a view is open.
-
-        A view (a materialization's read, minutes at millions of keys) must be given up for
-        the map to grow: growing early, while none is open, leaves a view the room the state
-        may take meanwhile (an instance loading 8M keys gave up its snapshots one after another).
-        """
-        with self._views_closed:
-            if self._views:
-                return
-            info = self._env.info()
-            used = (info["last_pgno"] + 1) * self._page_size
-            if used * 2 > info["map_size"]:
-                self._env.set_mapsize(max(info["map_size"], used) * 2)
-                self.resizes += 1
-
     def _base(self, state: str, key_group: int, key: bytes, extra: int = 0) -> bytes:
         """The key's base, checked against LMDB's key size with ``extra`` bytes (an element's) to follow."""
         if len(state.encode()) > 255:
@@ -198,7 +181,6 @@ class LmdbDelegate(StateDelegate):
         """Every key group's values in one write transaction (a value replaces one record)."""
         bases = self._bases(state, key_groups, keys)
         self._last_bases = None  # the write is their last use: keep no batch's keys between batches
-        self._grow_ahead()  # a batch's bulk write: the state may be growing fast
         # one C call for every record (putmulti), not a Python call per record
         self._write(lambda txn: txn.cursor().putmulti(zip(bases, values, strict=True)))
 
@@ -212,7 +194,6 @@ class LmdbDelegate(StateDelegate):
 
         Values only (a value state's section, most of a restore): one C call writes them.
         """
-        self._grow_ahead()
         prefix = _prefix(state, key_group)
         keys = list(entries)
         self._base(state, key_group, max(keys, key=len, default=b""))  # the state name, the longest key
@@ -378,7 +359,6 @@ class LmdbDelegate(StateDelegate):
 
     def view(self) -> LmdbView:
         """A read transaction: a consistent view in O(1), read one key group at a time."""
-        self._grow_ahead()  # room for the writes while the view is open
         with self._views_closed:
             self._views += 1
         try:

@@ -220,24 +220,6 @@ def test_an_lmdb_view_is_consistent_and_given_up_when_the_map_must_grow(tmp_path
     delegate.close()
 
 
-def test_lmdb_grows_its_map_ahead_while_no_view_is_open(tmp_path):
-    """A view taken when the map is over half full gets room: writes meanwhile do not give it up."""
-    delegate = LmdbDelegate(tmp_path / "ahead", map_size=1 << 20)
-    value = b"v" * 1000
-    delegate.write_batch("s", 0, {f"k{i}".encode(): value for i in range(600)})  # ~0.6 MB of 1 MB
-    view = delegate.view()
-    assert delegate.map_size >= 2 << 20, "the map did not grow before the view"
-    grown = delegate.resizes
-    delegate.write_batch("s", 1, {f"k{i}".encode(): value for i in range(600)})  # fits in the room
-    delegate.put_values("s", [2] * 300, [f"p{i}".encode() for i in range(300)], [value] * 300)
-    assert delegate.resizes == grown, "the map grew with the view open"
-    assert len(dict(view.entries("s", 0))) == 600 and not list(view.entries("s", 1))
-    view.close()
-    delegate.put_values("s", [3], [b"after"], [value])  # more than half used again: grows, no view open
-    assert delegate.resizes > grown and len(dict(delegate.entries("s", 1))) == 600
-    delegate.close()
-
-
 def test_a_heap_view_is_copy_on_write_per_key_group():
     delegate = HeapDelegate()
     delegate.write_batch("a", 1, {b"x": 1, b"y": 2})
