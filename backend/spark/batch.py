@@ -28,11 +28,13 @@ __all__ = ["KeyedBatch"]
 class KeyedBatch:
     """Rows grouped by key: ``rows`` sorted so each key's rows are contiguous.
 
-    :ivar rows: the rows, each key's together, keys in first-seen order (pandas;
-        sorted when first read, so a processor that reads only keys and counts never
-        copies the rows).
-    :ivar keys: the distinct keys in that order (Python values; a tuple per key
-        when the key has several columns).
+    :ivar rows: the rows, each key's together, keys in the order of :attr:`keys`
+        (pandas; sorted when first read, so a processor that reads only keys and counts
+        never copies the rows).
+    :ivar keys: the distinct keys (Python values; a tuple per key when the key has
+        several columns): in the state store's order when grouped in Arrow with their
+        key groups (as a Spark task does), else in first-seen order. Spark promises no
+        order of keys either.
     :ivar offsets: ``len(keys) + 1`` row positions: key ``i``'s rows are
         ``rows[offsets[i]:offsets[i + 1]]``.
     :ivar key_set: the keys bound for bulk state access (``ValueState.get_many``...).
@@ -56,7 +58,7 @@ class KeyedBatch:
 
     @property
     def rows(self) -> pd.DataFrame:
-        """The rows, each key's together, keys in first-seen order."""
+        """The rows, each key's together, keys in the order of :attr:`keys`."""
         if self._arrow is not None:  # Arrow is sorted first: the pandas frame is built in order
             with self._decoding():
                 self._rows = self._arrow.take(self._order).frame()
