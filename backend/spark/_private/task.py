@@ -131,7 +131,7 @@ def process_instance(
                 run_id=plan.run_id,
             )
             restore_seconds = time.perf_counter() - restore_began
-            if not own.materialize:  # the driver plans snapshots: a later batch's reads its log
+            if not own.materialize:  # no snapshot here: a later one reads this batch's keys from the log
                 backend.materializer.forgo_tracking()
             phases = {
                 "open": round((restore_began - began) * 1000, 3),
