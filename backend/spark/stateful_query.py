@@ -15,6 +15,10 @@ if TYPE_CHECKING:
 
 __all__ = ["StatefulQuery"]
 
+#: How long :meth:`StatefulQuery.process_all_available` waits for the progress events of the
+#: batches it saw processed (they come on Spark's listener bus, in moments).
+_EVENTS_WAIT_S = 30.0
+
 
 class StatefulQuery:
     """A running stateful query: the Spark query plus per-batch progress and listeners."""
@@ -82,8 +86,16 @@ class StatefulQuery:
         )
 
     def process_all_available(self) -> None:
-        """Block until every input available now is processed (then :meth:`stop` ends between batches)."""
+        """Block until every input available now is processed (then :meth:`stop` ends between batches).
+
+        Then :attr:`completed_batches` and the listeners have seen those batches too: on
+        Spark Connect they learn of a batch from Spark's progress event, which can come
+        after ``processAllAvailable`` returned (a query's figures read right after it
+        missed its last batch).
+        """
         self.query.processAllAvailable()
+        ran = sum(self._bridge.joined(progress) is not None for progress in self.query.recentProgress)
+        self._ledger.wait_for(ran, _EVENTS_WAIT_S, lambda: not self.query.isActive)
 
     def await_termination(self, timeout: float | None = None) -> bool:
         """Wait for the query to end (e.g. an ``availableNow`` trigger ran out of input)."""
