@@ -15,10 +15,6 @@ if TYPE_CHECKING:
 
 __all__ = ["StatefulQuery"]
 
-#: How long :meth:`StatefulQuery.process_all_available` waits for the progress events of the
-#: batches it saw processed (they come on Spark's listener bus, in moments).
-_EVENTS_WAIT_S = 30.0
-
 
 class StatefulQuery:
     """A running stateful query: the Spark query plus per-batch progress and listeners."""
@@ -94,8 +90,11 @@ class StatefulQuery:
         missed its last batch).
         """
         self.query.processAllAvailable()
-        ran = sum(self._bridge.joined(progress) is not None for progress in self.query.recentProgress)
-        self._ledger.wait_for(ran, _EVENTS_WAIT_S, lambda: not self.query.isActive)
+        self._ledger.catch_up(self._batches_processed, lambda: not self.query.isActive)
+
+    def _batches_processed(self) -> int:
+        """How many of this run's batches Spark's ``recentProgress`` shows processed."""
+        return sum(self._bridge.joined(progress) is not None for progress in self.query.recentProgress)
 
     def await_termination(self, timeout: float | None = None) -> bool:
         """Wait for the query to end (e.g. an ``availableNow`` trigger ran out of input)."""

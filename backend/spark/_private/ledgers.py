@@ -24,6 +24,10 @@ if TYPE_CHECKING:
 
 __all__ = ["BatchLedger", "RecordedLedger", "RunnerLedger"]
 
+#: How long a recorded ledger waits for the progress events of batches Spark reported
+#: processed (they come on Spark's listener bus, in moments).
+_EVENTS_WAIT_S = 30.0
+
 
 class BatchLedger(Protocol):
     """The batches a query's run completed, their figures, and waiting for more."""
@@ -42,6 +46,14 @@ class BatchLedger(Protocol):
 
     def wait_for(self, count: int, timeout: float, ended: Callable[[], bool]) -> bool:
         """Wait until ``count`` batches completed; ``False`` on timeout or once ``ended()``."""
+        ...
+
+    def catch_up(self, processed: Callable[[], int], ended: Callable[[], bool]) -> None:
+        """Return once this ledger counted the ``processed()`` batches Spark reports processed.
+
+        Called right after Spark's ``processAllAvailable``; ``processed`` is read only
+        by a ledger that can lag behind Spark.
+        """
         ...
 
     def latest_checkpoint(self) -> CompletedCheckpoint | None:
@@ -67,6 +79,9 @@ class RunnerLedger:
 
     def wait_for(self, count: int, timeout: float, ended: Callable[[], bool]) -> bool:
         return _wait(self._runner.completed, lambda: self._runner.completed_batches, count, timeout, ended)
+
+    def catch_up(self, processed: Callable[[], int], ended: Callable[[], bool]) -> None:
+        pass  # the runner completes a batch inside Spark's foreachBatch, before Spark returns
 
     def latest_checkpoint(self) -> CompletedCheckpoint | None:
         return self._runner.coordinator.latest()
@@ -105,6 +120,10 @@ class RecordedLedger:
 
     def wait_for(self, count: int, timeout: float, ended: Callable[[], bool]) -> bool:
         return _wait(self._changed, lambda: self._completed, count, timeout, ended)
+
+    def catch_up(self, processed: Callable[[], int], ended: Callable[[], bool]) -> None:
+        # a batch's progress event can come after processAllAvailable returned
+        _wait(self._changed, lambda: self._completed, processed(), _EVENTS_WAIT_S, ended)
 
     def latest_checkpoint(self) -> CompletedCheckpoint | None:
         fs, root = checkpoint_fs(self._state_dir, self._config)
