@@ -295,6 +295,7 @@ class Materializer:
                 resumed_log = None
                 full = full or choice.outgrown(dirty)
             bridged = full and choice.bridging
+            choice.detach_if_long(full, dirty)
             views: list[tuple[str, StateView]] = []
             if not full or bridged:
                 views.append(("incr", ChangedKeysView(view, dirty, owns=not full)))

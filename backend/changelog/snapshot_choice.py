@@ -10,7 +10,12 @@ if TYPE_CHECKING:
     from ..delegate import StateView
     from .changed_keys import ChangedKeys
 
-__all__ = ["SnapshotChoice"]
+__all__ = ["DETACH_SHARE", "SnapshotChoice"]
+
+#: An incremental snapshot that reads at least this share of the full snapshot's keys reads
+#: a copy of the state too (:meth:`SnapshotChoice.detach_if_long`): copying every page costs
+#: far less than reading and encoding a quarter of the keys in Python.
+DETACH_SHARE = 0.25
 
 
 @dataclass(frozen=True)
@@ -31,3 +36,12 @@ class SnapshotChoice:
     def outgrown(self, dirty: ChangedKeys) -> bool:
         """Whether the incrementals with ``dirty`` would reach the size of a full snapshot."""
         return self.chain_keys + dirty.estimate(self.per_group) >= self.full_keys
+
+    def detach_if_long(self, full: bool, dirty: ChangedKeys) -> None:
+        """Detach the view onto a copy of the state when the snapshot reads much of it.
+
+        A long read of the live store keeps every page the batches replace meanwhile
+        from reuse (:meth:`~dstl.backend.delegate.StateView.detach`).
+        """
+        if full or dirty.estimate(self.per_group) >= DETACH_SHARE * self.full_keys:
+            self.view.detach()

@@ -61,6 +61,13 @@ class StateView(ABC):
                 key_group, ((state, *c) for state in states for c in self.chunks(state, key_group))
             )
 
+    def detach(self) -> None:  # noqa: B027 - a view that pins nothing of its store has nothing to do
+        """Stop holding the live store's storage for the rest of a long read (e.g. a full snapshot).
+
+        A view that keeps the store's replaced pages from reuse while it is open
+        (an LMDB read transaction) copies itself out; the others need not.
+        """
+
     def close(self) -> None:  # noqa: B027 - nothing to release by default
         """Release the view."""
 

@@ -20,7 +20,7 @@ import lmdb
 from dstl.spi import StorageError
 
 from ..pacing import yielding
-from .base import StateDelegate, StateView
+from .base import StateDelegate
 from .lmdb_records import (
     _INDEX,
     _KG,
@@ -29,7 +29,6 @@ from .lmdb_records import (
     _MAX_KEY,
     _base,
     _bases_of,
-    _chunked,
     _decoded,
     _entry_at,
     _next_index,
@@ -38,6 +37,8 @@ from .lmdb_records import (
     _store,
     _Txn,
 )
+from .lmdb_spool import copy_out, remove_stale_spools
+from .lmdb_view import LmdbView
 
 __all__ = ["LmdbDelegate"]
 
@@ -61,6 +62,7 @@ class LmdbDelegate(StateDelegate):
     def __init__(self, path: str | Path, *, map_size: int = 1 << 30) -> None:
         Path(path).mkdir(parents=True, exist_ok=True)
         self.path = str(path)
+        remove_stale_spools(self.path)  # views copied out by a process that died
         self._env = lmdb.open(self.path, map_size=map_size, sync=False, metasync=False, max_dbs=0)
         self.resizes = 0
         # Open views (long read transactions, e.g. a materialization in the background): the map
@@ -362,7 +364,9 @@ class LmdbDelegate(StateDelegate):
         with self._views_closed:
             self._views += 1
         try:
-            view = LmdbView(self._read(), on_close=self._view_closed)
+            view = LmdbView(
+                self._read(), on_close=self._view_closed, copy=lambda txn: copy_out(self._env, txn, self.path)
+            )
             self._open_views.add(view)
             return view
         except BaseException:
@@ -381,80 +385,3 @@ class LmdbDelegate(StateDelegate):
     def close(self) -> None:
         """Close the environment (the file stays for the next process)."""
         self._env.close()
-
-
-class LmdbView(StateView):
-    """One LMDB read transaction (MVCC): the state as it was when the view was taken.
-
-    :param on_close: called once when the view ends (its delegate counts open views).
-    """
-
-    def __init__(self, txn: _Txn, *, on_close: Callable[[], None]) -> None:
-        self._on_close = on_close
-        self._txn: _Txn | None = txn
-        self._abandoned = False
-
-    def abandon(self) -> None:
-        """Make the view's next read fail: the map must grow, which no open view allows."""
-        self._abandoned = True
-
-    def _open(self) -> _Txn:
-        if self._abandoned:
-            msg = "the view was given up so that the LMDB map could grow; the materialization is retried"
-            raise StorageError(msg, retriable=True)
-        if self._txn is None:
-            msg = "the view is closed"
-            raise ValueError(msg)
-        return self._txn
-
-    def state_names(self) -> list[str]:
-        """The state names in the view, found by skipping from one state's prefix to the next."""
-        cursor = self._open().cursor()
-        found: list[str] = []
-        position = b""
-        while cursor.set_range(position):
-            raw_key = cursor.key()
-            length = raw_key[0]
-            name = bytes(raw_key[1 : 1 + length])
-            found.append(name.decode())
-            position = bytes([length]) + name + b"\xff" * (_KG.size + 1)  # past every key of this state
-        return sorted(found)
-
-    def entries(self, state: str, key_group: int) -> Iterator[tuple[bytes, Any]]:
-        """The entries of a state in a key group, decoded as the cursor reaches them."""
-        prefix = _prefix(state, key_group)
-        cursor = self._open().cursor()
-        if cursor.set_range(prefix):
-            yield from _decoded(iter(cursor), prefix)
-
-    def get(self, state: str, key_group: int, key: bytes) -> Any | None:
-        """One key's entry as the view holds it."""
-        return _entry_at(self._open(), _base(_prefix(state, key_group), key))
-
-    def chunks(self, state: str, key_group: int) -> Iterator[tuple[bytes, Any, bool]]:
-        """The entries with collections in parts, streamed from the cursor (no collection held whole)."""
-        prefix = _prefix(state, key_group)
-        cursor = self._open().cursor()
-        if cursor.set_range(prefix):
-            yield from _chunked(iter(cursor), prefix)
-
-    def key_chunks(self, state: str, key_group: int, key: bytes) -> Iterator[tuple[bytes, Any, bool]]:
-        """One key's parts, streamed (a tombstone when it has no entry)."""
-        base = _base(_prefix(state, key_group), key)
-        cursor = self._open().cursor()
-        found = False
-        if cursor.set_range(base) and cursor.key().startswith(base):
-            for chunk in _chunked(iter(cursor), base[: 1 + base[0] + _KG.size]):
-                if chunk[0] != key:
-                    break
-                found = True
-                yield chunk
-        if not found:
-            yield key, None, False
-
-    def close(self) -> None:
-        """End the read transaction (idempotent)."""
-        if self._txn is not None:
-            self._txn.abort()
-            self._txn = None
-            self._on_close()

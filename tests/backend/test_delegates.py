@@ -220,6 +220,75 @@ def test_an_lmdb_view_is_consistent_and_given_up_when_the_map_must_grow(tmp_path
     delegate.close()
 
 
+def test_a_detached_lmdb_view_reads_its_copy_while_the_map_grows(tmp_path):
+    import threading
+
+    from dstl.backend.delegate.base import SECTION_ENTRIES
+
+    delegate = LmdbDelegate(tmp_path / "view", map_size=1 << 20)
+    before = {f"k{i:05d}".encode(): str(i).encode() for i in range(SECTION_ENTRIES + 10)}
+    delegate.write_batch("a", 3, before)
+    view = delegate.view()
+    delegate.put("a", 3, b"k00000", b"changed")  # after the view: not in it
+    view.detach()
+    (spool,) = tmp_path.glob("view.spool-*")
+
+    def fill_beyond_the_map():  # a view still on the live file would block it (the map cannot grow)
+        for batch in range(8):
+            delegate.write_batch("c", batch, {f"big{i}".encode(): b"v" * 1000 for i in range(1000)})
+
+    writer = threading.Thread(target=fill_beyond_the_map, daemon=True)
+    writer.start()
+    writer.join(30)
+    assert not writer.is_alive() and delegate.resizes >= 3
+    assert dict(view.entries("a", 3)) == before and view.state_names() == ["a"]  # not given up
+    assert [len(entries) for _, entries in view.sections(range(8))] == [SECTION_ENTRIES, 10]
+    view.close()
+    assert not spool.exists()
+    assert delegate.get("a", 3, b"k00000") == b"changed"
+    delegate.close()
+
+
+def test_lmdb_removes_the_copies_a_dead_process_left_and_nothing_else(tmp_path):
+    import os
+    from pathlib import Path
+
+    never = int(Path("/proc/sys/kernel/pid_max").read_text()) + 1  # no process has this pid
+    stale = tmp_path / f"state.spool-{never}-0a1b2c3d"
+    stale.mkdir()
+    (stale / "data.mdb").write_bytes(b"left behind")
+    live = tmp_path / f"state.spool-{os.getpid()}-0a1b2c3d"
+    live.mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_bytes(b"k")
+    link = tmp_path / f"state.spool-{never}-linked"
+    link.symlink_to(outside)  # a hostile entry: never followed
+    plain = tmp_path / f"state.spool-{never}-file"
+    plain.write_bytes(b"f")
+    other = tmp_path / f"other.spool-{never}-0a1b2c3d"  # another environment's
+    other.mkdir()
+    LmdbDelegate(tmp_path / "state").close()
+    assert not stale.exists()
+    assert live.exists() and link.is_symlink() and (outside / "keep").exists()
+    assert plain.exists() and other.exists()
+
+
+def test_an_lmdb_view_whose_copy_fails_stays_on_the_live_file(small_tmpfs):
+    delegate = LmdbDelegate(small_tmpfs / "state", map_size=64 << 20)
+    kept = {f"k{i}".encode(): b"v" * 1000 for i in range(800)}  # its copy does not fit beside it
+    delegate.write_batch("s", 0, kept)
+    view = delegate.view()
+    view.detach()
+    assert not list(small_tmpfs.glob("state.spool-*"))
+    assert dict(view.entries("s", 0)) == kept
+    view.abandon()  # still the live file's view: given up when the map must grow
+    with pytest.raises(StorageError, match="map could grow"):
+        view.get("s", 0, b"k1")
+    view.close()
+    delegate.close()
+
+
 def test_a_heap_view_is_copy_on_write_per_key_group():
     delegate = HeapDelegate()
     delegate.write_batch("a", 1, {b"x": 1, b"y": 2})
