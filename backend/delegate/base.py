@@ -4,14 +4,27 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from itertools import islice
 from typing import Any
 
-__all__ = ["SECTION_ENTRIES", "MappingView", "StateDelegate", "StateView", "split_entry"]
+__all__ = [
+    "SECTION_ENTRIES",
+    "MappingView",
+    "RowBlock",
+    "StateDelegate",
+    "StateView",
+    "chunk_rows",
+    "split_entry",
+]
 
 #: The most entries in one section (a list or map counts its elements): a key group with more
 #: spans consecutive sections, so a materialization holds this many at a time whatever the
 #: state's size (or one collection, when a single one is bigger).
 SECTION_ENTRIES = 4096
+
+#: Consecutive rows of a section (``[state, key, part]``, or ``[state, key, part, 1]`` for a part
+#: that continues a collection) as a view reads them, and whether each is a single value.
+RowBlock = tuple[list[list[Any]], bool]
 
 
 class StateView(ABC):
@@ -58,8 +71,16 @@ class StateView(ABC):
         states = self.state_names()
         for key_group in sorted(key_groups):
             yield from _sectioned(
-                key_group, ((state, *c) for state in states for c in self.chunks(state, key_group))
+                key_group, (block for state in states for block in self.row_blocks(state, key_group))
             )
+
+    def row_blocks(self, state: str, key_group: int) -> Iterator[RowBlock]:
+        """A state's rows in a key group, a block at a time: :meth:`chunks` as rows.
+
+        Views that can tell single values apart cheaply override it (a block of them
+        is sectioned by slicing, not row by row).
+        """
+        return chunk_rows(state, self.chunks(state, key_group))
 
     def detach(self) -> None:  # noqa: B027 - a view that pins nothing of its store has nothing to do
         """Stop holding the live store's storage for the rest of a long read (e.g. a full snapshot).
@@ -100,19 +121,36 @@ def split_entry(key: bytes, entry: Any) -> Iterator[tuple[bytes, Any, bool]]:
         yield key, part, continued
 
 
-def _sectioned(
-    key_group: int, chunks: Iterable[tuple[str, bytes, Any, bool]]
-) -> Iterator[tuple[int, list[list[Any]]]]:
-    """Sections of ``(state, key, part, continued)``: at most :data:`SECTION_ENTRIES` entries or elements."""
+def chunk_rows(state: str, chunks: Iterator[tuple[bytes, Any, bool]]) -> Iterator[RowBlock]:
+    """``(key, part, continued)`` chunks of ``state`` as blocks of rows (not marked single values)."""
+    while block := list(islice(chunks, SECTION_ENTRIES)):
+        yield [[state, key, part, 1] if more else [state, key, part] for key, part, more in block], False
+
+
+def _sectioned(key_group: int, blocks: Iterable[RowBlock]) -> Iterator[tuple[int, list[list[Any]]]]:
+    """Sections of ``blocks``' rows: at most :data:`SECTION_ENTRIES` entries or elements each."""
     section: list[list[Any]] = []
     size = 0
-    for state, key, part, continued in chunks:
-        elements = max(len(part), 1) if isinstance(part, (list, dict)) else 1
-        if section and size + elements > SECTION_ENTRIES:
-            yield key_group, section
-            section, size = [], 0
-        section.append([state, key, part, 1] if continued else [state, key, part])
-        size += elements
+    for rows, single_values in blocks:
+        if single_values:  # one element each: fill the section by slices
+            start = 0
+            while start < len(rows):
+                if size == SECTION_ENTRIES:
+                    yield key_group, section
+                    section, size = [], 0
+                taken = rows[start : start + SECTION_ENTRIES - size]
+                section.extend(taken)
+                size += len(taken)
+                start += len(taken)
+            continue
+        for row in rows:
+            part = row[2]
+            elements = max(len(part), 1) if isinstance(part, (list, dict)) else 1
+            if section and size + elements > SECTION_ENTRIES:
+                yield key_group, section
+                section, size = [], 0
+            section.append(row)
+            size += elements
     if section:
         yield key_group, section
 

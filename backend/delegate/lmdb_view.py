@@ -6,6 +6,7 @@ import logging
 import shutil
 import threading
 from collections.abc import Callable, Iterator
+from itertools import chain, islice, takewhile
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ import lmdb
 from dstl.spi import StorageError
 
 from ..pacing import give_way
-from .base import StateView
+from .base import SECTION_ENTRIES, RowBlock, StateView, chunk_rows
 from .lmdb_records import _KG, _base, _chunked, _decoded, _entry_at, _prefix, _Txn
 
 __all__ = ["LmdbView"]
@@ -121,6 +122,33 @@ class LmdbView(StateView):
         cursor = self._open().cursor()
         if cursor.set_range(prefix):
             yield from _chunked(iter(cursor), prefix)
+
+    def row_blocks(self, state: str, key_group: int) -> Iterator[RowBlock]:
+        """The rows off the cursor a block of records at a time; single values without a step per record.
+
+        Each block is checked in C-level passes: a record is a single value when its
+        key ends right after the stored key (a collection's elements carry a tail).
+        From the first block that holds an element on, records go through the
+        collection-aware :meth:`chunks` path.
+        """
+        prefix = _prefix(state, key_group)
+        cursor = self._open().cursor()
+        if not cursor.set_range(prefix):
+            return
+        records = cursor.iternext()
+        at = len(prefix)
+        while block := list(islice(records, SECTION_ENTRIES)):
+            ended = len(block) < SECTION_ENTRIES or not block[-1][0].startswith(prefix)
+            if ended:  # the state's records in the key group end in this block
+                block = list(takewhile(lambda record: record[0].startswith(prefix), block))
+            tails = [len(raw_key) - (raw_key[at] << 8 | raw_key[at + 1]) for raw_key, _ in block]
+            if block and min(tails) == max(tails) == at + 2:
+                yield [[state, raw_key[at + 2 :], raw] for raw_key, raw in block], True
+            else:
+                yield from chunk_rows(state, _chunked(chain(block, () if ended else records), prefix))
+                return
+            if ended:
+                return
 
     def key_chunks(self, state: str, key_group: int, key: bytes) -> Iterator[tuple[bytes, Any, bool]]:
         """One key's parts, streamed (a tombstone when it has no entry)."""

@@ -36,6 +36,7 @@ import math
 import struct
 from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass
+from operator import countOf
 from typing import Any, BinaryIO
 
 import google_crc32c
@@ -168,7 +169,7 @@ class SnapshotWriter:
         body = self._compress(raw)
         self._index.append(_ENTRY.pack(key_group, self._offset, len(body) + _CRC.size, len(raw)))
         self._write(body + _CRC.pack(google_crc32c.value(body)))
-        self.entries += sum(1 for entry in entries if len(entry) == 3)  # parts of one collection: once
+        self.entries += countOf(map(len, entries), 3)  # parts continuing a collection (4 long): once
 
     def finish(self, meta: dict[str, Any]) -> int:
         """Write the meta, the index and the trailer; returns the snapshot's size in bytes."""

@@ -289,6 +289,42 @@ def test_an_lmdb_view_whose_copy_fails_stays_on_the_live_file(small_tmpfs):
     delegate.close()
 
 
+def test_an_lmdb_view_sections_values_in_blocks_as_the_generic_path_does(tmp_path):
+    from dstl.backend.delegate.base import SECTION_ENTRIES, StateView, _sectioned
+
+    delegate = LmdbDelegate(tmp_path / "blocks")
+    many = SECTION_ENTRIES * 2 + 7
+    # values across block ends, then collections (one bigger than a section) among values
+    delegate.write_batch("a", 1, {b"k%06d" % i: b"%d" % i for i in range(many)})
+    delegate.write_batch("a", 2, {b"v1": b"x", b"v2": b"y"})
+    delegate.put("a", 2, b"v3-list", [b"e%d" % i for i in range(SECTION_ENTRIES + 3)])
+    delegate.put("a", 2, b"v4-map", {b"m%d" % i: b"%d" % i for i in range(5)})
+    delegate.write_batch("a", 2, {b"v5": b"z"})
+    delegate.write_batch("b", 1, {b"k%06d" % i: b"b" for i in range(SECTION_ENTRIES - 1)})  # second state
+    delegate.write_batch("c", 3, {b"k%06d" % i: b"c" for i in range(SECTION_ENTRIES)})  # exactly a block
+    view = delegate.view()
+    states = view.state_names()
+    for key_group in (0, 1, 2, 3):
+        generic = list(
+            _sectioned(key_group, (b for s in states for b in StateView.row_blocks(view, s, key_group)))
+        )
+        assert list(view.sections([key_group])) == generic
+    sections = list(view.sections(range(4)))
+    assert [(kg, len(rows)) for kg, rows in sections][:4] == [
+        (1, SECTION_ENTRIES),
+        (1, SECTION_ENTRIES),
+        (1, SECTION_ENTRIES),
+        (1, 6),
+    ]
+    rows_of_2 = [row for kg, rows in sections if kg == 2 for row in rows]
+    # in the store's order (shorter keys first); the list's second part continues it
+    assert [row[1] for row in rows_of_2] == [b"v1", b"v2", b"v5", b"v4-map", b"v3-list", b"v3-list"]
+    rest = [b"e%d" % i for i in range(SECTION_ENTRIES, SECTION_ENTRIES + 3)]
+    assert len(rows_of_2[4][2]) == SECTION_ENTRIES and rows_of_2[5][2:] == [rest, 1]
+    view.close()
+    delegate.close()
+
+
 def test_a_heap_view_is_copy_on_write_per_key_group():
     delegate = HeapDelegate()
     delegate.write_batch("a", 1, {b"x": 1, b"y": 2})
