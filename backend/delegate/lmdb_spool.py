@@ -22,10 +22,15 @@ from pathlib import Path
 
 import lmdb
 
+from ..pacing import give_way
+
 __all__ = ["copy_out", "remove_stale_spools"]
 
 #: Between the environment's directory name and ``<pid>-<random>`` in a spool's name.
 SPOOL_MARK = ".spool-"
+#: A file this big takes a copy long enough (tens of ms and up, a core and the disk) to wait for
+#: a gap between batches first; a smaller one is copied at once.
+GIVE_WAY_BYTES = 64 << 20
 
 
 def copy_out(env: lmdb.Environment, txn: lmdb.Transaction, path: str) -> tuple[Path, lmdb.Environment]:
@@ -36,6 +41,9 @@ def copy_out(env: lmdb.Environment, txn: lmdb.Transaction, path: str) -> tuple[P
     :raises lmdb.Error: the copy failed (e.g. the disk is full); nothing is left behind.
     :raises OSError: likewise.
     """
+    info = env.info()
+    if info["last_pgno"] * env.stat()["psize"] >= GIVE_WAY_BYTES:
+        give_way()
     spool = Path(f"{path}{SPOOL_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}")
     spool.mkdir()
     try:

@@ -14,7 +14,6 @@ import lmdb
 
 from dstl.spi import StorageError
 
-from ..pacing import give_way
 from .base import SECTION_ENTRIES, RowBlock, StateView, chunk_rows
 from .lmdb_records import _KG, _base, _chunked, _decoded, _entry_at, _prefix, _Txn
 
@@ -64,7 +63,6 @@ class LmdbView(StateView):
         live = self._txn
         if live is None or self._copy is None or self._spool is not None:
             return
-        give_way()  # the copy takes a core and the disk for a moment: between batches
         try:
             spool = self._copy(live)
         except (lmdb.Error, OSError) as exc:
