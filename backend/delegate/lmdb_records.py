@@ -99,6 +99,19 @@ def _chunked(
         yield key, part, continued
 
 
+def _value_rows(state: str, records: list[tuple[bytes, bytes]], at: int) -> list[list[Any]] | None:
+    """``[state, key, value]`` of ``records`` (all under one prefix ``at`` bytes long) when each is a value.
+
+    ``None`` when any is a collection's element (its key carries a tail past the stored
+    key): the caller reads those through :func:`_chunked`. C-level passes, no step per record.
+    """
+    # _KEY_LENGTH read inline (big-endian, 2 bytes): a call per record would cost a fifth more
+    tails = [len(raw_key) - (raw_key[at] << 8 | raw_key[at + 1]) for raw_key, _ in records]
+    if not records or min(tails) != max(tails) or tails[0] != at + 2:
+        return None
+    return [[state, raw_key[at + 2 :], raw] for raw_key, raw in records]
+
+
 def _entry_at(txn: _Txn, base: bytes) -> Any | None:
     cursor = txn.cursor()
     if not cursor.set_range(base) or not cursor.key().startswith(base):

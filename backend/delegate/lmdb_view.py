@@ -15,7 +15,7 @@ import lmdb
 from dstl.spi import StorageError
 
 from .base import SECTION_ENTRIES, RowBlock, StateView, chunk_rows
-from .lmdb_records import _KG, _base, _chunked, _decoded, _entry_at, _prefix, _Txn
+from .lmdb_records import _KG, _base, _chunked, _decoded, _entry_at, _prefix, _Txn, _value_rows
 
 __all__ = ["LmdbView"]
 
@@ -139,12 +139,11 @@ class LmdbView(StateView):
             ended = len(block) < SECTION_ENTRIES or not block[-1][0].startswith(prefix)
             if ended:  # the state's records in the key group end in this block
                 block = list(takewhile(lambda record: record[0].startswith(prefix), block))
-            tails = [len(raw_key) - (raw_key[at] << 8 | raw_key[at + 1]) for raw_key, _ in block]
-            if block and min(tails) == max(tails) == at + 2:
-                yield [[state, raw_key[at + 2 :], raw] for raw_key, raw in block], True
-            else:
+            values = _value_rows(state, block, at)
+            if values is None:
                 yield from chunk_rows(state, _chunked(chain(block, () if ended else records), prefix))
                 return
+            yield values, True
             if ended:
                 return
 
