@@ -26,6 +26,7 @@ from rich.console import Console
 from rich.progress import Progress
 
 from bench.dstl_bench import _table
+from bench.spark_stores import KEY_SHAPES
 from dstl.backend.delegate import LmdbDelegate
 
 _STATE, _GROUPS = "count", 128
@@ -34,7 +35,8 @@ _MAP = 1 << 38  # no growth in the run: a held view would block it (this bench r
 
 
 def _keys(count: int) -> list[bytes]:
-    return [f"user-{(number * 0x9E3779B97F4A7C15) % (1 << 64):016x}".encode() for number in range(count)]
+    spell = KEY_SHAPES["random"]  # keys like user ids, as the Spark bench spells them
+    return [spell(number).encode() for number in range(count)]
 
 
 def _file_mb(path: Path) -> float:
