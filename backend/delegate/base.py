@@ -89,6 +89,14 @@ class StateView(ABC):
         (an LMDB read transaction) copies itself out; the others need not.
         """
 
+    def hand_over_copy(self) -> str | None:
+        """The directory of the copy a detached view reads, for another process to open; else ``None``.
+
+        This process stops holding the copy open (a read here opens it again); the
+        copy goes when the view closes. See :func:`~dstl.backend.delegate.open_spooled`.
+        """
+        return None
+
     def close(self) -> None:  # noqa: B027 - nothing to release by default
         """Release the view."""
 

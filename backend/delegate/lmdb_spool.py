@@ -24,7 +24,7 @@ import lmdb
 
 from ..pacing import give_way
 
-__all__ = ["copy_out", "remove_stale_spools"]
+__all__ = ["copy_out", "open_copy", "remove_stale_spools"]
 
 #: Between the environment's directory name and ``<pid>-<random>`` in a spool's name.
 SPOOL_MARK = ".spool-"
@@ -48,11 +48,15 @@ def copy_out(env: lmdb.Environment, txn: lmdb.Transaction, path: str) -> tuple[P
     spool.mkdir()
     try:
         env.copy(str(spool), compact=True, txn=txn)
-        # read by this process alone: no lock file; the map covers the copy's pages
-        return spool, lmdb.open(str(spool), readonly=True, lock=False, max_dbs=0)
+        return spool, open_copy(spool)
     except BaseException:
         shutil.rmtree(spool, ignore_errors=True)
         raise
+
+
+def open_copy(directory: Path | str) -> lmdb.Environment:
+    """A spool's environment: read-only and without a lock file (nothing writes a copy)."""
+    return lmdb.open(str(directory), readonly=True, lock=False, max_dbs=0)
 
 
 def remove_stale_spools(path: str) -> int:

@@ -16,8 +16,9 @@ from dstl.spi import StorageError
 
 from .base import SECTION_ENTRIES, RowBlock, StateView, chunk_rows
 from .lmdb_records import _KG, _base, _chunked, _decoded, _entry_at, _prefix, _Txn, _value_rows
+from .lmdb_spool import open_copy
 
-__all__ = ["LmdbView"]
+__all__ = ["LmdbView", "open_spooled"]
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,9 @@ class LmdbView(StateView):
         self._copy = copy
         self._txn: _Txn | None = txn
         self._abandoned = False
-        self._spool: tuple[Path, lmdb.Environment] | None = None
+        self._closed = False
+        self._spool: Path | None = None  # the copy's directory, once detached
+        self._spool_env: lmdb.Environment | None = None  # None while handed over
         self._swapping = threading.Lock()  # abandon() comes from the writer's thread
 
     def abandon(self) -> None:
@@ -77,7 +80,7 @@ class LmdbView(StateView):
             log.warning("dstl: the view stays on the live LMDB file (its copy cannot be read: %s)", exc)
             return
         with self._swapping:
-            self._txn, self._spool, self._abandoned = txn, spool, False
+            self._txn, self._spool, self._spool_env, self._abandoned = txn, directory, environment, False
         live.abort()
         self._on_close()
 
@@ -85,6 +88,9 @@ class LmdbView(StateView):
         if self._abandoned:
             msg = "the view was given up so that the LMDB map could grow; the materialization is retried"
             raise StorageError(msg, retriable=True)
+        if self._txn is None and self._spool is not None and not self._closed:  # handed over: read again
+            self._spool_env = open_copy(self._spool)
+            self._txn = self._spool_env.begin()
         if self._txn is None:
             msg = "the view is closed"
             raise ValueError(msg)
@@ -161,14 +167,48 @@ class LmdbView(StateView):
         if not found:
             yield key, None, False
 
-    def close(self) -> None:
-        """End the read transaction and remove the view's copy, if any (idempotent)."""
+    def hand_over_copy(self) -> str | None:
+        """The directory of the copy a detached view reads, its environment closed in this process.
+
+        py-lmdb refuses to open an environment twice in one process, and a forked child
+        inherits the parent's open ones: closed here, the child may open the copy. A read
+        here opens it again; the copy is removed when the view closes.
+        """
+        if self._spool is None or self._closed:
+            return None
         if self._txn is not None:
             self._txn.abort()
             self._txn = None
-            if self._spool is None:
-                self._on_close()
-            else:
-                directory, environment = self._spool
-                environment.close()
-                shutil.rmtree(directory, ignore_errors=True)
+        if self._spool_env is not None:
+            self._spool_env.close()
+            self._spool_env = None
+        return str(self._spool)
+
+    def close(self) -> None:
+        """End the read transaction and remove the view's copy, if any (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._txn is not None:
+            self._txn.abort()
+            self._txn = None
+        if self._spool is None:
+            self._on_close()
+            return
+        if self._spool_env is not None:
+            self._spool_env.close()
+            self._spool_env = None
+        shutil.rmtree(self._spool, ignore_errors=True)
+
+
+def open_spooled(directory: str) -> LmdbView:
+    """A view of a copy another view handed over (:meth:`LmdbView.hand_over_copy`): e.g. in a forked encoder.
+
+    Closing this view closes its environment here and leaves the directory to the view that made it.
+    """
+    environment = open_copy(directory)
+    try:
+        return LmdbView(environment.begin(), on_close=environment.close)
+    except BaseException:
+        environment.close()
+        raise
