@@ -15,6 +15,7 @@ __all__ = [
     "BACKEND_OPTIONS",
     "CHANGELOG_MATERIALIZATION_BRIDGE",
     "CHANGELOG_MATERIALIZATION_COMPRESSION",
+    "CHANGELOG_MATERIALIZATION_ENCODE_APART_FROM",
     "CHANGELOG_MATERIALIZATION_FULL_EVERY",
     "CHANGELOG_MATERIALIZATION_INTERVAL",
     "CHANGELOG_MATERIALIZATION_MAX_LOG_RATIO",
@@ -169,6 +170,16 @@ CHANGELOG_MATERIALIZATION_COMPRESSION: ConfigOption[str] = ConfigOption(
     choices=tuple(CODEC_IDS),
 )
 
+CHANGELOG_MATERIALIZATION_ENCODE_APART_FROM: ConfigOption[int] = ConfigOption(
+    "state.changelog.materialization.encode-apart-from",
+    OptionType.SIZE,
+    parse_size("8mb"),
+    "A snapshot that reads a copy of the LMDB working state at least this big is encoded by a forked "
+    "process at a lower CPU priority, then uploaded: the task's Python process keeps its GIL for "
+    "batches. 0 encodes in the task's process (also where os.fork does not exist).",
+    minimum=0,
+)
+
 CHANGELOG_MATERIALIZATION_BRIDGE: ConfigOption[bool] = ConfigOption(
     "state.changelog.materialization.bridge",
     OptionType.BOOL,
@@ -238,6 +249,7 @@ BACKEND_OPTIONS = (
     TTL_CLEANUP_KEYS_PER_CHECKPOINT,
     CHANGELOG_MATERIALIZATION_MAX_TRACKED_KEYS,
     CHANGELOG_MATERIALIZATION_COMPRESSION,
+    CHANGELOG_MATERIALIZATION_ENCODE_APART_FROM,
     CHANGELOG_MATERIALIZATION_BRIDGE,
     CHANGELOG_MAX_FAILURES_ALLOWED,
     BACKEND_DELEGATE,

@@ -43,6 +43,7 @@ from .registry import StateRegistry
 from .restore import Loader, bulk_load
 from .settings import BackendSettings
 from .snapshot import BackendSnapshot
+from .snapshot_encoding import SnapshotEncoding
 from .writes import ChangeWriter
 
 __all__ = ["ChangelogKeyedStateBackend"]
@@ -103,7 +104,7 @@ class ChangelogKeyedStateBackend(StateFactories):
             tuned.max_failures_allowed,
             tuned.full_materialization_every,
             bridge=tuned.bridge_full_snapshots,
-            codec=tuned.snapshot_compression,
+            encoding=SnapshotEncoding(tuned.snapshot_compression, tuned.encode_apart_from),
             max_tracked_keys=tuned.max_tracked_keys,
             storage_options=tuned.snapshot_storage_options,
         )

@@ -16,17 +16,17 @@ from dstl.spi import ConfigError, InvalidHandleError, StorageError
 
 from ..delegate import SECTION_ENTRIES, StateView
 from ..documents import check_regular_file
-from ..materialization import MaterializationRef, SnapshotWriter, read_sections
+from ..materialization import MaterializationRef, read_sections
 from ..options import (
     CHANGELOG_MATERIALIZATION_BRIDGE,
-    CHANGELOG_MATERIALIZATION_COMPRESSION,
     CHANGELOG_MATERIALIZATION_FULL_EVERY,
     CHANGELOG_MATERIALIZATION_MAX_TRACKED_KEYS,
 )
-from ..pacing import Pacer, paced
+from ..pacing import paced
 from .changed_keys import ChangedKeys, ChangedKeysView
-from .sections import OpenedSnapshot, load_runs, load_section, purged, replaced_key_groups
+from .sections import OpenedSnapshot, load_runs, load_section, replaced_key_groups
 from .snapshot_choice import SnapshotChoice
+from .snapshot_encoding import Expiry, SnapshotEncoding
 
 if TYPE_CHECKING:
     from dstl.spi import KeyGroupRange
@@ -86,7 +86,7 @@ class Materializer:
         full_every: int = CHANGELOG_MATERIALIZATION_FULL_EVERY.default,
         *,
         bridge: bool = CHANGELOG_MATERIALIZATION_BRIDGE.default,
-        codec: str = CHANGELOG_MATERIALIZATION_COMPRESSION.default,
+        encoding: SnapshotEncoding | None = None,
         max_tracked_keys: int = CHANGELOG_MATERIALIZATION_MAX_TRACKED_KEYS.default,
         storage_options: Mapping[str, Any] | None = None,
     ) -> None:
@@ -102,7 +102,7 @@ class Materializer:
         # ``chain[0]`` for a working copy that holds a state of the previous chain.
         self.bridge: tuple[MaterializationRef, ...] = ()
         self._bridging = bridge
-        self._codec = codec
+        self._encoding = encoding or SnapshotEncoding()
         self._full_every = max(1, full_every)
         self._max_tracked = max_tracked_keys
         self._dirty = ChangedKeys(max_tracked_keys)
@@ -376,12 +376,12 @@ class Materializer:
         """Stream one snapshot object of ``view`` (``kind`` is ``full`` or ``incr``), a section at a time.
 
         A full snapshot leaves out state whose TTL expired (that is where it is cleaned
-        up); memory holds one key group's section, not the state.
+        up); memory holds one key group's section, not the state. A view detached onto a
+        copy of at least ``encode_apart_from`` bytes is encoded by a forked process.
         """
         registrations, ttl_states, now = context
         backend = self._backend
-        expired = self._expired_in_flight
-        meta = {
+        meta: dict[str, Any] = {
             "sqn": sqn,
             "registrations": registrations,
             "key_groups": [backend.key_groups.start, backend.key_groups.end],
@@ -393,35 +393,11 @@ class Materializer:
         fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
         key_groups = range(backend.key_groups.start, backend.key_groups.end)
         written.append(path)
-        stream = fs.open(path, "wb")
-        try:
-            writer = SnapshotWriter(stream, self._codec)
-            pace = Pacer()
-            for key_group, section in view.sections(key_groups):
-                if kind == "full" and ttl_states:
-
-                    def note(state: str, key: bytes, key_group: int = key_group) -> None:
-                        if len(expired) < self._max_tracked:  # the rest: found by the next full snapshot
-                            expired.append((state, key_group, key))
-
-                    kept = purged(section, ttl_states, now, note)
-                else:
-                    kept = section
-                if kept:
-                    writer.add_section(key_group, kept)
-                pace()  # between sections: a batch being processed meanwhile keeps the GIL (mostly)
-            size = writer.finish(meta)
-        except BaseException:
-            # Closing would commit what was written (fsspec files commit on close): abort the
-            # upload where the file can (an S3 multipart upload), and close it quietly.
-            with contextlib.suppress(Exception):
-                stream.discard()
-            with contextlib.suppress(Exception):
-                stream.close()
-            raise
-        stream.close()
+        ttl = ttl_states if kind == "full" else {}
+        expiry = Expiry(ttl, now, self._max_tracked, self._expired_in_flight)
+        size, entries = self._encoding.write(fs, path, view, key_groups, meta, expiry)
         clock = now if kind == "full" else None
-        return MaterializationRef(relative, backend.key_groups, sqn, size, writer.entries, clock)
+        return MaterializationRef(relative, backend.key_groups, sqn, size, entries, clock)
 
     def load(
         self, ref: MaterializationRef, key_groups: KeyGroupRange | None = None

@@ -12,6 +12,7 @@ from ..options import (
     BACKEND_MAX_PARALLELISM,
     CHANGELOG_MATERIALIZATION_BRIDGE,
     CHANGELOG_MATERIALIZATION_COMPRESSION,
+    CHANGELOG_MATERIALIZATION_ENCODE_APART_FROM,
     CHANGELOG_MATERIALIZATION_FULL_EVERY,
     CHANGELOG_MATERIALIZATION_INTERVAL,
     CHANGELOG_MATERIALIZATION_MAX_LOG_RATIO,
@@ -40,6 +41,7 @@ class BackendSettings:
     fork_replay_from: int = CHANGELOG_RESTORE_FORK_REPLAY_FROM.default
     bridge_full_snapshots: bool = CHANGELOG_MATERIALIZATION_BRIDGE.default
     snapshot_compression: str = CHANGELOG_MATERIALIZATION_COMPRESSION.default
+    encode_apart_from: int = CHANGELOG_MATERIALIZATION_ENCODE_APART_FROM.default
     max_tracked_keys: int = CHANGELOG_MATERIALIZATION_MAX_TRACKED_KEYS.default
     ttl_cleanup_per_checkpoint: int = TTL_CLEANUP_KEYS_PER_CHECKPOINT.default
     snapshot_storage_options: dict[str, Any] = field(default_factory=dict)
@@ -54,14 +56,13 @@ class BackendSettings:
             snapshot_dir=snapshot_dir,
             max_failures_allowed=cfg.get(CHANGELOG_MAX_FAILURES_ALLOWED),
             full_materialization_every=cfg.get(CHANGELOG_MATERIALIZATION_FULL_EVERY),
-            materialization_interval=cfg.get(CHANGELOG_MATERIALIZATION_INTERVAL)
-            if periodic
-            else None,
+            materialization_interval=cfg.get(CHANGELOG_MATERIALIZATION_INTERVAL) if periodic else None,
             max_log_ratio=cfg.get(CHANGELOG_MATERIALIZATION_MAX_LOG_RATIO) if periodic else 0.0,
             squash_updates=cfg.get(CHANGELOG_SQUASH_UPDATES),
             fork_replay_from=cfg.get(CHANGELOG_RESTORE_FORK_REPLAY_FROM),
             bridge_full_snapshots=cfg.get(CHANGELOG_MATERIALIZATION_BRIDGE),
             snapshot_compression=cfg.get(CHANGELOG_MATERIALIZATION_COMPRESSION),
+            encode_apart_from=cfg.get(CHANGELOG_MATERIALIZATION_ENCODE_APART_FROM),
             max_tracked_keys=cfg.get(CHANGELOG_MATERIALIZATION_MAX_TRACKED_KEYS),
             ttl_cleanup_per_checkpoint=cfg.get(TTL_CLEANUP_KEYS_PER_CHECKPOINT),
             snapshot_storage_options=dict(storage_options(cfg) or {}),

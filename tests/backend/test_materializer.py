@@ -24,7 +24,7 @@ def test_full_incremental_and_bridged_snapshots_of_a_fake_target(tmp_path, kind)
 
     target = FakeTarget(delegate("a"))
     snapshots = (tmp_path / "snap").as_uri()
-    materializer = Materializer(target, snapshots, 3, full_every=2, codec="zstd")
+    materializer = Materializer(target, snapshots, 3, full_every=2)
     for i in range(100):
         _write(target, materializer, i % 8, f"k{i}".encode(), b"%d" % i)
     target.delegate.put("m", 2, b"map", {b"a": b"1"})
@@ -183,7 +183,7 @@ def test_an_incremental_holds_the_changed_collections_as_they_were_when_it_start
 ):
     import threading
 
-    from dstl.backend.changelog import materializer as module
+    from dstl.backend.changelog import snapshot_encoding as module
 
     target = FakeTarget(HeapDelegate() if kind == "heap" else LmdbDelegate(tmp_path / "a"))
     materializer = Materializer(target, (tmp_path / "snap").as_uri(), 3, full_every=5)

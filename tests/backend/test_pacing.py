@@ -107,7 +107,7 @@ def test_a_materialization_takes_no_further_section_while_a_batch_runs(tmp_path,
     monkeypatch.setattr("dstl.backend.pacing.BACKGROUND_SHARE", 1e-9)  # ...keeping next to no share
     delegate = HeapDelegate()
     target = FakeTarget(delegate)
-    materializer = Materializer(target, (tmp_path / "snap").as_uri(), 3, codec="zstd")
+    materializer = Materializer(target, (tmp_path / "snap").as_uri(), 3)
     for i in range(SECTION_ENTRIES * 4):  # one key group: four sections
         delegate.put("v", 0, b"k%06d" % i, b"%d" % i)
         materializer.changed("v", 0, b"k%06d" % i)
@@ -149,7 +149,7 @@ def test_the_lmdb_map_grows_while_a_paced_materialization_reads_its_view(tmp_pat
     monkeypatch.setattr("dstl.backend.pacing.MOST_PAUSE_S", 60.0)
     delegate = LmdbDelegate(tmp_path / "lmdb", map_size=1 << 20)
     target = FakeTarget(delegate)
-    materializer = Materializer(target, (tmp_path / "snap").as_uri(), 3, codec="zstd")
+    materializer = Materializer(target, (tmp_path / "snap").as_uri(), 3)
     for i in range(SECTION_ENTRIES * 3):
         delegate.put("v", 0, b"k%06d" % i, b"%d" % i)
         materializer.changed("v", 0, b"k%06d" % i)

@@ -160,17 +160,26 @@ def entry_count(delegate, state):
     return len(_entries(delegate, state))
 
 
-@pytest.mark.parametrize("delegate", ["heap", "lmdb"])
-def test_a_state_whose_keys_all_expire_shrinks_to_nothing(env, tmp_path, delegate):
-    """No key is read again: a full snapshot finds them expired, the checkpoints after it remove them."""
+@pytest.mark.parametrize("delegate", ["heap", "lmdb", "lmdb-encoded-apart"])
+def test_a_state_whose_keys_all_expire_shrinks_to_nothing(env, tmp_path, delegate, monkeypatch):
+    """No key is read again: a full snapshot finds them expired, the checkpoints after it remove them.
+
+    Encoded apart, the forked encoder finds them and hands them back.
+    """
+    import os
+
     from dstl.backend.delegate import LmdbDelegate
 
+    forks = []
+    real_fork = os.fork
+    monkeypatch.setattr(os, "fork", lambda: forks.append(1) or real_fork())
     config, storage, snapshots = env
     clock, backend = _clocked(
         storage,
         snapshots,
-        delegate=LmdbDelegate(tmp_path / "lmdb") if delegate == "lmdb" else None,
+        delegate=LmdbDelegate(tmp_path / "lmdb") if delegate != "heap" else None,
         ttl_cleanup_per_checkpoint=3_000,
+        encode_apart_from=1 if delegate == "lmdb-encoded-apart" else 0,
     )
     value, items, pages = _ttl_states(backend)
     keys = 2_000
@@ -204,6 +213,7 @@ def test_a_state_whose_keys_all_expire_shrinks_to_nothing(env, tmp_path, delegat
     restored.restore(snapshot, config)
     assert all(entry_count(restored.delegate, state) == 0 for state in ("value", "items", "pages"))
     restored.close()
+    assert len(forks) == (3 if delegate == "lmdb-encoded-apart" else 0)  # the three full snapshots
 
 
 def test_a_key_written_after_the_snapshot_found_it_expired_is_kept(env):
