@@ -180,6 +180,10 @@ class ChangedKeysView(StateView):
         for key in self._by_state.get(state, {}).get(key_group, ()):
             yield from self._view.key_chunks(state, key_group, key)
 
+    def hand_over_copy(self) -> str | None:
+        """The underlying view's copy (the changed keys are read from it)."""
+        return self._view.hand_over_copy()
+
     def close(self) -> None:
         """Close the underlying view when it is this view's own."""
         if self._owns:

@@ -114,7 +114,7 @@ class SnapshotEncoding:
         spool = view.hand_over_copy() if self.apart_from and hasattr(os, "fork") else None
         if spool is not None and self.apart_from <= _spool_bytes(spool):
             room = Expiry(expiry.ttl_states, expiry.now, expiry.most - len(expiry.found))
-            encoded = _ForkedEncoding(spool, key_groups, self.codec, meta, room).run()
+            encoded = _ForkedEncoding(view, spool, key_groups, self.codec, meta, room).run()
             expiry.found.extend(encoded.expired)
             fs.put_file(str(encoded.path), path)  # I/O: the task keeps the GIL meanwhile
             return encoded.size, encoded.entries
@@ -155,9 +155,11 @@ class _EncodedSnapshot:
 class _ForkedEncoding:
     """What a forked encoder needs (inherited by the fork: nothing is encoded to hand it over).
 
-    :ivar spool: the directory of the detached view's copy (:meth:`StateView.hand_over_copy`).
+    :ivar view: what the child reads: a view whose copy was handed over
+        (:meth:`~dstl.backend.delegate.StateView.hand_over_copy`; ``spool`` is its directory).
     """
 
+    view: StateView
     spool: str
     key_groups: range
     codec: str
@@ -169,8 +171,6 @@ class _ForkedEncoding:
 
         :raises StorageError: the child failed (retriable: the materialization is retried).
         """
-        from ..delegate import open_spooled  # LMDB: loaded only where a view was spooled, before the fork
-
         target = Path(self.spool) / ENCODED_NAME
         parent = os.getpid()
         read_end, write_end = os.pipe()
@@ -179,7 +179,7 @@ class _ForkedEncoding:
             pid = os.fork()
         if pid == 0:  # the child: never returns
             os.close(read_end)
-            self._child(target, parent, write_end, open_spooled)
+            self._child(target, parent, write_end)
         os.close(write_end)
         with os.fdopen(read_end, "rb") as pipe:
             data = pipe.read()
@@ -196,9 +196,7 @@ class _ForkedEncoding:
         expired = [(state, key_group, key) for state, key_group, key in result["expired"]]
         return _EncodedSnapshot(target, result["size"], result["entries"], expired)
 
-    def _child(
-        self, target: Path, parent: int, write_end: int, open_spooled: Callable[[str], StateView]
-    ) -> None:
+    def _child(self, target: Path, parent: int, write_end: int) -> None:
         """Encode, report through the pipe, exit without the parent's atexit handlers or destructors.
 
         The child opens its own environment on the spool and its own file: it touches no
@@ -209,7 +207,7 @@ class _ForkedEncoding:
             os.nice(NICENESS)
             report: dict[str, Any]
             try:
-                report = self._encode(target, parent, open_spooled)
+                report = self._encode(target, parent)
                 code = 0
             except BaseException as exc:
                 report = {"error": f"{type(exc).__name__}: {exc}"}
@@ -218,14 +216,14 @@ class _ForkedEncoding:
         finally:
             os._exit(code)
 
-    def _encode(self, target: Path, parent: int, open_spooled: Callable[[str], StateView]) -> dict[str, Any]:
+    def _encode(self, target: Path, parent: int) -> dict[str, Any]:
         def alive() -> None:
             if os.getppid() != parent:  # the task's process died: nobody uploads this
                 msg = "the materializing process ended"
                 raise RuntimeError(msg)
 
-        with open_spooled(self.spool) as view, target.open("wb") as stream:
+        with target.open("wb") as stream:  # the view opens its copy again, in this process
             writer = SnapshotWriter(stream, self.codec)
-            encode_sections(view, self.key_groups, writer, self.expiry, alive)
+            encode_sections(self.view, self.key_groups, writer, self.expiry, alive)
             size = writer.finish(self.meta)
         return {"size": size, "entries": writer.entries, "expired": self.expiry.found}

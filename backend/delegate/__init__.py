@@ -13,17 +13,8 @@ from .heap import HeapDelegate
 
 if TYPE_CHECKING:
     from .lmdb_store import LmdbDelegate
-    from .lmdb_view import open_spooled
 
-__all__ = [
-    "SECTION_ENTRIES",
-    "HeapDelegate",
-    "LmdbDelegate",
-    "MappingView",
-    "StateDelegate",
-    "StateView",
-    "open_spooled",
-]
+__all__ = ["SECTION_ENTRIES", "HeapDelegate", "LmdbDelegate", "MappingView", "StateDelegate", "StateView"]
 
 
 def __getattr__(name: str) -> Any:
@@ -31,9 +22,5 @@ def __getattr__(name: str) -> Any:
         from .lmdb_store import LmdbDelegate
 
         return LmdbDelegate
-    if name == "open_spooled":
-        from .lmdb_view import open_spooled
-
-        return open_spooled
     msg = f"module {__name__!r} has no attribute {name!r}"
     raise AttributeError(msg)

@@ -90,10 +90,12 @@ class StateView(ABC):
         """
 
     def hand_over_copy(self) -> str | None:
-        """The directory of the copy a detached view reads, for another process to open; else ``None``.
+        """The directory of the copy a detached view reads, with nothing of it open in this process.
 
-        This process stops holding the copy open (a read here opens it again); the
-        copy goes when the view closes. See :func:`~dstl.backend.delegate.open_spooled`.
+        A forked child may then read this very view (it opens the copy itself: py-lmdb
+        refuses an environment open twice in a process, and a child inherits the
+        parent's); a read here opens it again. The copy goes when the view closes.
+        ``None`` when the view reads no copy.
         """
         return None
 

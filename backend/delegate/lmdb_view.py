@@ -18,7 +18,7 @@ from .base import SECTION_ENTRIES, RowBlock, StateView, chunk_rows
 from .lmdb_records import _KG, _base, _chunked, _decoded, _entry_at, _prefix, _Txn, _value_rows
 from .lmdb_spool import open_copy
 
-__all__ = ["LmdbView", "open_spooled"]
+__all__ = ["LmdbView"]
 
 log = logging.getLogger(__name__)
 
@@ -168,12 +168,7 @@ class LmdbView(StateView):
             yield key, None, False
 
     def hand_over_copy(self) -> str | None:
-        """The directory of the copy a detached view reads, its environment closed in this process.
-
-        py-lmdb refuses to open an environment twice in one process, and a forked child
-        inherits the parent's open ones: closed here, the child may open the copy. A read
-        here opens it again; the copy is removed when the view closes.
-        """
+        """The spool's directory once detached, its environment closed here (see :class:`StateView`)."""
         if self._spool is None or self._closed:
             return None
         if self._txn is not None:
@@ -199,16 +194,3 @@ class LmdbView(StateView):
             self._spool_env.close()
             self._spool_env = None
         shutil.rmtree(self._spool, ignore_errors=True)
-
-
-def open_spooled(directory: str) -> LmdbView:
-    """A view of a copy another view handed over (:meth:`LmdbView.hand_over_copy`): e.g. in a forked encoder.
-
-    Closing this view closes its environment here and leaves the directory to the view that made it.
-    """
-    environment = open_copy(directory)
-    try:
-        return LmdbView(environment.begin(), on_close=environment.close)
-    except BaseException:
-        environment.close()
-        raise

@@ -42,7 +42,7 @@ def _spools(tmp_path):
     return [entry.name for entry in tmp_path.iterdir() if ".spool-" in entry.name]
 
 
-def test_a_full_snapshot_encoded_apart_is_the_object_encoded_in_process(tmp_path, forks):
+def test_snapshots_encoded_apart_are_the_objects_encoded_in_process(tmp_path, forks):
     objects = {}
     for apart_from in (0, 1, 1 << 40):  # in process; apart; a spool below the size: in process
         target = _filled(tmp_path, f"lmdb-{apart_from}")
@@ -50,16 +50,21 @@ def test_a_full_snapshot_encoded_apart_is_the_object_encoded_in_process(tmp_path
         materializer = Materializer(
             target, snapshots.as_uri(), 3, encoding=SnapshotEncoding("zstd", apart_from)
         )
-        ref = materializer.start().result(timeout=60)
+        full = materializer.start().result(timeout=60)
+        for i in range(0, KEYS, 3):  # a third of the keys: the incremental reads a copy too
+            target.delegate.put("v", i % 8, b"k%05d" % i, b"changed %d" % i)
+            materializer.changed("v", i % 8, b"k%05d" % i)
+        incremental = materializer.start().result(timeout=60)
         materializer.close()
-        assert ref.entries == KEYS + 1
-        objects[apart_from] = (snapshots / ref.path).read_bytes()
-        assert ref.size == len(objects[apart_from])
+        assert full.entries == KEYS + 1 and "-incr-" in incremental.path and incremental.entries == KEYS // 3
+        objects[apart_from] = [(snapshots / ref.path).read_bytes() for ref in (full, incremental)]
+        assert [full.size, incremental.size] == [len(data) for data in objects[apart_from]]
         copy = FakeTarget(HeapDelegate())
-        Materializer(copy, snapshots.as_uri(), 3).load(ref)
+        for ref in (full, incremental):
+            Materializer(copy, snapshots.as_uri(), 3).load(ref)
         assert stored_state(copy.delegate) == stored_state(target.delegate)
-        assert _spools(tmp_path) == []  # the copy, and the file encoded in it, went with the view
-    assert forks == [os.getpid()]
+        assert _spools(tmp_path) == []  # the copies, and the files encoded in them, went with the views
+    assert forks == [os.getpid()] * 2
     assert objects[1] == objects[0] == objects[1 << 40]
 
 

@@ -213,7 +213,8 @@ def test_a_state_whose_keys_all_expire_shrinks_to_nothing(env, tmp_path, delegat
     restored.restore(snapshot, config)
     assert all(entry_count(restored.delegate, state) == 0 for state in ("value", "items", "pages"))
     restored.close()
-    assert len(forks) == (3 if delegate == "lmdb-encoded-apart" else 0)  # the three full snapshots
+    # the three full snapshots, and the incrementals that read a copy too
+    assert len(forks) >= 3 if delegate == "lmdb-encoded-apart" else not forks
 
 
 def test_a_key_written_after_the_snapshot_found_it_expired_is_kept(env):
