@@ -11,6 +11,7 @@ with no GIL in common with the task, and the parent only uploads the file.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import warnings
 from collections.abc import Callable, Iterable
@@ -200,10 +201,15 @@ class _ForkedEncoding:
         """Encode, report through the pipe, exit without the parent's atexit handlers or destructors.
 
         The child opens its own environment on the spool and its own file: it touches no
-        lock, storage client or logger of the parent's threads, so forking is safe here.
+        lock, storage client or logger of the parent's threads, so forking is safe here. It
+        keeps none of the parent's descriptors (a lock the parent holds, the socket to
+        Spark) past the parent's death, and no collection runs a finalizer of the parent's.
         """
         code = 1
         try:
+            gc.disable()
+            os.closerange(3, write_end)
+            os.closerange(write_end + 1, os.sysconf("SC_OPEN_MAX"))
             os.nice(NICENESS)
             report: dict[str, Any]
             try:
