@@ -192,7 +192,7 @@ def _run_dstl(
     :param encode_here: snapshots encoded in the task's Python process, not by a forked
         child (``state.changelog.materialization.encode-apart-from=0``).
     """
-    from dstl.backend.spark import transform_with_state
+    from dstl.backend.spark import transform_with_state, wait_for_snapshots
 
     per_key, batch = count_processors()
     name = ("batch" if batch_api else "per-key") + ("-encode-here" if encode_here else "")
@@ -215,6 +215,8 @@ def _run_dstl(
     query.await_termination()
     if query.exception() is not None:
         raise query.exception()
+    # the instances stay warm: a snapshot of the last batches may still write into workdir
+    wait_for_snapshots(workdir / f"dstl-{name}-working", timeout=300)
     where = ", snapshots encoded in the task's process" if encode_here else ""
     api = "batch" if batch_api else "per-key"
     result = StoreResult(f"dstl-{name}", f"dstl {api} API (changelog, local{where})")

@@ -35,6 +35,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ._private.working_copy import wait_for_snapshots
     from .placement import instance_for_key_group, routing_exprs
     from .processor import BatchClock, StateContext, StatefulProcessor, TimeMode
     from .progress import BatchProgress
@@ -71,6 +72,7 @@ _LAZY = {
     "routing_exprs": ".placement",
     "stateful_stream": ".stateful_stream",
     "transform_with_state": ".query",
+    "wait_for_snapshots": "._private.working_copy",
 }
 
 
@@ -110,4 +112,5 @@ __all__ = [
     "routing_exprs",
     "stateful_stream",
     "transform_with_state",
+    "wait_for_snapshots",
 ]

@@ -28,6 +28,7 @@ import json
 import os
 import stat
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -41,7 +42,17 @@ from ...delegate import LmdbDelegate
 from ...delegate.lmdb_records import LAYOUT
 from ...documents import MAX_DOCUMENT_BYTES, parse_json
 
-__all__ = ["WorkingCopy", "held_checkpoint", "open_regular_file", "snapshot_digest", "write_atomically"]
+__all__ = [
+    "WorkingCopy",
+    "held_checkpoint",
+    "open_regular_file",
+    "snapshot_digest",
+    "wait_for_snapshots",
+    "write_atomically",
+]
+
+#: An instance's claim on materializing it (an exclusive ``flock`` while a snapshot runs).
+MATERIALIZING_LOCK = "dstl-materializing.lock"
 
 # One environment per path and process: LMDB forbids opening a file twice in a process.
 _DELEGATES: dict[str, LmdbDelegate] = {}
@@ -126,7 +137,7 @@ class WorkingCopy:
         first is adopted, fail to read logs discarded meanwhile. The claim is an exclusive
         ``flock`` held until the caller closes it (the OS drops it with a dead process).
         """
-        handle = _lock_file(self.path / "dstl-materializing.lock")
+        handle = _lock_file(self.path / MATERIALIZING_LOCK)
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -289,6 +300,29 @@ def offer_from_document(doc: Any) -> Offer | None:
     if type(doc["run"]) is not int:
         return None
     return Offer(doc["run"], checkpoint, rebased, _expired_keys(doc.get("expired", [])))
+
+
+def wait_for_snapshots(working_dir: str | os.PathLike[str], timeout: float = 60.0) -> bool:
+    """Wait until no instance under ``working_dir`` still materializes; whether none does in ``timeout`` s.
+
+    A stopped query's instances stay warm in Spark's Python workers, and a snapshot begun
+    in its last batches goes on there in the background: wait before removing or copying
+    the query's directories. ``working_dir`` is ``dstl.spark.working-dir`` on this host.
+    """
+    deadline = time.monotonic() + timeout
+    for lock in sorted(Path(working_dir).rglob(MATERIALIZING_LOCK)):
+        with _lock_file(lock) as handle:
+            while True:
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        return False
+                    time.sleep(0.05)
+                    continue
+                fcntl.flock(handle, fcntl.LOCK_UN)
+                break
+    return True
 
 
 def _lock_file(path: Path) -> BinaryIO:

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from dstl.backend.spark import read_changes, read_state
+from dstl.backend.spark import read_changes, read_state, wait_for_snapshots
 from dstl.backend.spark.demo.pipeline import EVENT_COLUMNS, expected_state, start_pipeline, write_input_file
 from dstl.spi import InvalidHandleError
 
@@ -25,26 +25,8 @@ def finished_query(spark, tmp_path_factory):
     query = start_pipeline(spark, workdir, config, trigger={"availableNow": True})
     query.await_termination(timeout=300)
     assert query.exception() is None, query.exception()
-    _snapshots_ended(workdir / "working")
+    assert wait_for_snapshots(workdir / "working", timeout=60), "a snapshot still ran after 60 s"
     return workdir, query.progress
-
-
-def _snapshots_ended(working_dir, timeout: float = 60.0) -> None:
-    """Wait (bounded) until no instance's background snapshot still writes (each holds its claim lock)."""
-    import fcntl
-    import time
-
-    deadline = time.monotonic() + timeout
-    for lock in working_dir.rglob("dstl-materializing.lock"):
-        with open(lock, "rb") as handle:
-            while True:
-                try:
-                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    assert time.monotonic() < deadline, f"a snapshot still ran after {timeout} s"
-                    time.sleep(0.05)
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def test_read_state_gives_every_users_state_as_the_query_holds_it(spark, finished_query):

@@ -312,3 +312,20 @@ def test_a_stamp_is_warm_at_the_base_and_committed_in_the_lineage(copy):
     copy.mark(earlier, {})
     assert held_checkpoint(copy.stamp(), base, lineage) == (False, True)  # it can catch up
     assert held_checkpoint(copy.stamp(), base, ()) == (False, False)  # of no known checkpoint
+
+
+def test_wait_for_snapshots_waits_for_every_claim_under_the_working_dir(tmp_path):
+    import threading
+
+    from dstl.backend.spark import wait_for_snapshots
+
+    copies = [WorkingCopy(tmp_path, f"op-kg{start}-{start + 64}", map_size=1 << 20) for start in (0, 64)]
+    assert wait_for_snapshots(tmp_path, timeout=5)  # nothing runs
+    claim = copies[1].claim_materialization()
+    assert claim is not None
+    assert not wait_for_snapshots(tmp_path, timeout=0.3)  # a snapshot still runs
+    threading.Timer(0.3, claim.close).start()  # ... and ends
+    assert wait_for_snapshots(tmp_path, timeout=30)
+    again = copies[1].claim_materialization()  # the wait left no claim behind
+    assert again is not None
+    again.close()
