@@ -21,6 +21,8 @@ def finished_query(spark, tmp_path_factory):
         "dstl.storage": "local",
         "dstl.spark.working-dir": str(workdir / "working"),
         "state.changelog.materialization.interval": "0s",
+        # every snapshot that reads a copy is encoded by a child forked from Spark's Python worker
+        "state.changelog.materialization.encode-apart-from": "1",
     }
     query = start_pipeline(spark, workdir, config, trigger={"availableNow": True})
     query.await_termination(timeout=300)
