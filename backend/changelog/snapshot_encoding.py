@@ -118,6 +118,7 @@ class SnapshotEncoding:
             encoded = _ForkedEncoding(view, spool, key_groups, self.codec, meta, room).run()
             expiry.found.extend(encoded.expired)
             fs.put_file(str(encoded.path), path)  # I/O: the task keeps the GIL meanwhile
+            encoded.path.unlink()  # its room on the working disk is free before the view closes
             return encoded.size, encoded.entries
         stream = fs.open(path, "wb")
         try:
