@@ -376,8 +376,8 @@ class Materializer:
         """Stream one snapshot object of ``view`` (``kind`` is ``full`` or ``incr``), a section at a time.
 
         A full snapshot leaves out state whose TTL expired (that is where it is cleaned
-        up); memory holds one key group's section, not the state. A view detached onto a
-        copy of at least ``encode_apart_from`` bytes is encoded by a forked process.
+        up); memory holds one key group's section, not the state. Where it is encoded:
+        :class:`~.snapshot_encoding.SnapshotEncoding`.
         """
         registrations, ttl_states, now = context
         backend = self._backend
