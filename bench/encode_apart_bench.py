@@ -9,8 +9,9 @@ snapshot running (the baseline), then back-to-back batches while a full snapshot
 encoded in the process, then while a forked child encodes it. Each batch writes
 ``--batch-keys`` random keys and rewrites a quarter of a resident heap of
 ``--heap-mb`` (in place: the worst case for the child's copy-on-write memory).
-Sampled every 20 ms: the child's private memory (``Private_*`` of its
-``smaps_rollup``) and the parent's anonymous RSS.
+Sampled every 20 ms: the child's private dirty memory (``Private_Dirty`` of its
+``smaps_rollup``: the pages it alone holds, its own and the originals of those the parent
+rewrote; the copy it reads is page cache) and the parent's anonymous RSS.
 
     python -m bench.encode_apart_bench [--keys N] [--batch-keys K] [--heap-mb M] [--json PATH] [--plot PNG]
 """
@@ -87,7 +88,7 @@ def _children() -> list[int]:
 
 
 class _Sampler(threading.Thread):
-    """Samples the forked children's private memory and this process's anonymous RSS."""
+    """Samples the forked children's private dirty memory and this process's anonymous RSS."""
 
     def __init__(self) -> None:
         super().__init__(daemon=True)
@@ -98,7 +99,7 @@ class _Sampler(threading.Thread):
     def run(self) -> None:
         while not self._ending.wait(0.02):
             child = sum(
-                _kib(f"/proc/{pid}/smaps_rollup", ("Private_Clean", "Private_Dirty")) for pid in _children()
+                _kib(f"/proc/{pid}/smaps_rollup", ("Private_Dirty",)) for pid in _children()
             )
             parent = _kib("/proc/self/status", ("RssAnon",))
             self.samples.append((time.perf_counter() - self.began, child / 1024, parent / 1024))
