@@ -77,12 +77,18 @@ def test_a_failed_forked_encoder_fails_the_materialization_and_the_next_one_succ
     materializer = Materializer(target, snapshots.as_uri(), 3, encoding=SnapshotEncoding("zstd", 1))
     parent = os.getpid()
     real = SnapshotWriter.add_section
+    held = (tmp_path / "held-by-the-parent").open("wb")  # e.g. a lock file, or the socket to Spark
 
     def broken(self, key_group, entries):
         assert os.getpid() != parent, "the section was encoded in the task's process"
         if how == "killed":
             os.kill(os.getpid(), signal.SIGKILL)
-        msg = f"no room (niceness {os.getpriority(os.PRIO_PROCESS, 0)})"
+        try:
+            os.fstat(held.fileno())
+            inherited = "kept"
+        except OSError:
+            inherited = "closed"
+        msg = f"no room (niceness {os.getpriority(os.PRIO_PROCESS, 0)}, the parent's file {inherited})"
         raise OSError(msg)
 
     monkeypatch.setattr(SnapshotWriter, "add_section", broken)  # the forked child has it too
@@ -91,7 +97,8 @@ def test_a_failed_forked_encoder_fails_the_materialization_and_the_next_one_succ
         materializer.start().result(timeout=60)
     if how == "raises":
         niceness = min(os.getpriority(os.PRIO_PROCESS, 0) + NICENESS, 19)
-        assert f"niceness {niceness}" in str(failed.value)
+        assert f"niceness {niceness}, the parent's file closed" in str(failed.value)
+    held.close()
     materializer.close()  # the view (and its copy) closes after the future fails
     assert failed.value.retriable and materializer.failures == 1
     assert list(snapshots.rglob("*.snap")) == [] and _spools(tmp_path) == []
