@@ -190,6 +190,7 @@ def _plot(results: list[dict[str, Any]], path: str) -> None:
     times.set_title("a batch beside a full snapshot")
     figure.tight_layout()
     figure.savefig(path)
+    plt.close(figure)
 
 
 def main(argv: list[str] | None = None) -> int:
