@@ -143,14 +143,31 @@ class ChangedKeysView(StateView):
     """
 
     def __init__(self, view: StateView, changed: ChangedKeys, *, owns: bool) -> None:
-        self._view = view
-        self._changed = changed
-        self._owns = owns
-        #: key groups held entirely: a restore drops what it had of them first
-        self.replaced_key_groups = sorted(changed.whole)
-        self._by_state: dict[str, dict[int, list[bytes]]] = {}
+        by_state: dict[str, dict[int, list[bytes]]] = {}
         for state, key_group, key in changed:
-            self._by_state.setdefault(state, {}).setdefault(key_group, []).append(key)
+            by_state.setdefault(state, {}).setdefault(key_group, []).append(key)
+        self._hold(view, by_state, changed.whole, owns)
+
+    def _hold(
+        self, view: StateView, by_state: dict[str, dict[int, list[bytes]]], whole: Iterable[int], owns: bool
+    ) -> None:
+        self._view = view
+        self._owns = owns
+        self._whole = frozenset(whole)
+        #: key groups held entirely: a restore drops what it had of them first
+        self.replaced_key_groups = sorted(self._whole)
+        self._by_state = by_state
+
+    def changes(self) -> dict[str, Any]:
+        """The changed keys as plain data, for :meth:`over` in another process (msgpack encodes it)."""
+        return {"whole": self.replaced_key_groups, "keys": self._by_state}
+
+    @classmethod
+    def over(cls, view: StateView, changes: dict[str, Any]) -> ChangedKeysView:
+        """The view of :meth:`changes` in ``view`` (the same copy, opened by another process); owns it."""
+        self = cls.__new__(cls)
+        self._hold(view, changes["keys"], changes["whole"], owns=True)
+        return self
 
     def state_names(self) -> list[str]:
         """The states with changed keys (every state of the view when a key group is whole)."""
@@ -161,7 +178,7 @@ class ChangedKeysView(StateView):
 
     def entries(self, state: str, key_group: int) -> Iterator[tuple[bytes, Any]]:
         """Each changed key of the state and key group with its entry in the view."""
-        if key_group in self._changed.whole:
+        if key_group in self._whole:
             yield from self._view.entries(state, key_group)
             return
         get = self._view.get
@@ -174,7 +191,7 @@ class ChangedKeysView(StateView):
 
     def chunks(self, state: str, key_group: int) -> Iterator[tuple[bytes, Any, bool]]:
         """The changed keys' parts, streamed by the underlying view."""
-        if key_group in self._changed.whole:
+        if key_group in self._whole:
             yield from self._view.chunks(state, key_group)
             return
         for key in self._by_state.get(state, {}).get(key_group, ()):

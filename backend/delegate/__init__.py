@@ -13,8 +13,17 @@ from .heap import HeapDelegate
 
 if TYPE_CHECKING:
     from .lmdb_store import LmdbDelegate
+    from .lmdb_view import read_copy
 
-__all__ = ["SECTION_ENTRIES", "HeapDelegate", "LmdbDelegate", "MappingView", "StateDelegate", "StateView"]
+__all__ = [
+    "SECTION_ENTRIES",
+    "HeapDelegate",
+    "LmdbDelegate",
+    "MappingView",
+    "StateDelegate",
+    "StateView",
+    "read_copy",
+]
 
 
 def __getattr__(name: str) -> Any:
@@ -22,5 +31,9 @@ def __getattr__(name: str) -> Any:
         from .lmdb_store import LmdbDelegate
 
         return LmdbDelegate
+    if name == "read_copy":
+        from .lmdb_view import read_copy
+
+        return read_copy
     msg = f"module {__name__!r} has no attribute {name!r}"
     raise AttributeError(msg)

@@ -92,9 +92,8 @@ class StateView(ABC):
     def hand_over_copy(self) -> str | None:
         """The directory of the copy a detached view reads, with nothing of it open in this process.
 
-        A forked child may then read this very view (it opens the copy itself: py-lmdb
-        refuses an environment open twice in a process, and a child inherits the
-        parent's); a read here opens it again. The copy goes when the view closes.
+        Another process may then read the copy (``read_copy``) while this one maps none of
+        it; a read here opens it again. The copy goes when the view closes.
         ``None`` when the view reads no copy.
         """
         return None

@@ -18,7 +18,7 @@ from .base import SECTION_ENTRIES, RowBlock, StateView, chunk_rows
 from .lmdb_records import _KG, _base, _chunked, _decoded, _entry_at, _prefix, _Txn, _value_rows
 from .lmdb_spool import open_copy
 
-__all__ = ["LmdbView"]
+__all__ = ["LmdbView", "read_copy"]
 
 log = logging.getLogger(__name__)
 
@@ -194,3 +194,17 @@ class LmdbView(StateView):
             self._spool_env.close()
             self._spool_env = None
         shutil.rmtree(self._spool, ignore_errors=True)
+
+
+def read_copy(directory: str) -> LmdbView:
+    """A view of a copy that another process spooled (``hand_over_copy``); closing it leaves the copy.
+
+    The copy is the other process's to remove, when its own view closes.
+    """
+    environment = open_copy(directory)
+    try:
+        txn = environment.begin()
+    except BaseException:
+        environment.close()
+        raise
+    return LmdbView(txn, on_close=environment.close)
