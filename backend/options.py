@@ -174,9 +174,9 @@ CHANGELOG_MATERIALIZATION_ENCODE_APART_FROM: ConfigOption[int] = ConfigOption(
     "state.changelog.materialization.encode-apart-from",
     OptionType.SIZE,
     parse_size("8mb"),
-    "A snapshot that reads a copy of the LMDB working state at least this big is encoded by a forked "
-    "process at a lower CPU priority, then uploaded: the task's Python process keeps its GIL for "
-    "batches. 0 encodes in the task's process (also where os.fork does not exist).",
+    "A snapshot that reads a copy of the LMDB working state at least this big is encoded by a separate "
+    "Python process at a lower CPU priority, then uploaded: the task's Python process keeps its GIL for "
+    "batches. 0 encodes in the task's process (also off outside POSIX).",
     minimum=0,
 )
 

@@ -1,19 +1,23 @@
-"""Encoding a snapshot's sections: in the caller's process, or in a forked one from a spooled copy.
+"""Encoding a snapshot's sections: in the caller's process, or in a process of its own from a spooled copy.
 
 A materialization runs beside the task that processes batches, in the same Python
 process: encoding millions of entries there takes the GIL from the task (a wait of up to
 the switch interval at each of its releases) and is paced to a tenth of the time while
 batches run back to back. A view detached onto a copy of the state (an LMDB spool) can be
-read by any process: a forked child encodes it into a local file at a lower CPU priority,
-with no GIL in common with the task, and the parent only uploads the file.
+read by any process: a fresh interpreter (:mod:`.encoder_process`) encodes it into a local
+file at a lower CPU priority, with no GIL in common with the task, and the parent only
+uploads the file. A fresh interpreter, not a fork: a forked child kept the original of
+every page the task's process rewrote while it ran (reference counts write to the
+objects they count), up to three quarters of that process's memory.
 """
 
 from __future__ import annotations
 
 import contextlib
-import gc
 import os
-import warnings
+import select
+import subprocess
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,15 +31,26 @@ from ..delegate import StateView
 from ..materialization import SnapshotWriter
 from ..options import CHANGELOG_MATERIALIZATION_COMPRESSION, CHANGELOG_MATERIALIZATION_ENCODE_APART_FROM
 from ..pacing import Pacer
+from .changed_keys import ChangedKeysView
 from .sections import purged
 
-__all__ = ["NICENESS", "Expiry", "SnapshotEncoding", "encode_sections"]
+__all__ = ["NICENESS", "STALL_SECONDS", "EncodeRequest", "Expiry", "SnapshotEncoding", "encode_sections"]
 
-#: The forked encoder's niceness: beside a batch on the same core it gets about a tenth of it
+#: The encoder process's niceness: beside a batch on the same core it gets about a tenth of it
 #: (Linux's weights: 110 against 1024), the share a paced in-process materialization keeps.
 NICENESS = 10
-#: The file the forked encoder writes, inside the spool (it goes with the spool).
+#: An encoder process that finishes no section for this long is taken for hung: it is killed
+#: and the materialization retried. A section is a key group: at niceness 10 beside busy
+#: batches one of 125k keys takes about a second.
+STALL_SECONDS = 120.0
+#: What the encoder process runs (``python -m``).
+ENCODER_MODULE = "dstl.backend.changelog.encoder_process"
+#: The encoder's files, inside the spool (they go with it): its request, the object, its stderr.
+REQUEST_NAME = "dstl-snapshot.request"
 ENCODED_NAME = "dstl-snapshot.part"
+ERRORS_NAME = "dstl-snapshot.stderr"
+#: The end of the encoder's stderr a failure quotes.
+_QUOTED_ERRORS = 800
 
 
 @dataclass
@@ -92,7 +107,7 @@ class SnapshotEncoding:
 
     :ivar codec: section compression, a name of :data:`~dstl.backend.materialization.CODEC_IDS`.
     :ivar apart_from: a view detached onto a copy of at least this many bytes is encoded
-        by a forked process (:data:`NICENESS`); 0: always in the caller's process.
+        by an encoder process (:data:`NICENESS`); 0: always in the caller's process.
     """
 
     codec: str = CHANGELOG_MATERIALIZATION_COMPRESSION.default
@@ -109,17 +124,22 @@ class SnapshotEncoding:
     ) -> tuple[int, int]:
         """Write ``view``'s snapshot to ``path`` on ``fs``; its size and entries (:func:`encode_sections`).
 
-        :raises StorageError: a forked encoder failed. Whatever the failure, what was written
+        :raises StorageError: the encoder process failed or stalled. Whatever the failure, what was written
             to ``path`` is the caller's to remove.
         """
-        spool = view.hand_over_copy() if self.apart_from and hasattr(os, "fork") else None
+        spool = view.hand_over_copy() if self.apart_from and _can_spawn() else None
         if spool is not None and self.apart_from <= _spool_bytes(spool):
-            room = Expiry(expiry.ttl_states, expiry.now, expiry.most - len(expiry.found))
-            encoded = _ForkedEncoding(view, spool, key_groups, self.codec, meta, room).run()
-            expiry.found.extend(encoded.expired)
-            fs.put_file(str(encoded.path), path)  # I/O: the task keeps the GIL meanwhile
-            encoded.path.unlink()  # its room on the working disk is free before the view closes
-            return encoded.size, encoded.entries
+            changes = view.changes() if isinstance(view, ChangedKeysView) else None
+            room = expiry.most - len(expiry.found)
+            request = EncodeRequest(
+                spool, key_groups, self.codec, meta, expiry.ttl_states, expiry.now, room, os.getpid(), changes
+            )
+            report = _spawned(request)
+            expiry.found.extend((state, key_group, key) for state, key_group, key in report["expired"])
+            encoded = Path(spool) / ENCODED_NAME
+            fs.put_file(str(encoded), path)  # I/O: the task keeps the GIL meanwhile
+            encoded.unlink()  # its room on the working disk is free before the view closes
+            return report["size"], report["entries"]
         stream = fs.open(path, "wb")
         try:
             writer = SnapshotWriter(stream, self.codec)
@@ -143,94 +163,107 @@ def _spool_bytes(directory: str) -> int:
     return sum(entry.stat().st_size for entry in Path(directory).iterdir() if entry.is_file())
 
 
-@dataclass(frozen=True)
-class _EncodedSnapshot:
-    """A snapshot a forked encoder wrote to a local file: what the parent uploads and records."""
-
-    path: Path
-    size: int
-    entries: int
-    expired: list[tuple[str, int, bytes]] = field(default_factory=list)
+def _can_spawn() -> bool:
+    """Whether an encoder process can be started and followed here (a POSIX Python with an executable)."""
+    return os.name == "posix" and bool(sys.executable)
 
 
 @dataclass(frozen=True)
-class _ForkedEncoding:
-    """What a forked encoder needs (inherited by the fork: nothing is encoded to hand it over).
+class EncodeRequest:
+    """What an encoder process is asked: one snapshot object of a spooled copy (msgpack, a file in the spool).
 
-    :ivar view: what the child reads: a view whose copy was handed over
-        (:meth:`~dstl.backend.delegate.StateView.hand_over_copy`; ``spool`` is its directory).
+    :ivar spool: the copy's directory (``hand_over_copy``); the object goes to
+        :data:`ENCODED_NAME` inside it.
+    :ivar changes: an incremental's changed keys (``ChangedKeysView.changes``); ``None``
+        for a full snapshot.
+    :ivar most: how many expired keys to report at most.
+    :ivar parent: the requesting process: the encoder gives up when it is gone.
     """
 
-    view: StateView
     spool: str
     key_groups: range
     codec: str
     meta: dict[str, Any]
-    expiry: Expiry  # the room left in the parent's
+    ttl_states: dict[str, tuple[str, float]]
+    now: float
+    most: int
+    parent: int
+    changes: dict[str, Any] | None
 
-    def run(self) -> _EncodedSnapshot:
-        """Encode the spool into a file inside it, in a forked child; wait for it.
+    def encode(self) -> bytes:
+        """The request as msgpack (once: the changed keys of an incremental may be millions)."""
+        fields = dict(vars(self), key_groups=[self.key_groups.start, self.key_groups.stop])
+        return msgpack.packb(fields, use_bin_type=True)
 
-        :raises StorageError: the child failed (retriable: the materialization is retried).
-        """
-        target = Path(self.spool) / ENCODED_NAME
-        parent = os.getpid()
-        read_end, write_end = os.pipe()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: fork with threads (see _child)
-            pid = os.fork()
-        if pid == 0:  # the child: never returns
-            os.close(read_end)
-            self._child(target, parent, write_end)
-        os.close(write_end)
-        with os.fdopen(read_end, "rb") as pipe:
-            data = pipe.read()
-        _, status = os.waitpid(pid, 0)
-        code = os.waitstatus_to_exitcode(status)
-        try:
-            result = msgpack.unpackb(data, raw=False, strict_map_key=False) if data else {}
-        except (ValueError, msgpack.UnpackException):
-            result = {}
-        if code != 0 or "error" in result or "size" not in result:
-            why = result.get("error") or f"it ended with exit code {code}"
-            msg = f"the forked snapshot encoder failed: {why}"
-            raise StorageError(msg, retriable=True)
-        expired = [(state, key_group, key) for state, key_group, key in result["expired"]]
-        return _EncodedSnapshot(target, result["size"], result["entries"], expired)
+    @classmethod
+    def decode(cls, data: bytes) -> EncodeRequest:
+        """The request :meth:`encode` wrote (our own process's file: trusted, but checked for shape)."""
+        fields = msgpack.unpackb(data, raw=False, strict_map_key=False)
+        if not isinstance(fields, dict) or set(fields) != set(cls.__dataclass_fields__):
+            msg = "the snapshot encoder's request is not one this version writes"
+            raise ValueError(msg)
+        start, stop = fields.pop("key_groups")
+        return cls(key_groups=range(start, stop), **fields)
 
-    def _child(self, target: Path, parent: int, write_end: int) -> None:
-        """Encode, report through the pipe, exit without the parent's atexit handlers or destructors.
 
-        The child opens its own environment on the spool and its own file: it touches no
-        lock, storage client or logger of the parent's threads, so forking is safe here. It
-        keeps none of the parent's descriptors (a lock the parent holds, the socket to
-        Spark) past the parent's death, and no collection runs a finalizer of the parent's.
-        """
-        code = 1
-        try:
-            gc.disable()
-            os.closerange(3, write_end)
-            os.closerange(write_end + 1, os.sysconf("SC_OPEN_MAX"))
-            os.nice(NICENESS)
-            report: dict[str, Any]
-            try:
-                report = self._encode(target, parent)
-                code = 0
-            except BaseException as exc:
-                report = {"error": f"{type(exc).__name__}: {exc}"}
-            with os.fdopen(write_end, "wb") as pipe:
-                pipe.write(msgpack.packb(report, use_bin_type=True))
-        finally:
-            os._exit(code)
+def _spawned(request: EncodeRequest) -> dict[str, Any]:
+    """Run an encoder process for ``request``; its final report (``size``, ``entries``, ``expired``).
 
-    def _encode(self, target: Path, parent: int) -> dict[str, Any]:
-        def alive() -> None:
-            if os.getppid() != parent:  # the task's process died: nobody uploads this
-                msg = "the materializing process ended"
-                raise RuntimeError(msg)
+    :raises StorageError: (retriable) the process failed, or finished no section for
+        :data:`STALL_SECONDS` and was killed.
+    """
+    spool = Path(request.spool)
+    requested = spool / REQUEST_NAME
+    requested.write_bytes(request.encode())
+    # the interpreter finds what this one does (a Spark worker adds its archives at run time)
+    environment = dict(os.environ, PYTHONPATH=os.pathsep.join(entry for entry in sys.path if entry))
+    with (spool / ERRORS_NAME).open("wb") as errors:
+        process = subprocess.Popen(
+            encoder_command(requested),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            env=environment,
+            close_fds=True,
+        )
+    try:
+        report, stalled = _followed(process)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+        assert process.stdout is not None
+        process.stdout.close()
+    if stalled:
+        why = f"it finished no section for {STALL_SECONDS:g} s and was stopped"
+    elif process.returncode == 0 and "size" in report:
+        return report
+    else:
+        why = report.get("error") or f"it ended with exit code {process.returncode}"
+    tail = (spool / ERRORS_NAME).read_bytes()[-_QUOTED_ERRORS:].decode(errors="replace").strip()
+    msg = f"the snapshot encoder process failed: {why}" + (f" (its stderr ends: {tail})" if tail else "")
+    raise StorageError(msg, retriable=True)
 
-        with target.open("wb") as stream:  # the view opens its copy again, in this process
-            writer = SnapshotWriter(stream, self.codec)
-            encode_sections(self.view, self.key_groups, writer, self.expiry, alive)
-            size = writer.finish(self.meta)
-        return {"size": size, "entries": writer.entries, "expired": self.expiry.found}
+
+def encoder_command(request: Path) -> list[str]:
+    """The command line of an encoder process for the request file ``request``."""
+    return [sys.executable, "-m", ENCODER_MODULE, str(request)]
+
+
+def _followed(process: subprocess.Popen[bytes]) -> tuple[dict[str, Any], bool]:
+    """The encoder's last report, and whether it stalled (no message for :data:`STALL_SECONDS`)."""
+    assert process.stdout is not None
+    messages = msgpack.Unpacker(raw=False, strict_map_key=False)
+    pipe = process.stdout.fileno()
+    report: dict[str, Any] = {}
+    while True:
+        ready, _, _ = select.select([pipe], [], [], STALL_SECONDS)
+        if not ready:
+            return report, True
+        chunk = os.read(pipe, 1 << 16)
+        if not chunk:
+            return report, False
+        messages.feed(chunk)
+        for message in messages:
+            if isinstance(message, dict) and "sections" not in message:
+                report = message

@@ -21,3 +21,19 @@ def storage_config(request, tmp_path):
 def service_storage_config(request):
     """Config of the storages on real services: Kafka (Tansu) and S3 (moto) (integration tier)."""
     return request.getfixturevalue("kafka_config" if request.param == "kafka" else "s3_config")
+
+
+@pytest.fixture
+def spawned(monkeypatch):
+    """The snapshot encoder processes started (their command lines)."""
+    from dstl.backend.changelog import snapshot_encoding
+
+    commands = []
+    real = snapshot_encoding.subprocess.Popen
+
+    def counted(command, *args, **kwargs):
+        commands.append(command)
+        return real(command, *args, **kwargs)
+
+    monkeypatch.setattr(snapshot_encoding.subprocess, "Popen", counted)
+    return commands

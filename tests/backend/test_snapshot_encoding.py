@@ -1,33 +1,22 @@
-"""Snapshots encoded by a forked process from a spooled copy: the same object, failures retried."""
+"""Snapshots encoded by an encoder process from a spooled copy: the same object, failures retried."""
 
 import os
-import signal
+import subprocess
+import sys
+import textwrap
 
+import msgpack
 import pytest
 
+from dstl.backend.changelog import snapshot_encoding
 from dstl.backend.changelog.materializer import Materializer
-from dstl.backend.changelog.snapshot_encoding import NICENESS, SnapshotEncoding
+from dstl.backend.changelog.snapshot_encoding import NICENESS, EncodeRequest, SnapshotEncoding
 from dstl.backend.delegate import HeapDelegate, LmdbDelegate
-from dstl.backend.materialization import SnapshotWriter
 from dstl.spi import StorageError
 
 from .helpers import FakeTarget, stored_state
 
 KEYS = 3_000
-
-
-@pytest.fixture
-def forks(monkeypatch):
-    """The pids that forked (a child is never counted: it does not fork again)."""
-    calls = []
-    real = os.fork
-
-    def counted():
-        calls.append(os.getpid())
-        return real()
-
-    monkeypatch.setattr(os, "fork", counted)
-    return calls
 
 
 def _filled(tmp_path, name):
@@ -42,7 +31,7 @@ def _spools(tmp_path):
     return [entry.name for entry in tmp_path.iterdir() if ".spool-" in entry.name]
 
 
-def test_snapshots_encoded_apart_are_the_objects_encoded_in_process(tmp_path, forks):
+def test_snapshots_encoded_apart_are_the_objects_encoded_in_process(tmp_path, spawned):
     objects = {}
     for apart_from in (0, 1, 1 << 40):  # in process; apart; a spool below the size: in process
         target = _filled(tmp_path, f"lmdb-{apart_from}")
@@ -64,36 +53,57 @@ def test_snapshots_encoded_apart_are_the_objects_encoded_in_process(tmp_path, fo
             Materializer(copy, snapshots.as_uri(), 3).load(ref)
         assert stored_state(copy.delegate) == stored_state(target.delegate)
         assert _spools(tmp_path) == []  # the copies, and the files encoded in them, went with the views
-    assert forks == [os.getpid()] * 2
+    assert [command[1:3] for command in spawned] == [["-m", snapshot_encoding.ENCODER_MODULE]] * 2
     assert objects[1] == objects[0] == objects[1 << 40]
 
 
-@pytest.mark.parametrize("how", ["raises", "killed"])
-def test_a_failed_forked_encoder_fails_the_materialization_and_the_next_one_succeeds(
-    tmp_path, monkeypatch, forks, how
+#: An encoder process whose sections fail as the test says (it runs the real encoder otherwise).
+FAULTY_ENCODER = """
+import os, signal, sys, time
+from dstl.backend.changelog.encoder_process import main
+from dstl.backend.materialization import SnapshotWriter
+
+def broken(self, key_group, entries):
+    how = {how!r}
+    if how == "killed":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if how == "hangs":
+        time.sleep(600)
+    try:
+        os.fstat({held})
+        inherited = "kept"
+    except OSError:
+        inherited = "closed"
+    niceness = os.getpriority(os.PRIO_PROCESS, 0)
+    raise OSError(f"no room (niceness {{niceness}}, the parent's file {{inherited}})")
+
+SnapshotWriter.add_section = broken
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("how", ["raises", "killed", "hangs"])
+def test_a_failed_encoder_process_fails_the_materialization_and_the_next_one_succeeds(
+    tmp_path, monkeypatch, spawned, how
 ):
     target = _filled(tmp_path, "lmdb")
     snapshots = tmp_path / "snap"
     materializer = Materializer(target, snapshots.as_uri(), 3, encoding=SnapshotEncoding("zstd", 1))
-    parent = os.getpid()
-    real = SnapshotWriter.add_section
     held = (tmp_path / "held-by-the-parent").open("wb")  # e.g. a lock file, or the socket to Spark
-
-    def broken(self, key_group, entries):
-        assert os.getpid() != parent, "the section was encoded in the task's process"
-        if how == "killed":
-            os.kill(os.getpid(), signal.SIGKILL)
-        try:
-            os.fstat(held.fileno())
-            inherited = "kept"
-        except OSError:
-            inherited = "closed"
-        msg = f"no room (niceness {os.getpriority(os.PRIO_PROCESS, 0)}, the parent's file {inherited})"
-        raise OSError(msg)
-
-    monkeypatch.setattr(SnapshotWriter, "add_section", broken)  # the forked child has it too
-    expected = "OSError: no room" if how == "raises" else "it ended with exit code -9"
-    with pytest.raises(StorageError, match=f"forked snapshot encoder failed: {expected}") as failed:
+    os.set_inheritable(held.fileno(), True)  # even so, the encoder does not get it
+    script = tmp_path / "faulty_encoder.py"
+    script.write_text(textwrap.dedent(FAULTY_ENCODER.format(how=how, held=held.fileno())))
+    real_command = snapshot_encoding.encoder_command
+    monkeypatch.setattr(
+        snapshot_encoding, "encoder_command", lambda request: [sys.executable, str(script), str(request)]
+    )
+    monkeypatch.setattr(snapshot_encoding, "STALL_SECONDS", 3.0)
+    expected = {
+        "raises": "OSError: no room",
+        "killed": "it ended with exit code -9",
+        "hangs": "it finished no section for 3 s and was stopped",
+    }[how]
+    with pytest.raises(StorageError, match=f"snapshot encoder process failed: {expected}") as failed:
         materializer.start().result(timeout=60)
     if how == "raises":
         niceness = min(os.getpriority(os.PRIO_PROCESS, 0) + NICENESS, 19)
@@ -103,9 +113,27 @@ def test_a_failed_forked_encoder_fails_the_materialization_and_the_next_one_succ
     assert failed.value.retriable and materializer.failures == 1
     assert list(snapshots.rglob("*.snap")) == [] and _spools(tmp_path) == []
 
-    monkeypatch.setattr(SnapshotWriter, "add_section", real)
+    monkeypatch.setattr(snapshot_encoding, "encoder_command", real_command)
     ref = materializer.start().result(timeout=60)  # a full one again: the failed one was full
     materializer.close()
     assert materializer.failures == 0 and "-full-" in ref.path and ref.entries == KEYS + 1
     assert [path.name for path in snapshots.rglob("*.snap")] == [ref.path.rsplit("/", 1)[1]]
-    assert len(forks) == 2
+    assert len(spawned) == 2
+
+
+def test_an_encoder_process_gives_up_when_the_requesting_process_is_gone(tmp_path):
+    target = _filled(tmp_path, "lmdb")
+    view = target.delegate.view()
+    view.detach()
+    spool = view.hand_over_copy()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    requested = tmp_path / "request"
+    requested.write_bytes(EncodeRequest(spool, range(8), "zstd", {}, {}, 0.0, 10, gone.pid, None).encode())
+    ended = subprocess.run(
+        snapshot_encoding.encoder_command(requested), capture_output=True, timeout=60, check=False
+    )
+    assert ended.returncode == 1
+    assert msgpack.unpackb(ended.stdout) == {"error": "RuntimeError: the materializing process ended"}
+    view.close()
+    assert _spools(tmp_path) == []

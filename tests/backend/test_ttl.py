@@ -161,18 +161,13 @@ def entry_count(delegate, state):
 
 
 @pytest.mark.parametrize("delegate", ["heap", "lmdb", "lmdb-encoded-apart"])
-def test_a_state_whose_keys_all_expire_shrinks_to_nothing(env, tmp_path, delegate, monkeypatch):
+def test_a_state_whose_keys_all_expire_shrinks_to_nothing(env, tmp_path, delegate, spawned):
     """No key is read again: a full snapshot finds them expired, the checkpoints after it remove them.
 
-    Encoded apart, the forked encoder finds them and hands them back.
+    Encoded apart, the encoder process finds them and hands them back.
     """
-    import os
-
     from dstl.backend.delegate import LmdbDelegate
 
-    forks = []
-    real_fork = os.fork
-    monkeypatch.setattr(os, "fork", lambda: forks.append(1) or real_fork())
     config, storage, snapshots = env
     clock, backend = _clocked(
         storage,
@@ -214,7 +209,7 @@ def test_a_state_whose_keys_all_expire_shrinks_to_nothing(env, tmp_path, delegat
     assert all(entry_count(restored.delegate, state) == 0 for state in ("value", "items", "pages"))
     restored.close()
     # the three full snapshots, and the incrementals that read a copy too
-    assert len(forks) >= 3 if delegate == "lmdb-encoded-apart" else not forks
+    assert len(spawned) >= 3 if delegate == "lmdb-encoded-apart" else not spawned
 
 
 def test_a_key_written_after_the_snapshot_found_it_expired_is_kept(env):
