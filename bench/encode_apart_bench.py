@@ -1,17 +1,16 @@
-"""What a running snapshot costs the batches beside it: encoded in their process, or by a forked child.
+"""What a running snapshot costs the batches beside it: encoded in their process, or by an encoder process.
 
 A materialization runs in a thread of the task's Python process. Encoding a snapshot
-there shares the GIL with the batches; encoded by a child forked from that process
-(``state.changelog.materialization.encode-apart-from``) it shares none, and costs
-memory instead: the pages the parent rewrites while the child lives stay the child's
-copy. Measured in one run, on fresh LMDB files of ``--keys`` values: batches with no
-snapshot running (the baseline), then back-to-back batches while a full snapshot is
-encoded in the process, then while a forked child encodes it. Each batch writes
-``--batch-keys`` random keys and rewrites a quarter of a resident heap of
-``--heap-mb`` (in place: the worst case for the child's copy-on-write memory).
-Sampled every 20 ms: the child's private dirty memory (``Private_Dirty`` of its
-``smaps_rollup``: the pages it alone holds, its own and the originals of those the parent
-rewrote; the copy it reads is page cache) and the parent's anonymous RSS.
+there shares the GIL with the batches; encoded by a separate Python process
+(``state.changelog.materialization.encode-apart-from``) it shares none, and costs that
+process's memory instead. Measured in one run, on fresh LMDB files of ``--keys``
+values: batches with no snapshot running (the baseline), then back-to-back batches
+while a full snapshot is encoded in the process, then while the encoder process
+encodes it. Each batch writes ``--batch-keys`` random keys and rewrites a quarter of a
+resident heap of ``--heap-mb`` (in place: what made a forked child's copy-on-write
+memory grow, session 30). Sampled every 20 ms: the child's private dirty memory
+(``Private_Dirty`` of its ``smaps_rollup``: the pages it alone holds; the copy it reads
+is page cache) and the parent's anonymous RSS.
 
     python -m bench.encode_apart_bench [--keys N] [--batch-keys K] [--heap-mb M] [--json PATH] [--plot PNG]
 """
@@ -42,7 +41,7 @@ from dstl.backend.pacing import foreground
 from dstl.spi import KeyGroupRange
 
 _STATE, _GROUPS = "count", 128
-_MODES = {"in the task's process": 0, "forked child": 1}
+_MODES = {"in the task's process": 0, "encoder process": 1}
 _PAGE = 4096
 
 
@@ -88,7 +87,7 @@ def _children() -> list[int]:
 
 
 class _Sampler(threading.Thread):
-    """Samples the forked children's private dirty memory and this process's anonymous RSS."""
+    """Samples the child processes' private dirty memory and this process's anonymous RSS."""
 
     def __init__(self) -> None:
         super().__init__(daemon=True)

@@ -189,8 +189,8 @@ def _run_dstl(
 ) -> StoreResult:
     """The job on dstl's changelog backend (local storage, LMDB working copies).
 
-    :param encode_here: snapshots encoded in the task's Python process, not by a forked
-        child (``state.changelog.materialization.encode-apart-from=0``).
+    :param encode_here: snapshots encoded in the task's Python process, not by an encoder
+        process (``state.changelog.materialization.encode-apart-from=0``).
     """
     from dstl.backend.spark import transform_with_state, wait_for_snapshots
 

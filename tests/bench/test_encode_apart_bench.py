@@ -25,8 +25,8 @@ def test_both_modes_snapshot_the_same_state_and_write_their_figures(tmp_path):
         == 0
     )
     results = {result["mode"]: result for result in json.loads(figures.read_text())["results"]}
-    assert set(results) == {"in the task's process", "forked child"}
-    here, apart = results["in the task's process"], results["forked child"]
+    assert set(results) == {"in the task's process", "encoder process"}
+    here, apart = results["in the task's process"], results["encoder process"]
     # the same seeded batches before each snapshot: the same state, the same object
     assert here["snapshot_mb"] == apart["snapshot_mb"] > 0
     assert all(result["batch_alone_p50_ms"] > 0 and result["snapshot_s"] > 0 for result in results.values())
