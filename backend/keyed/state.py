@@ -12,6 +12,7 @@ import msgpack
 
 from ..serialization import Serializer
 from .ops import Op
+from .stored_values import StoredValues
 from .ttl import TTL_SUFFIX, stamp, unstamp
 
 if TYPE_CHECKING:
@@ -148,7 +149,7 @@ class _KeyedState:
         #: The state's number in the log it is registered in.
         self.state_id = state_id
         self.descriptor = descriptor
-        self._serializer = serializer
+        self._serializer = StoredValues(serializer, descriptor.name)  # reads back: damage is named
 
     @property
     def name(self) -> str:
