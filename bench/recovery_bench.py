@@ -76,6 +76,11 @@ def _batches(query: Any) -> list[dict[str, Any]]:
                 "state_rows": progress.state_rows,
                 "materialized": list(progress.materialized),  # instances that began a snapshot
                 "rebased": list(progress.rebased),  # instances whose checkpoint moved onto one
+                # the driver's phases and the slowest instance's task phases, ms
+                "phases": {
+                    **progress.phases_ms,
+                    **{f"task {k}": v for k, v in progress.task_phases_ms.items()},
+                },
             }
         )
     return rows
