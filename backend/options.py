@@ -15,6 +15,7 @@ __all__ = [
     "BACKEND_OPTIONS",
     "CHANGELOG_MATERIALIZATION_BRIDGE",
     "CHANGELOG_MATERIALIZATION_COMPRESSION",
+    "CHANGELOG_MATERIALIZATION_ENCODER_NICENESS",
     "CHANGELOG_MATERIALIZATION_ENCODE_APART_FROM",
     "CHANGELOG_MATERIALIZATION_FULL_EVERY",
     "CHANGELOG_MATERIALIZATION_INTERVAL",
@@ -180,6 +181,17 @@ CHANGELOG_MATERIALIZATION_ENCODE_APART_FROM: ConfigOption[int] = ConfigOption(
     minimum=0,
 )
 
+CHANGELOG_MATERIALIZATION_ENCODER_NICENESS: ConfigOption[int] = ConfigOption(
+    "state.changelog.materialization.encoder-niceness",
+    OptionType.INT,
+    10,
+    "The CPU niceness the snapshot encoder process adds to the task's. 10: beside busy batches on its "
+    "core it gets about a tenth of it, so batches barely slow, but a snapshot of millions of keys takes "
+    "minutes and recovery replays that much more log; 0 shares the core equally.",
+    minimum=0,
+    maximum=19,
+)
+
 CHANGELOG_MATERIALIZATION_BRIDGE: ConfigOption[bool] = ConfigOption(
     "state.changelog.materialization.bridge",
     OptionType.BOOL,
@@ -250,6 +262,7 @@ BACKEND_OPTIONS = (
     CHANGELOG_MATERIALIZATION_MAX_TRACKED_KEYS,
     CHANGELOG_MATERIALIZATION_COMPRESSION,
     CHANGELOG_MATERIALIZATION_ENCODE_APART_FROM,
+    CHANGELOG_MATERIALIZATION_ENCODER_NICENESS,
     CHANGELOG_MATERIALIZATION_BRIDGE,
     CHANGELOG_MAX_FAILURES_ALLOWED,
     BACKEND_DELEGATE,

@@ -104,7 +104,7 @@ class ChangelogKeyedStateBackend(StateFactories):
             tuned.max_failures_allowed,
             tuned.full_materialization_every,
             bridge=tuned.bridge_full_snapshots,
-            encoding=SnapshotEncoding(tuned.snapshot_compression, tuned.encode_apart_from),
+            encoding=SnapshotEncoding.of(tuned),
             max_tracked_keys=tuned.max_tracked_keys,
             storage_options=tuned.snapshot_storage_options,
         )

@@ -21,7 +21,7 @@ import msgpack
 from ..delegate import StateView, read_copy
 from ..materialization import SnapshotWriter
 from .changed_keys import ChangedKeysView
-from .snapshot_encoding import ENCODED_NAME, NICENESS, EncodeRequest, Expiry, encode_sections
+from .snapshot_encoding import ENCODED_NAME, EncodeRequest, Expiry, encode_sections
 
 __all__ = ["main"]
 
@@ -35,8 +35,8 @@ def main(argv: list[str]) -> int:
         out.flush()
 
     try:
-        os.nice(NICENESS)
         request = EncodeRequest.decode(Path(argv[0]).read_bytes())
+        os.nice(request.niceness)
         report = _encode(request, send)
     except Exception as exc:  # reported, then a non-zero exit: the parent retries the materialization
         send({"error": f"{type(exc).__name__}: {exc}"})

@@ -164,9 +164,7 @@ class SquashedLog:
         )
 
 
-def squash(
-    logs: Iterable[FetchedLog], base: Callable[[str, int, bytes], Any] | None
-) -> SquashedLog:
+def squash(logs: Iterable[FetchedLog], base: Callable[[str, int, bytes], Any] | None) -> SquashedLog:
     """Replay ``logs`` in order into a :class:`SquashedLog`.
 
     :param base: the entry before the logs (the snapshot's); ``None`` when the

@@ -13,6 +13,7 @@ from ..options import (
     CHANGELOG_MATERIALIZATION_BRIDGE,
     CHANGELOG_MATERIALIZATION_COMPRESSION,
     CHANGELOG_MATERIALIZATION_ENCODE_APART_FROM,
+    CHANGELOG_MATERIALIZATION_ENCODER_NICENESS,
     CHANGELOG_MATERIALIZATION_FULL_EVERY,
     CHANGELOG_MATERIALIZATION_INTERVAL,
     CHANGELOG_MATERIALIZATION_MAX_LOG_RATIO,
@@ -42,6 +43,7 @@ class BackendSettings:
     bridge_full_snapshots: bool = CHANGELOG_MATERIALIZATION_BRIDGE.default
     snapshot_compression: str = CHANGELOG_MATERIALIZATION_COMPRESSION.default
     encode_apart_from: int = CHANGELOG_MATERIALIZATION_ENCODE_APART_FROM.default
+    encoder_niceness: int = CHANGELOG_MATERIALIZATION_ENCODER_NICENESS.default
     max_tracked_keys: int = CHANGELOG_MATERIALIZATION_MAX_TRACKED_KEYS.default
     ttl_cleanup_per_checkpoint: int = TTL_CLEANUP_KEYS_PER_CHECKPOINT.default
     snapshot_storage_options: dict[str, Any] = field(default_factory=dict)
@@ -63,6 +65,7 @@ class BackendSettings:
             bridge_full_snapshots=cfg.get(CHANGELOG_MATERIALIZATION_BRIDGE),
             snapshot_compression=cfg.get(CHANGELOG_MATERIALIZATION_COMPRESSION),
             encode_apart_from=cfg.get(CHANGELOG_MATERIALIZATION_ENCODE_APART_FROM),
+            encoder_niceness=cfg.get(CHANGELOG_MATERIALIZATION_ENCODER_NICENESS),
             max_tracked_keys=cfg.get(CHANGELOG_MATERIALIZATION_MAX_TRACKED_KEYS),
             ttl_cleanup_per_checkpoint=cfg.get(TTL_CLEANUP_KEYS_PER_CHECKPOINT),
             snapshot_storage_options=dict(storage_options(cfg) or {}),

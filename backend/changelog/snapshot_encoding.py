@@ -19,7 +19,7 @@ import select
 import subprocess
 import sys
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,19 +29,22 @@ from dstl.spi import StorageError
 
 from ..delegate import StateView
 from ..materialization import SnapshotWriter
-from ..options import CHANGELOG_MATERIALIZATION_COMPRESSION, CHANGELOG_MATERIALIZATION_ENCODE_APART_FROM
+from ..options import (
+    CHANGELOG_MATERIALIZATION_COMPRESSION,
+    CHANGELOG_MATERIALIZATION_ENCODE_APART_FROM,
+    CHANGELOG_MATERIALIZATION_ENCODER_NICENESS,
+)
 from ..pacing import Pacer
 from .changed_keys import ChangedKeysView
 from .sections import purged
+from .settings import BackendSettings
 
-__all__ = ["NICENESS", "STALL_SECONDS", "EncodeRequest", "Expiry", "SnapshotEncoding", "encode_sections"]
+__all__ = ["STALL_SECONDS", "EncodeRequest", "Expiry", "SnapshotEncoding", "encode_sections"]
 
-#: The encoder process's niceness: beside a batch on the same core it gets about a tenth of it
-#: (Linux's weights: 110 against 1024), the share a paced in-process materialization keeps.
-NICENESS = 10
 #: An encoder process that finishes no section for this long is taken for hung: it is killed
 #: and the materialization retried. A section is a key group: at niceness 10 beside busy
-#: batches one of 125k keys takes about a second.
+#: batches (about a tenth of a core: Linux's weights are 110 against 1024) one of 125k keys
+#: takes about a second.
 STALL_SECONDS = 120.0
 #: What the encoder process runs (``python -m``).
 ENCODER_MODULE = "dstl.backend.changelog.encoder_process"
@@ -107,11 +110,18 @@ class SnapshotEncoding:
 
     :ivar codec: section compression, a name of :data:`~dstl.backend.materialization.CODEC_IDS`.
     :ivar apart_from: a view detached onto a copy of at least this many bytes is encoded
-        by an encoder process (:data:`NICENESS`); 0: always in the caller's process.
+        by an encoder process; 0: always in the caller's process.
+    :ivar niceness: what the encoder process adds to the caller's niceness.
     """
 
     codec: str = CHANGELOG_MATERIALIZATION_COMPRESSION.default
     apart_from: int = CHANGELOG_MATERIALIZATION_ENCODE_APART_FROM.default
+    niceness: int = CHANGELOG_MATERIALIZATION_ENCODER_NICENESS.default
+
+    @classmethod
+    def of(cls, settings: BackendSettings) -> SnapshotEncoding:
+        """The encoding a backend's settings ask for."""
+        return cls(settings.snapshot_compression, settings.encode_apart_from, settings.encoder_niceness)
 
     def write(
         self,
@@ -134,6 +144,7 @@ class SnapshotEncoding:
             request = EncodeRequest(
                 spool, key_groups, self.codec, meta, expiry.ttl_states, expiry.now, room, os.getpid(), changes
             )
+            request = replace(request, niceness=self.niceness)
             report = _spawned(request)
             expiry.found.extend((state, key_group, key) for state, key_group, key in report["expired"])
             encoded = Path(spool) / ENCODED_NAME
@@ -178,6 +189,7 @@ class EncodeRequest:
         for a full snapshot.
     :ivar most: how many expired keys to report at most.
     :ivar parent: the requesting process: the encoder gives up when it is gone.
+    :ivar niceness: what the encoder adds to its niceness before it starts.
     """
 
     spool: str
@@ -189,6 +201,7 @@ class EncodeRequest:
     most: int
     parent: int
     changes: dict[str, Any] | None
+    niceness: int = CHANGELOG_MATERIALIZATION_ENCODER_NICENESS.default
 
     def encode(self) -> bytes:
         """The request as msgpack (once: the changed keys of an incremental may be millions)."""

@@ -10,7 +10,7 @@ import pytest
 
 from dstl.backend.changelog import snapshot_encoding
 from dstl.backend.changelog.materializer import Materializer
-from dstl.backend.changelog.snapshot_encoding import NICENESS, EncodeRequest, SnapshotEncoding
+from dstl.backend.changelog.snapshot_encoding import EncodeRequest, SnapshotEncoding
 from dstl.backend.delegate import HeapDelegate, LmdbDelegate
 from dstl.spi import StorageError
 
@@ -88,7 +88,7 @@ def test_a_failed_encoder_process_fails_the_materialization_and_the_next_one_suc
 ):
     target = _filled(tmp_path, "lmdb")
     snapshots = tmp_path / "snap"
-    materializer = Materializer(target, snapshots.as_uri(), 3, encoding=SnapshotEncoding("zstd", 1))
+    materializer = Materializer(target, snapshots.as_uri(), 3, encoding=SnapshotEncoding("zstd", 1, 7))
     held = (tmp_path / "held-by-the-parent").open("wb")  # e.g. a lock file, or the socket to Spark
     os.set_inheritable(held.fileno(), True)  # even so, the encoder does not get it
     script = tmp_path / "faulty_encoder.py"
@@ -106,7 +106,7 @@ def test_a_failed_encoder_process_fails_the_materialization_and_the_next_one_suc
     with pytest.raises(StorageError, match=f"snapshot encoder process failed: {expected}") as failed:
         materializer.start().result(timeout=60)
     if how == "raises":
-        niceness = min(os.getpriority(os.PRIO_PROCESS, 0) + NICENESS, 19)
+        niceness = min(os.getpriority(os.PRIO_PROCESS, 0) + 7, 19)  # as asked
         assert f"niceness {niceness}, the parent's file closed" in str(failed.value)
     held.close()
     materializer.close()  # the view (and its copy) closes after the future fails
