@@ -38,12 +38,14 @@ from typing import Any
 
 from bench.spark_cluster import executor_processes, kill_all, remove_executor_dirs, two_executors
 from bench.spark_stores import count_processors, file_source, write_inputs
+from dstl.backend.options import CHANGELOG_MATERIALIZATION_ENCODER_NICENESS
 
 __all__ = ["main", "run_query"]
 
 
-def _config(base: Path, parallelism: int, standby: int) -> dict[str, Any]:
+def _config(base: Path, parallelism: int, standby: int, niceness: int) -> dict[str, Any]:
     return {
+        "state.changelog.materialization.encoder-niceness": niceness,
         "dstl.storage": "filesystem",
         "dstl.dfs.base-path": (base / "dfs").as_uri(),
         "dstl.spark.working-dir": "dstl-wc",  # relative: each executor's own directory
@@ -212,6 +214,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--settle", type=float, default=0.0, help="kill-between: idle seconds (snapshots complete) first"
     )
+    parser.add_argument(
+        "--encoder-niceness",
+        type=int,
+        default=CHANGELOG_MATERIALIZATION_ENCODER_NICENESS.default,
+        help="what the snapshot encoder process adds to the task's niceness",
+    )
     parser.add_argument("--json", metavar="PATH")
     args = parser.parse_args(argv)
     console = Console(width=160)
@@ -235,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
                     # between batches: the input after the kill waits aside until the loss is known
                     aside = Path(tmp) / "withheld"
                     withheld = _withhold(inputs, aside, load + args.steady) if scenario != "kill" else ()
-                    config = _config(base, 2, standby)
+                    config = _config(base, 2, standby, args.encoder_niceness)
                     settle = args.settle if withheld else 0.0  # one more batch after it, then the kill
                     run = run_query(
                         spark,
@@ -251,10 +259,10 @@ def main(argv: list[str] | None = None) -> int:
                 base = Path(tmp) / "rescale"
                 withheld = _withhold(inputs, Path(tmp) / "withheld", load + args.steady)
                 console.print(f"rescale 2 -> 4: {load} load batches, {args.steady} updates")
-                first = run_query(spark, inputs, base, _config(base, 2, 0))
+                first = run_query(spark, inputs, base, _config(base, 2, 0, args.encoder_niceness))
                 for path in withheld:
                     path.rename(inputs / path.name)
-                second = run_query(spark, inputs, base, _config(base, 4, 0))
+                second = run_query(spark, inputs, base, _config(base, 4, 0, args.encoder_niceness))
                 summary = _summary("rescale 2 -> 4", first, steady)
                 summary["first_after"] = second["batches"][0]
                 summary["after_ms"] = [b["batch_ms"] for b in second["batches"]]
