@@ -58,6 +58,8 @@ class StoreResult:
     state_disk_bytes: int = 0  # the disk blocks those files occupy (``du``: holes not counted)
     materializing: list[bool] = field(default_factory=list)  # per batch (dstl): it started a snapshot
     phases: list[dict[str, float]] = field(default_factory=list)  # per batch (dstl): driver and task ms
+    #: per batch: Spark's own phases (``durationMs`` of its progress: planning, offsets, ``addBatch``...)
+    spark_phases: list[dict[str, float]] = field(default_factory=list)
 
     batch_rows: list[int] = field(default_factory=list)
     #: Leading batches left out of the figures: the first (one-time set-up) or those loading the state.
@@ -97,6 +99,7 @@ class StoreResult:
             "batch_ms": self.batch_ms,
             "materializing": self.materializing,
             "phases": self.phases,
+            "spark_phases": self.spark_phases,
         }
 
 
@@ -220,11 +223,12 @@ def _run_dstl(
     where = ", snapshots encoded in the task's process" if encode_here else ""
     api = "batch" if batch_api else "per-key"
     result = StoreResult(f"dstl-{name}", f"dstl {api} API (changelog, local{where})")
-    durations = {p.batchId: p.batchDuration for p in query.query.recentProgress if p.numInputRows > 0}
+    spark_side = {p.batchId: p for p in query.query.recentProgress if p.numInputRows > 0}
     for progress in query.progress:
-        duration = durations.get(progress.batch_id)
-        if duration is None:  # a batch without input rows: the other engines' figures leave it out too
+        if progress.batch_id not in spark_side:  # no input rows: the other engines' figures leave it out too
             continue
+        duration = spark_side[progress.batch_id].batchDuration
+        result.spark_phases.append(_spark_phases(spark_side[progress.batch_id]))
         result.commit_ms.append(progress.checkpoint_ms)
         result.batch_ms.append(float(duration))  # Spark's own trigger duration, as for the other engines
         result.materializing.append(bool(progress.materialized))
@@ -273,11 +277,17 @@ def _spark_query_result(key: str, engine: str, output: Any, checkpoint: Path) ->
         if not operators or progress.numInputRows == 0:
             continue
         result.commit_ms.append(float(sum(op.commitTimeMs for op in operators)))
+        result.spark_phases.append(_spark_phases(progress))
         result.batch_ms.append(float(progress.batchDuration))
         result.batch_rows.append(progress.numInputRows)
         result.rows += progress.numInputRows
     result.state_bytes, result.state_disk_bytes = _dir_bytes(checkpoint / "state")
     return result
+
+
+def _spark_phases(progress: Any) -> dict[str, float]:
+    """Spark's own phases of a batch (``durationMs``), ms."""
+    return {name: float(ms) for name, ms in (progress.durationMs or {}).items()}
 
 
 def _use_rocksdb(spark: Any) -> None:
@@ -413,6 +423,7 @@ def run_floor(spark: Any, inputs: Path, workdir: Path) -> StoreResult:
         if progress.numInputRows == 0:
             continue
         result.commit_ms.append(0.0)
+        result.spark_phases.append(_spark_phases(progress))
         result.batch_ms.append(float(progress.batchDuration))
         result.batch_rows.append(progress.numInputRows)
         result.rows += progress.numInputRows
