@@ -19,7 +19,7 @@ import select
 import subprocess
 import sys
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -142,9 +142,17 @@ class SnapshotEncoding:
             changes = view.changes() if isinstance(view, ChangedKeysView) else None
             room = expiry.most - len(expiry.found)
             request = EncodeRequest(
-                spool, key_groups, self.codec, meta, expiry.ttl_states, expiry.now, room, os.getpid(), changes
+                spool,
+                key_groups,
+                self.codec,
+                meta,
+                expiry.ttl_states,
+                expiry.now,
+                room,
+                os.getpid(),
+                changes,
+                self.niceness,
             )
-            request = replace(request, niceness=self.niceness)
             report = _spawned(request)
             expiry.found.extend((state, key_group, key) for state, key_group, key in report["expired"])
             encoded = Path(spool) / ENCODED_NAME
