@@ -285,6 +285,9 @@ def _followed(process: subprocess.Popen[bytes]) -> tuple[dict[str, Any], bool]:
         if not chunk:
             return report, False
         messages.feed(chunk)
-        for message in messages:
-            if isinstance(message, dict) and "sections" not in message:
-                report = message
+        try:
+            for message in messages:
+                if isinstance(message, dict) and "sections" not in message:
+                    report = message
+        except (ValueError, msgpack.UnpackException):  # e.g. something printed to its stdout
+            return {"error": "its messages did not decode (something else wrote to its stdout)"}, False

@@ -65,6 +65,10 @@ from dstl.backend.materialization import SnapshotWriter
 
 def broken(self, key_group, entries):
     how = {how!r}
+    if how == "prints":
+        sys.stdout.buffer.write(bytes([0xc1]))  # never a msgpack byte
+        sys.stdout.flush()
+        return
     if how == "killed":
         os.kill(os.getpid(), signal.SIGKILL)
     if how == "hangs":
@@ -82,7 +86,7 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-@pytest.mark.parametrize("how", ["raises", "killed", "hangs"])
+@pytest.mark.parametrize("how", ["raises", "killed", "hangs", "prints"])
 def test_a_failed_encoder_process_fails_the_materialization_and_the_next_one_succeeds(
     tmp_path, monkeypatch, spawned, how
 ):
@@ -102,6 +106,7 @@ def test_a_failed_encoder_process_fails_the_materialization_and_the_next_one_suc
         "raises": "OSError: no room",
         "killed": "it ended with exit code -9",
         "hangs": "it finished no section for 3 s and was stopped",
+        "prints": "its messages did not decode",
     }[how]
     with pytest.raises(StorageError, match=f"snapshot encoder process failed: {expected}") as failed:
         materializer.start().result(timeout=60)
