@@ -276,10 +276,11 @@ def _followed(process: subprocess.Popen[bytes]) -> tuple[dict[str, Any], bool]:
     assert process.stdout is not None
     messages = msgpack.Unpacker(raw=False, strict_map_key=False)
     pipe = process.stdout.fileno()
+    waiting = select.poll()  # not select(): a worker may hold more than FD_SETSIZE (1024) descriptors
+    waiting.register(pipe, select.POLLIN)
     report: dict[str, Any] = {}
     while True:
-        ready, _, _ = select.select([pipe], [], [], STALL_SECONDS)
-        if not ready:
+        if not waiting.poll(STALL_SECONDS * 1000):
             return report, True
         chunk = os.read(pipe, 1 << 16)
         if not chunk:

@@ -142,3 +142,26 @@ def test_an_encoder_process_gives_up_when_the_requesting_process_is_gone(tmp_pat
     assert msgpack.unpackb(ended.stdout) == {"error": "RuntimeError: the materializing process ended"}
     view.close()
     assert _spools(tmp_path) == []
+
+
+def test_an_encoder_is_followed_when_the_process_holds_more_than_fd_setsize_descriptors(tmp_path):
+    """A Spark worker may hold over 1024 descriptors: the encoder's pipe is then beyond select()'s reach."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 1200:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
+    target = _filled(tmp_path, "lmdb")
+    snapshots = tmp_path / "snap"
+    materializer = Materializer(target, snapshots.as_uri(), 3, encoding=SnapshotEncoding("zstd", 1))
+    with (tmp_path / "many").open("wb") as held:
+        duplicates = [os.dup(held.fileno()) for _ in range(1100)]  # the encoder's pipe comes after them
+    try:
+        ref = materializer.start().result(timeout=60)
+    finally:
+        for descriptor in duplicates:
+            os.close(descriptor)
+        materializer.close()
+        if soft < 1200:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert "-full-" in ref.path and ref.entries == KEYS + 1
