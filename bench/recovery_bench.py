@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.spark_cluster import executor_processes, kill_all, remove_executor_dirs, two_executors
-from bench.spark_stores import count_processors, file_source, write_inputs
+from bench.spark_stores import count_processors, dstl_phases, file_source, write_inputs
 from dstl.backend.options import CHANGELOG_MATERIALIZATION_ENCODER_NICENESS
 
 __all__ = ["main", "run_query"]
@@ -78,11 +78,7 @@ def _batches(query: Any) -> list[dict[str, Any]]:
                 "state_rows": progress.state_rows,
                 "materialized": list(progress.materialized),  # instances that began a snapshot
                 "rebased": list(progress.rebased),  # instances whose checkpoint moved onto one
-                # the driver's phases and the slowest instance's task phases, ms
-                "phases": {
-                    **progress.phases_ms,
-                    **{f"task {k}": v for k, v in progress.task_phases_ms.items()},
-                },
+                "phases": dstl_phases(progress),
             }
         )
     return rows

@@ -233,9 +233,7 @@ def _run_dstl(
         result.batch_ms.append(float(duration))  # Spark's own trigger duration, as for the other engines
         result.materializing.append(bool(progress.materialized))
         result.batch_rows.append(progress.rows)
-        result.phases.append(
-            {**progress.phases_ms, **{f"task {k}": v for k, v in progress.task_phases_ms.items()}}
-        )
+        result.phases.append(dstl_phases(progress))
         result.rows += progress.rows
     checkpoint = workdir / f"dstl-{name}-checkpoint"
     result.state_bytes, result.state_disk_bytes = _dir_bytes(
@@ -283,6 +281,11 @@ def _spark_query_result(key: str, engine: str, output: Any, checkpoint: Path) ->
         result.rows += progress.numInputRows
     result.state_bytes, result.state_disk_bytes = _dir_bytes(checkpoint / "state")
     return result
+
+
+def dstl_phases(progress: Any) -> dict[str, float]:
+    """dstl's phases of a batch: the driver's, and the slowest instance's task phases (``task ...``), ms."""
+    return {**progress.phases_ms, **{f"task {k}": v for k, v in progress.task_phases_ms.items()}}
 
 
 def _spark_phases(progress: Any) -> dict[str, float]:
