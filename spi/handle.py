@@ -200,6 +200,15 @@ class ChangelogHandle:
         """Whether the handle covers no stored change."""
         return not self.locations
 
+    @property
+    def reads(self) -> tuple[Any, ...]:
+        """What reading the handle yields, as a hashable key: equal keys, the same changes.
+
+        The accounting fields are left out: a later checkpoint that carries the
+        handle over reports the same changes with ``incremental_size`` 0.
+        """
+        return (self.storage_id, self.log_id, self.epoch, self.key_groups, self.sqn_range, self.locations)
+
     def to_dict(self) -> dict[str, Any]:
         """The versioned JSON document of this handle."""
         return {

@@ -33,7 +33,7 @@ def rebase(
     known = len(materialized_at.handles)
     if current.materialized != materialized_at.materialized or current.parts != materialized_at.parts:
         return None  # materialized otherwise since: another lineage
-    if [h.to_json() for h in current.handles[:known]] != [h.to_json() for h in materialized_at.handles]:
+    if [h.reads for h in current.handles[:known]] != [h.reads for h in materialized_at.handles]:
         return None
     return BackendSnapshot(
         current.checkpoint_id,
@@ -49,8 +49,9 @@ def _chain_delta(held: BackendSnapshot, target: BackendSnapshot) -> BackendSnaps
     if tuple(target.materialized[:known]) != tuple(held.materialized) or held.parts != target.parts:
         return None  # a new full snapshot, or another chain
     extra = tuple(target.materialized[known:])
-    held_handles = {handle.to_json() for handle in held.handles}
-    target_handles = {handle.to_json() for handle in target.handles}
+    # Compared by what they read: a handle carried over reports its upload as 0 bytes.
+    held_handles = {handle.reads for handle in held.handles}
+    target_handles = {handle.reads for handle in target.handles}
     if extra:
         if not held.materialized:
             return None  # the first snapshot of a chain is full
@@ -61,5 +62,5 @@ def _chain_delta(held: BackendSnapshot, target: BackendSnapshot) -> BackendSnaps
         return BackendSnapshot(target.checkpoint_id, tuple(target.handles), extra)
     if not held_handles <= target_handles:
         return None  # held is not an ancestor (e.g. a lost attempt's log)
-    added = tuple(handle for handle in target.handles if handle.to_json() not in held_handles)
+    added = tuple(handle for handle in target.handles if handle.reads not in held_handles)
     return BackendSnapshot(target.checkpoint_id, added, ())

@@ -139,3 +139,24 @@ def test_a_lost_attempts_copy_is_no_ancestor(job):
     retried, _ = _batch(storage, snapshots, a, 2, first, model)
     assert catch_up_delta(lost, retried) is None
     assert catch_up_delta(first, retried) is not None
+
+
+def test_a_handle_a_later_checkpoint_carries_over_is_the_one_the_copy_holds(job):
+    # A materialization that lands before its own checkpoint is taken leaves that checkpoint on
+    # the new chain already; the next one, rebased onto the same snapshot, carries the log tail
+    # over as a handle reporting 0 bytes uploaded. A copy holding the first still catches up.
+    from dataclasses import replace
+
+    storage, snapshots, (a, _) = job
+    model = {}
+    held, _ = _batch(storage, snapshots, a, 0, None, model, materialize=True)
+    later, _ = _batch(storage, snapshots, a, 1, held, model)
+    known = len(held.handles)
+    assert known and all(h.incremental_size for h in held.handles)
+    assert later.handles[:known] == held.handles and len(later.handles) > known
+    carried = replace(
+        later, handles=tuple(replace(h, incremental_size=0) for h in held.handles) + later.handles[known:]
+    )
+    delta = catch_up_delta(held, carried)
+    assert delta is not None, "a carried-over handle read as another log"
+    assert delta.handles == later.handles[known:] and delta.materialized == ()

@@ -145,3 +145,18 @@ def test_handle_is_immutable_and_never_pickled_in_json():
 def test_from_json_of_a_non_text_value_is_an_invalid_handle_error(value):
     with pytest.raises(InvalidHandleError, match="must be text or bytes"):
         ChangelogHandle.from_json(value)
+
+
+def test_reads_names_the_changes_and_leaves_the_accounting_out():
+    handle = make_handle()
+    carried = make_handle(incremental_size=0, checkpoint_id=9)  # a later checkpoint carries it over
+    assert carried.reads == handle.reads and hash(carried.reads) == hash(handle.reads)
+    for other in (
+        make_handle(epoch=3),
+        make_handle(log_id="op-2.kg0-128"),
+        make_handle(sqn_range=SequenceNumberRange(3, 8)),
+        make_handle(key_groups=KeyGroupRange(0, 64)),
+        make_handle(locations=[{"segment": "seg-000002.log", "offset": 12, "length": 88, "sqn": 3}]),
+        make_handle(storage_id="filesystem"),
+    ):
+        assert other.reads != handle.reads
