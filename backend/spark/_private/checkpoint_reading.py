@@ -68,7 +68,7 @@ def logged_handles(
         the last materialization is truncated).
     """
     last = documents[-1].checkpoint_id if to_batch is None else to_batch
-    handles: dict[str, ChangelogHandle] = {}
+    handles: dict[tuple[Any, ...], ChangelogHandle] = {}  # by what each reads: carried over, once
     logged: set[int] = set()
     for completed in documents:
         for snapshot in completed.snapshots.values():
@@ -77,7 +77,7 @@ def logged_handles(
                     continue
                 logged.add(handle.checkpoint_id)
                 if from_batch <= handle.checkpoint_id <= last:
-                    handles.setdefault(handle.to_json(), handle)
+                    handles.setdefault(handle.reads, handle)
     with_log = sorted(logged)
     if not with_log or from_batch < with_log[0]:
         msg = (
@@ -87,7 +87,7 @@ def logged_handles(
             else f"no retained checkpoint of {where} references a log"
         )
         raise InvalidHandleError(msg)
-    return [handles[text] for text in sorted(handles)]
+    return sorted(handles.values(), key=ChangelogHandle.to_json)
 
 
 @dataclass(frozen=True)
