@@ -16,7 +16,9 @@ applied after it.
 
 from __future__ import annotations
 
+import logging
 import os
+import signal
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -28,6 +30,7 @@ from dstl.spi import META_KEY_GROUP, ChangelogHandle, InvalidHandleError, KeyGro
 from dstl.spi.kit import ChangeSetReader, decode_fetched
 
 from ..delegate import StateDelegate
+from . import child_output
 from .records import _OPS, Op, decode_change, decode_registration
 
 __all__ = [
@@ -40,6 +43,8 @@ __all__ = [
     "squash",
     "visit",
 ]
+
+log = logging.getLogger(__name__)
 
 _OP_VALUE_PUT = Op.VALUE_PUT  # enum attribute lookups are slow on a per-change path
 _VALUE_PUT = int(_OP_VALUE_PUT)
@@ -120,8 +125,12 @@ def apply_change(
 
 _READS_CURRENT = frozenset({Op.LIST_ADD, Op.MAP_PUT, Op.MAP_REMOVE})
 
-#: A handle and its change sets, as ``read_change_sets`` gives them.
-FetchedLog = tuple[ChangelogHandle, list[tuple[int, list[tuple[int, bytes]]]]]
+#: One change set as ``read_change_sets`` gives it: its SQN and its (key group, record) pairs.
+ChangeSet = tuple[int, list[tuple[int, bytes]]]
+#: A handle and its change sets.
+FetchedLog = tuple[ChangelogHandle, Iterable[ChangeSet]]
+#: What a forked squash writes before each change set, then before its document.
+_TICK, _DONE = b"\x00", b"\x01"
 
 
 @dataclass
@@ -154,7 +163,7 @@ class SquashedLog:
         return msgpack.packb([self.registrations, batches, self.unsquashed], use_bin_type=True)
 
     @classmethod
-    def decode(cls, data: bytes) -> SquashedLog:
+    def decode(cls, data: bytes | bytearray) -> SquashedLog:
         """The inverse of :meth:`encode` (trusted: our own forked process wrote it)."""
         registrations, batches, unsquashed = msgpack.unpackb(data, raw=False, strict_map_key=False)
         return cls(
@@ -249,23 +258,19 @@ def replay(
     """
     decoders = [_fetch(reader, handle, key_groups) for reader, handle in sources]
     size = sum(handle.size for handle, _ in decoders)
-
-    def decoded() -> list[FetchedLog]:
-        return [(handle, list(decode())) for handle, decode in decoders]
-
-    forked = _ForkedSquash(decoded) if 0 < fork_from <= size and hasattr(os, "fork") else None
+    forked = _ForkedSquash(decoders) if 0 < fork_from <= size and hasattr(os, "fork") else None
     try:
         load_snapshots()
     finally:
         squashed = forked.result() if forked is not None else None
     if squashed is None:  # not forked, or it failed: here (raising what it raised)
-        squashed = squash(decoded(), delegate.get)
+        squashed = squash([(handle, list(decode())) for handle, decode in decoders], delegate.get)
     squashed.apply(delegate, registered)
 
 
 def _fetch(
     reader: StateChangelogReader, handle: ChangelogHandle, key_groups: KeyGroupRange
-) -> tuple[ChangelogHandle, Callable[[], Iterable[tuple[int, list[tuple[int, bytes]]]]]]:
+) -> tuple[ChangelogHandle, Callable[[], Iterable[ChangeSet]]]:
     """Do the I/O of reading ``handle`` now; the returned callable decodes (CPU only)."""
     if isinstance(reader, ChangeSetReader) and reader.fetches_change_sets:
         fetched = reader.fetch_change_sets(handle)
@@ -277,11 +282,13 @@ def _fetch(
 class _ForkedSquash:
     """:func:`squash` of fetched logs in a child process, its result read back through a pipe.
 
-    The child only decodes bytes it inherited and writes one document: no locks,
-    storage clients or logging, so forking a process that has other threads is safe here.
+    The child only decodes bytes it inherited and writes to its pipe: no locks,
+    storage clients or logging, so forking a process that has other threads is safe
+    here. Should it hang all the same, it is stopped after :data:`~.child_output.STALL_SECONDS`
+    without a word: it writes a byte before each change set, then the document.
     """
 
-    def __init__(self, logs: Callable[[], list[FetchedLog]]) -> None:
+    def __init__(self, decoders: list[tuple[ChangelogHandle, Callable[[], Iterable[ChangeSet]]]]) -> None:
         read_end, write_end = os.pipe()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: fork with threads (see above)
@@ -290,8 +297,16 @@ class _ForkedSquash:
             code = 1
             try:
                 os.close(read_end)
+
+                def ticking(change_sets: Iterable[ChangeSet]) -> Iterator[ChangeSet]:
+                    for change_set in change_sets:
+                        os.write(write_end, _TICK)
+                        yield change_set
+
+                squashed = squash([(handle, ticking(decode())) for handle, decode in decoders], None)
                 with os.fdopen(write_end, "wb") as pipe:
-                    pipe.write(squash(logs(), None).encode())
+                    pipe.write(_DONE)
+                    pipe.write(squashed.encode())
                 code = 0
             finally:
                 os._exit(code)  # no atexit handlers, no destructors of the parent's objects
@@ -299,13 +314,30 @@ class _ForkedSquash:
         self._pid, self._read_end = pid, read_end
 
     def result(self) -> SquashedLog | None:
-        """The child's squashed logs, or ``None`` if it failed."""
-        with os.fdopen(self._read_end, "rb") as pipe:
-            data = pipe.read()
-        _, status = os.waitpid(self._pid, 0)
-        if os.waitstatus_to_exitcode(status) != 0:
+        """The child's squashed logs, or ``None`` if it failed or stalled."""
+        document, started = bytearray(), False
+        try:
+            for chunk in child_output.chunks(self._read_end):
+                if not started:
+                    chunk = chunk.lstrip(_TICK)
+                    if not chunk:
+                        continue
+                    if chunk[:1] != _DONE:
+                        break  # not its output: the child is stopped by the closed pipe
+                    started, chunk = True, chunk[1:]
+                document += chunk
+        except child_output.Stalled:
+            log.warning(
+                "a restore's forked squash wrote nothing for %g s: stopped, the logs are squashed here",
+                child_output.STALL_SECONDS,
+            )
+            os.kill(self._pid, signal.SIGKILL)
+        finally:
+            os.close(self._read_end)
+            _, status = os.waitpid(self._pid, 0)
+        if not started or os.waitstatus_to_exitcode(status) != 0:
             return None
-        return SquashedLog.decode(data)
+        return SquashedLog.decode(document)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import select
 import subprocess
 import sys
 from collections.abc import Callable, Iterable
@@ -35,17 +34,13 @@ from ..options import (
     CHANGELOG_MATERIALIZATION_ENCODER_NICENESS,
 )
 from ..pacing import Pacer
+from . import child_output
 from .changed_keys import ChangedKeysView
 from .sections import purged
 from .settings import BackendSettings
 
-__all__ = ["STALL_SECONDS", "EncodeRequest", "Expiry", "SnapshotEncoding", "encode_sections"]
+__all__ = ["EncodeRequest", "Expiry", "SnapshotEncoding", "encode_sections"]
 
-#: An encoder process that finishes no section for this long is taken for hung: it is killed
-#: and the materialization retried. A section is a key group: at niceness 10 beside busy
-#: batches (about a tenth of a core: Linux's weights are 110 against 1024) one of 125k keys
-#: takes about a second.
-STALL_SECONDS = 120.0
 #: What the encoder process runs (``python -m``).
 ENCODER_MODULE = "dstl.backend.changelog.encoder_process"
 #: The encoder's files, inside the spool (they go with it): its request, the object, its stderr.
@@ -231,7 +226,7 @@ def _spawned(request: EncodeRequest) -> dict[str, Any]:
     """Run an encoder process for ``request``; its final report (``size``, ``entries``, ``expired``).
 
     :raises StorageError: (retriable) the process failed, or finished no section for
-        :data:`STALL_SECONDS` and was killed.
+        :data:`~.child_output.STALL_SECONDS` and was killed.
     """
     spool = Path(request.spool)
     requested = spool / REQUEST_NAME
@@ -256,7 +251,7 @@ def _spawned(request: EncodeRequest) -> dict[str, Any]:
         assert process.stdout is not None
         process.stdout.close()
     if stalled:
-        why = f"it finished no section for {STALL_SECONDS:g} s and was stopped"
+        why = f"it finished no section for {child_output.STALL_SECONDS:g} s and was stopped"
     elif process.returncode == 0 and "size" in report:
         return report
     else:
@@ -272,23 +267,18 @@ def encoder_command(request: Path) -> list[str]:
 
 
 def _followed(process: subprocess.Popen[bytes]) -> tuple[dict[str, Any], bool]:
-    """The encoder's last report, and whether it stalled (no message for :data:`STALL_SECONDS`)."""
+    """The encoder's last report, and whether it stalled (silent for :data:`~.child_output.STALL_SECONDS`)."""
     assert process.stdout is not None
     messages = msgpack.Unpacker(raw=False, strict_map_key=False)
-    pipe = process.stdout.fileno()
-    waiting = select.poll()  # not select(): a worker may hold more than FD_SETSIZE (1024) descriptors
-    waiting.register(pipe, select.POLLIN)
     report: dict[str, Any] = {}
-    while True:
-        if not waiting.poll(STALL_SECONDS * 1000):
-            return report, True
-        chunk = os.read(pipe, 1 << 16)
-        if not chunk:
-            return report, False
-        messages.feed(chunk)
-        try:
+    try:
+        for chunk in child_output.chunks(process.stdout.fileno()):
+            messages.feed(chunk)
             for message in messages:
                 if isinstance(message, dict) and "sections" not in message:
                     report = message
-        except (ValueError, msgpack.UnpackException):  # e.g. something printed to its stdout
-            return {"error": "its messages did not decode (something else wrote to its stdout)"}, False
+    except child_output.Stalled:
+        return report, True
+    except (ValueError, msgpack.UnpackException):  # e.g. something printed to its stdout
+        return {"error": "its messages did not decode (something else wrote to its stdout)"}, False
+    return report, False

@@ -1,13 +1,15 @@
 """Restore replays logs here or in a forked process: same state either way, damage still reported."""
 
+import logging
 import os
+import time
 import uuid
 from pathlib import Path
 
 import msgpack
 import pytest
 
-from dstl.backend.changelog import BackendSnapshot, ChangelogKeyedStateBackend
+from dstl.backend.changelog import BackendSnapshot, ChangelogKeyedStateBackend, child_output, replay
 from dstl.backend.changelog.records import (
     decode_change,
     encode_change,
@@ -175,3 +177,88 @@ def test_a_state_id_bound_anew_mid_log_sends_later_changes_to_its_new_state():
         ("first", 4): {b"j": b"2"},
         ("second", 3): {b"k": b"3"},
     }
+
+
+def _logged(storage, checkpoints: int):
+    """A checkpoint whose log is ``checkpoints`` change sets (no snapshot), and the state it holds."""
+    backend = ChangelogKeyedStateBackend(storage, "op", ALL)
+    for batch in range(checkpoints):
+        populate(backend, 10 + batch)
+        snapshot = backend.checkpoint(batch).result(timeout=30)
+    expected = read_back(backend, 10 + checkpoints)
+    backend.close()
+    assert sum(len(handle.locations) for handle in snapshot.handles) == checkpoints  # a change set each
+    return snapshot, expected
+
+
+def _restored(storage, snapshot, config):
+    restored = ChangelogKeyedStateBackend(storage, "op", ALL, epoch=99, fork_replay_from=1)
+    restored.restore(snapshot, config)
+    return restored
+
+
+@pytest.fixture
+def squashed_here(monkeypatch):
+    """The squashes this process runs itself (a forked child's are not seen)."""
+    calls, real, parent = [], replay.squash, os.getpid()
+
+    def counting(logs, base):
+        if os.getpid() == parent:
+            calls.append(base is not None)
+        return real(logs, base)
+
+    monkeypatch.setattr(replay, "squash", counting)
+    return calls
+
+
+def test_a_forked_squash_that_hangs_is_stopped_and_the_logs_are_squashed_here(
+    tmp_path, forks, squashed_here, monkeypatch, caplog
+):
+    monkeypatch.setattr(child_output, "STALL_SECONDS", 1.0)
+    counting, parent = replay.squash, os.getpid()
+
+    def hanging_in_the_child(logs, base):
+        if os.getpid() != parent:
+            time.sleep(3600)
+        return counting(logs, base)
+
+    monkeypatch.setattr(replay, "squash", hanging_in_the_child)
+    config = {"dstl.storage": "local", "dstl.local.dir": str(tmp_path / "log")}
+    with load_storage(config, job_id="job") as storage:
+        snapshot, expected = _logged(storage, 3)
+        began = time.monotonic()
+        with caplog.at_level(logging.WARNING):
+            restored = _restored(storage, snapshot, config)
+        assert read_back(restored, 13) == expected
+        restored.close()
+    assert len(forks) == 1 and squashed_here == [True]  # forked, stopped, squashed here
+    assert time.monotonic() - began < 30
+    assert "wrote nothing for 1 s" in caplog.text
+
+
+def test_a_forked_squash_slower_than_the_bound_is_kept_while_it_reports_each_change_set(
+    tmp_path, forks, squashed_here, monkeypatch
+):
+    monkeypatch.setattr(child_output, "STALL_SECONDS", 2.0)
+    counting = replay.squash
+
+    def slowly(change_sets):
+        for change_set in change_sets:
+            time.sleep(0.5)  # 8 change sets: 4 s in all, never 2 s without a word
+            yield change_set
+
+    def slow_in_the_child(logs, base):
+        return counting(
+            [(handle, slowly(change_sets)) for handle, change_sets in logs] if base is None else logs, base
+        )
+
+    monkeypatch.setattr(replay, "squash", slow_in_the_child)
+    config = {"dstl.storage": "local", "dstl.local.dir": str(tmp_path / "log")}
+    with load_storage(config, job_id="job") as storage:
+        snapshot, expected = _logged(storage, 8)
+        began = time.monotonic()
+        restored = _restored(storage, snapshot, config)
+        assert time.monotonic() - began > 2.0  # longer than the bound, in all
+        assert read_back(restored, 18) == expected
+        restored.close()
+    assert len(forks) == 1 and squashed_here == []  # the child's result, nothing squashed here

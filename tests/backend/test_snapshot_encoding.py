@@ -8,7 +8,7 @@ import textwrap
 import msgpack
 import pytest
 
-from dstl.backend.changelog import snapshot_encoding
+from dstl.backend.changelog import child_output, snapshot_encoding
 from dstl.backend.changelog.materializer import Materializer
 from dstl.backend.changelog.snapshot_encoding import EncodeRequest, SnapshotEncoding
 from dstl.backend.delegate import HeapDelegate, LmdbDelegate
@@ -101,7 +101,7 @@ def test_a_failed_encoder_process_fails_the_materialization_and_the_next_one_suc
     monkeypatch.setattr(
         snapshot_encoding, "encoder_command", lambda request: [sys.executable, str(script), str(request)]
     )
-    monkeypatch.setattr(snapshot_encoding, "STALL_SECONDS", 3.0)
+    monkeypatch.setattr(child_output, "STALL_SECONDS", 3.0)
     expected = {
         "raises": "OSError: no room",
         "killed": "it ended with exit code -9",
