@@ -3,7 +3,7 @@
 Started by :mod:`.snapshot_encoding` for a view detached onto a spooled copy. It reads
 its :class:`~.snapshot_encoding.EncodeRequest`, opens the copy read-only, encodes the
 snapshot object into a file inside the spool at a lower CPU priority, and writes msgpack
-messages to stdout: ``{"sections": n}`` after each section (what the parent's stall
+messages to stdout: ``{"sections": 0}`` first, ``{"sections": n}`` after each section (what the parent's stall
 bound watches), then ``{"size", "entries", "expired"}`` or ``{"error"}``. It writes
 nothing outside the spool and gives up when the requesting process is gone.
 """
@@ -34,6 +34,7 @@ def main(argv: list[str]) -> int:
         out.write(msgpack.packb(message, use_bin_type=True))
         out.flush()
 
+    send({"sections": 0})  # up: the parent encodes in its own process when no message ever comes
     try:
         request = EncodeRequest.decode(Path(argv[0]).read_bytes())
         os.nice(request.niceness)

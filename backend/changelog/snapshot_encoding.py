@@ -14,6 +14,7 @@ objects they count), up to three quarters of that process's memory.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import subprocess
 import sys
@@ -39,7 +40,9 @@ from .changed_keys import ChangedKeysView
 from .sections import purged
 from .settings import BackendSettings
 
-__all__ = ["EncodeRequest", "Expiry", "SnapshotEncoding", "encode_sections"]
+__all__ = ["EncodeRequest", "EncoderNotStarted", "Expiry", "SnapshotEncoding", "encode_sections"]
+
+log = logging.getLogger(__name__)
 
 #: What the encoder process runs (``python -m``).
 ENCODER_MODULE = "dstl.backend.changelog.encoder_process"
@@ -148,12 +151,16 @@ class SnapshotEncoding:
                 changes,
                 self.niceness,
             )
-            report = _spawned(request)
-            expiry.found.extend((state, key_group, key) for state, key_group, key in report["expired"])
-            encoded = Path(spool) / ENCODED_NAME
-            fs.put_file(str(encoded), path)  # I/O: the task keeps the GIL meanwhile
-            encoded.unlink()  # its room on the working disk is free before the view closes
-            return report["size"], report["entries"]
+            try:
+                report = _spawned(request)
+            except EncoderNotStarted as exc:  # e.g. the worker's interpreter cannot import dstl by -m
+                log.warning("%s: this snapshot is encoded in the task's process", exc)
+            else:
+                expiry.found.extend((state, key_group, key) for state, key_group, key in report["expired"])
+                encoded = Path(spool) / ENCODED_NAME
+                fs.put_file(str(encoded), path)  # I/O: the task keeps the GIL meanwhile
+                encoded.unlink()  # its room on the working disk is free before the view closes
+                return report["size"], report["entries"]
         stream = fs.open(path, "wb")
         try:
             writer = SnapshotWriter(stream, self.codec)
@@ -222,9 +229,14 @@ class EncodeRequest:
         return cls(key_groups=range(start, stop), **fields)
 
 
+class EncoderNotStarted(StorageError):
+    """No encoder process came up (no message from it): the snapshot is encoded in the task's process."""
+
+
 def _spawned(request: EncodeRequest) -> dict[str, Any]:
     """Run an encoder process for ``request``; its final report (``size``, ``entries``, ``expired``).
 
+    :raises EncoderNotStarted: it could not be started, or ended or stalled before its first message.
     :raises StorageError: (retriable) the process failed, or finished no section for
         :data:`~.child_output.STALL_SECONDS` and was killed.
     """
@@ -234,16 +246,20 @@ def _spawned(request: EncodeRequest) -> dict[str, Any]:
     # the interpreter finds what this one does (a Spark worker adds its archives at run time)
     environment = dict(os.environ, PYTHONPATH=os.pathsep.join(entry for entry in sys.path if entry))
     with (spool / ERRORS_NAME).open("wb") as errors:
-        process = subprocess.Popen(
-            encoder_command(requested),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=errors,
-            env=environment,
-            close_fds=True,
-        )
+        try:
+            process = subprocess.Popen(
+                encoder_command(requested),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=errors,
+                env=environment,
+                close_fds=True,
+            )
+        except OSError as exc:
+            msg = f"the snapshot encoder process could not be started ({exc})"
+            raise EncoderNotStarted(msg, retriable=True) from exc
     try:
-        report, stalled = _followed(process)
+        report, stalled, started = _followed(process)
     finally:
         if process.poll() is None:
             process.kill()
@@ -257,7 +273,11 @@ def _spawned(request: EncodeRequest) -> dict[str, Any]:
     else:
         why = report.get("error") or f"it ended with exit code {process.returncode}"
     tail = (spool / ERRORS_NAME).read_bytes()[-_QUOTED_ERRORS:].decode(errors="replace").strip()
-    msg = f"the snapshot encoder process failed: {why}" + (f" (its stderr ends: {tail})" if tail else "")
+    quoted = f" (its stderr ends: {tail})" if tail else ""
+    if not started:
+        msg = f"the snapshot encoder process did not start: {why}{quoted}"
+        raise EncoderNotStarted(msg, retriable=True)
+    msg = f"the snapshot encoder process failed: {why}{quoted}"
     raise StorageError(msg, retriable=True)
 
 
@@ -266,19 +286,26 @@ def encoder_command(request: Path) -> list[str]:
     return [sys.executable, "-m", ENCODER_MODULE, str(request)]
 
 
-def _followed(process: subprocess.Popen[bytes]) -> tuple[dict[str, Any], bool]:
-    """The encoder's last report, and whether it stalled (silent for :data:`~.child_output.STALL_SECONDS`)."""
+def _followed(process: subprocess.Popen[bytes]) -> tuple[dict[str, Any], bool, bool]:
+    """The encoder's last report, whether it stalled and whether it started (sent any message).
+
+    Stalled: silent for :data:`~.child_output.STALL_SECONDS`. Started: it sent a message
+    (its first is sent before it reads the request).
+    """
     assert process.stdout is not None
     messages = msgpack.Unpacker(raw=False, strict_map_key=False)
     report: dict[str, Any] = {}
+    started = False
     try:
         for chunk in child_output.chunks(process.stdout.fileno()):
             messages.feed(chunk)
             for message in messages:
-                if isinstance(message, dict) and "sections" not in message:
-                    report = message
+                if isinstance(message, dict):  # not text printed to its stdout (ASCII reads as ints)
+                    started = True
+                    if "sections" not in message:
+                        report = message
     except child_output.Stalled:
-        return report, True
+        return report, True, started
     except (ValueError, msgpack.UnpackException):  # e.g. something printed to its stdout
-        return {"error": "its messages did not decode (something else wrote to its stdout)"}, False
-    return report, False
+        return {"error": "its messages did not decode (something else wrote to its stdout)"}, False, started
+    return report, False, started

@@ -1,5 +1,6 @@
 """Snapshots encoded by an encoder process from a spooled copy: the same object, failures retried."""
 
+import io
 import os
 import subprocess
 import sys
@@ -139,7 +140,8 @@ def test_an_encoder_process_gives_up_when_the_requesting_process_is_gone(tmp_pat
         snapshot_encoding.encoder_command(requested), capture_output=True, timeout=60, check=False
     )
     assert ended.returncode == 1
-    assert msgpack.unpackb(ended.stdout) == {"error": "RuntimeError: the materializing process ended"}
+    messages = list(msgpack.Unpacker(io.BytesIO(ended.stdout), raw=False))
+    assert messages == [{"sections": 0}, {"error": "RuntimeError: the materializing process ended"}]
     view.close()
     assert _spools(tmp_path) == []
 
@@ -165,3 +167,52 @@ def test_an_encoder_is_followed_when_the_process_holds_more_than_fd_setsize_desc
         if soft < 1200:
             resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     assert "-full-" in ref.path and ref.entries == KEYS + 1
+
+
+@pytest.mark.parametrize(
+    ("command", "why"),
+    [
+        (["-m", "dstl_has_no_such_module"], "No module named dstl_has_no_such_module"),
+        (["-c", "import sys; sys.stdout.buffer.write(bytes([0xc1])); sys.exit(0)"], "did not decode"),
+        (["-c", "import time; time.sleep(600)"], "finished no section for 2 s"),
+    ],
+    ids=["cannot import", "garbles its stdout", "hangs at start"],
+)
+def test_an_encoder_process_that_does_not_start_leaves_the_snapshot_to_the_task_s_process(
+    tmp_path, monkeypatch, spawned, caplog, command, why
+):
+    target = _filled(tmp_path, "lmdb")
+    snapshots = tmp_path / "snap"
+    monkeypatch.setattr(child_output, "STALL_SECONDS", 2.0)
+    monkeypatch.setattr(snapshot_encoding, "encoder_command", lambda request: [sys.executable, *command])
+    materializer = Materializer(target, snapshots.as_uri(), 3, encoding=SnapshotEncoding("zstd", 1))
+    with caplog.at_level("WARNING"):
+        apart = materializer.start().result(timeout=60)
+    materializer.close()
+    assert (
+        "did not start" in caplog.text
+        and why in caplog.text
+        and "encoded in the task's process" in caplog.text
+    )
+    assert materializer.failures == 0 and apart.entries == KEYS + 1 and len(spawned) == 1
+    copy = FakeTarget(HeapDelegate())
+    Materializer(copy, snapshots.as_uri(), 3).load(apart)
+    assert stored_state(copy.delegate) == stored_state(target.delegate)
+    assert _spools(tmp_path) == []
+
+
+def test_an_encoder_process_whose_interpreter_prints_text_first_still_encodes(tmp_path, monkeypatch, spawned):
+    target = _filled(tmp_path, "lmdb")
+    snapshots = tmp_path / "snap"
+    script = tmp_path / "greeting_encoder.py"  # as a sitecustomize that prints at every start would
+    script.write_text(
+        "import sys\nprint('hello from sitecustomize', flush=True)\n"
+        "from dstl.backend.changelog.encoder_process import main\nsys.exit(main(sys.argv[1:]))\n"
+    )
+    monkeypatch.setattr(
+        snapshot_encoding, "encoder_command", lambda request: [sys.executable, str(script), str(request)]
+    )
+    materializer = Materializer(target, snapshots.as_uri(), 3, encoding=SnapshotEncoding("zstd", 1))
+    ref = materializer.start().result(timeout=60)
+    materializer.close()
+    assert materializer.failures == 0 and ref.entries == KEYS + 1 and len(spawned) == 1
