@@ -216,3 +216,36 @@ def test_an_encoder_process_whose_interpreter_prints_text_first_still_encodes(tm
     ref = materializer.start().result(timeout=60)
     materializer.close()
     assert materializer.failures == 0 and ref.entries == KEYS + 1 and len(spawned) == 1
+
+
+@pytest.mark.parametrize("where", ["local disk", "memory"])
+def test_an_encoded_object_is_moved_into_a_local_snapshot_directory_and_copied_elsewhere(
+    tmp_path, monkeypatch, spawned, where
+):
+    from fsspec import AbstractFileSystem
+    from fsspec.implementations.local import LocalFileSystem
+
+    copies = []
+    for cls in (LocalFileSystem, AbstractFileSystem):
+        real_put = cls.put_file
+
+        def counted(self, source, destination, *args, _real=real_put, **kwargs):
+            copies.append(destination)
+            return _real(self, source, destination, *args, **kwargs)
+
+        monkeypatch.setattr(cls, "put_file", counted)
+    target = _filled(tmp_path, "lmdb")
+    url = (
+        (tmp_path / "snap").as_uri()
+        if where == "local disk"
+        else f"memory://snap-{os.getpid()}-{id(tmp_path)}"
+    )
+    materializer = Materializer(target, url, 3, encoding=SnapshotEncoding("zstd", 1))
+    ref = materializer.start().result(timeout=60)
+    materializer.close()
+    assert len(spawned) == 1 and ref.entries == KEYS + 1
+    assert len(copies) == (0 if where == "local disk" else 1)  # on a local disk: renamed, not written again
+    copy = FakeTarget(HeapDelegate())
+    Materializer(copy, url, 3).load(ref)
+    assert stored_state(copy.delegate) == stored_state(target.delegate)
+    assert _spools(tmp_path) == []
