@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dstl.spi import ChangelogHandle
+
 from .snapshot import BackendSnapshot
 
 __all__ = ["catch_up_delta", "rebase"]
@@ -53,6 +55,9 @@ def _chain_delta(held: BackendSnapshot, target: BackendSnapshot) -> BackendSnaps
     held_handles = {handle.reads for handle in held.handles}
     target_handles = {handle.reads for handle in target.handles}
     if extra:
+        logged_after = _logged_after(held, target)
+        if logged_after is not None:
+            return BackendSnapshot(target.checkpoint_id, logged_after, ())
         if not held.materialized:
             return None  # the first snapshot of a chain is full
         if held_handles & target_handles:
@@ -64,3 +69,21 @@ def _chain_delta(held: BackendSnapshot, target: BackendSnapshot) -> BackendSnaps
         return None  # held is not an ancestor (e.g. a lost attempt's log)
     added = tuple(handle for handle in target.handles if handle.reads not in held_handles)
     return BackendSnapshot(target.checkpoint_id, added, ())
+
+
+def _logged_after(held: BackendSnapshot, target: BackendSnapshot) -> tuple[ChangelogHandle, ...] | None:
+    """``target``'s handles persisted after checkpoint ``held``, when ``held`` holds its new snapshots.
+
+    A committed checkpoint holds every change persisted by it or before. When
+    ``target``'s log starts at or before ``held`` (its new snapshots were taken by then,
+    then completed in the background and rebased onto), ``held`` holds all they hold:
+    only the handles persisted after it are missing, and loading the snapshots would
+    take back what ``held`` applied since they were taken. ``None`` otherwise, or when
+    a handle's checkpoint is unknown.
+    """
+    persisted = [handle.checkpoint_id for handle in target.handles]
+    if not persisted or None in persisted:
+        return None
+    if (persisted[0] or 0) > held.checkpoint_id:
+        return None  # taken after held: the snapshots hold changes it lacks
+    return tuple(h for h, at in zip(target.handles, persisted, strict=True) if (at or 0) > held.checkpoint_id)

@@ -1,8 +1,10 @@
 """Catch-up: a working copy left behind (its instance ran elsewhere) applies only what came since."""
 
+import itertools
+
 import pytest
 
-from dstl.backend.changelog import ChangelogKeyedStateBackend, catch_up_delta
+from dstl.backend.changelog import ChangelogKeyedStateBackend, catch_up_delta, rebase
 from dstl.backend.delegate import LmdbDelegate
 from dstl.spi import KeyGroupRange, load_storage
 
@@ -160,3 +162,77 @@ def test_a_handle_a_later_checkpoint_carries_over_is_the_one_the_copy_holds(job)
     delta = catch_up_delta(held, carried)
     assert delta is not None, "a carried-over handle read as another log"
     assert delta.handles == later.handles[known:] and delta.materialized == ()
+
+
+def _entries(delegate):
+    return {
+        (state, kg, key): entry
+        for state in ("count", "items")
+        for kg in range(ALL.start, ALL.end)
+        for key, entry in delegate.entries(state, kg)
+    }
+
+
+def test_a_copy_holding_the_checkpoint_a_background_snapshot_was_taken_at_catches_up_on_the_log(job):
+    # The instance's next checkpoint moves onto a snapshot completed after its own (rebase). A copy
+    # that holds the checkpoint the snapshot was taken at holds all it holds: loading it would take
+    # back what the copy applied after it was taken; only the log after the copy's checkpoint applies.
+    storage, snapshots, (a, b) = job
+    epochs = itertools.count(1)  # one log, one writer at a time: each backend fences the one before
+
+    def instance_batch(batch, previous, in_background):
+        """A batch of the instance on ``a``; its base moved onto the snapshot its previous batch began."""
+        backend = ChangelogKeyedStateBackend(
+            storage, "op", ALL, epoch=next(epochs), delegate=a.delegate, snapshot_dir=snapshots
+        )
+        if previous is None:
+            base = None
+        else:
+            base = rebase(previous, previous, a.offer) if a.offer is not None else previous
+            assert base is not None
+            backend.resume(base, a.registrations)
+        counts, items = backend.value_state("count"), backend.list_state("items")
+        for key in range(300) if batch == 0 else range(batch % 5, 300, 5):  # the snapshots after: incremental
+            backend.set_current_key(key)
+            counts.update((counts.value() or 0) + batch)
+            items.add(batch)
+        a.offer = None
+        if in_background:
+            checkpoint, rebased = backend.checkpoint_materializing(batch)
+            a.offer = rebased.result(timeout=30)
+        else:
+            checkpoint = backend.checkpoint(batch).result(timeout=30)
+        a.registrations = backend.registrations()
+        backend.close()
+        return checkpoint
+
+    def refresh(target):
+        """Bring b's copy to ``target`` as a standby does: catch up, or restore in full."""
+        backend = ChangelogKeyedStateBackend(
+            storage, "op", ALL, epoch=next(epochs), delegate=b.delegate, snapshot_dir=snapshots
+        )
+        how = "full"
+        if b.held is None:
+            backend.restore(target)
+        elif backend.catch_up(b.held, target, b.registrations) is not None:
+            how = "caught_up"
+        else:
+            b.delegate.clear()
+            backend.restore(target)
+        b.held, b.registrations = target, backend.registrations()
+        backend.close()
+        assert _entries(b.delegate) == _entries(a.delegate), f"{how}: b's copy is not the checkpoint's state"
+        return how
+
+    a.offer = None
+    previous = instance_batch(0, None, True)  # S0 taken at checkpoint 0, completes after it
+    assert refresh(previous) == "full" and not previous.materialized
+    previous = instance_batch(1, previous, True)  # on S0; S1 taken at checkpoint 1
+    assert len(previous.materialized) == 1
+    assert refresh(previous) == "caught_up"  # b holds 0, where S0 was taken: the log of 1 only
+    previous = instance_batch(2, previous, True)  # on S0, S1; S2 taken at 2
+    assert refresh(previous) == "caught_up"  # b holds 1, where S1 was taken: the log of 2 only
+    previous = instance_batch(3, previous, True)  # on S0..S2; S3 taken at 3
+    previous = instance_batch(4, previous, False)  # on S0..S3
+    assert len(previous.materialized) == 4
+    assert refresh(previous) == "caught_up"  # b holds 2: S2 was taken there, S3 after: S3, then the log

@@ -100,10 +100,15 @@ def test_a_standby_follows_a_batch_behind_and_the_instance_moved_there_catches_u
     if interval == "1h":  # the base grows by log only: every later refresh reads only the new batch
         assert refreshes[2:] == [Restore.CAUGHT_UP] * 4
         assert restores[1:] == [Restore.WARM] * 5
-    else:  # each batch's snapshot lands before the next batch, which rebases onto it; a refresh
-        # restores once onto the first (full) one, then catches up on the incremental ones. (After a
-        # checkpoint on its own snapshot, the next one carries its log tail over, 0 bytes uploaded:
-        # still the handle the standby holds.)
+    elif landing == "after":  # each batch's snapshot lands before the next batch, which rebases onto
+        # it: the standby holds the batch each new snapshot was taken at, so it catches up on the log
+        # after it (loading the snapshot would take back what it applied since)
+        assert refreshes[2:] == [Restore.CAUGHT_UP] * 4
+        assert restores[1:] == [Restore.REBASED] * 5
+    else:  # batch 1's snapshot lands within it: checkpoint 1 is on it already, and the standby's
+        # checkpoint 0 lacks what it holds: restored once. After that it catches up, on snapshots
+        # and log, or on log alone (a checkpoint after one on its own snapshot carries its log tail
+        # over, 0 bytes uploaded: still the handle the standby holds).
         assert refreshes[2:] == [Restore.FULL] + [Restore.CAUGHT_UP] * 3
         assert restores[1:] == [Restore.REBASED] * 5
     # The home executor is lost: the instance runs on the standby's executor.
