@@ -49,6 +49,7 @@ class TimerModel(RuleBasedStateMachine):
         self.checkpointed: tuple | None = None  # (snapshots by range, model copy)
         self.next_checkpoint = 1
         self.backends: list[ChangelogKeyedStateBackend] = []
+        self.opened: list = []
 
     @initialize(parallelism=st.integers(1, 3))
     def start(self, parallelism):
@@ -78,7 +79,9 @@ class TimerModel(RuleBasedStateMachine):
             return None  # the backend's default
         from dstl.backend.delegate import LmdbDelegate
 
-        return LmdbDelegate(self.workdir / f"lmdb-{uuid.uuid4().hex}")
+        delegate = LmdbDelegate(self.workdir / f"lmdb-{uuid.uuid4().hex}")
+        self.opened.append(delegate)  # closed at teardown: an example must not keep its files open
+        return delegate
 
     def _owner(self, key) -> ChangelogKeyedStateBackend:
         for backend in self.backends:
@@ -196,7 +199,9 @@ class TimerModel(RuleBasedStateMachine):
 
     def teardown(self):
         for backend in self.backends:
-            backend.close(wait_for_materialization=False)
+            backend.close()  # no materialization runs on: the rule waits for each
+        for delegate in self.opened:
+            delegate.close()
         self.storage.close()
 
 
