@@ -4,7 +4,7 @@ import itertools
 
 import pytest
 
-from dstl.backend.changelog import ChangelogKeyedStateBackend, catch_up_delta, rebase
+from dstl.backend.changelog import BackendSnapshot, ChangelogKeyedStateBackend, catch_up_delta, rebase
 from dstl.backend.delegate import LmdbDelegate
 from dstl.spi import KeyGroupRange, load_storage
 
@@ -236,3 +236,15 @@ def test_a_copy_holding_the_checkpoint_a_background_snapshot_was_taken_at_catche
     previous = instance_batch(4, previous, False)  # on S0..S3
     assert len(previous.materialized) == 4
     assert refresh(previous) == "caught_up"  # b holds 2: S2 was taken there, S3 after: S3, then the log
+
+
+def test_a_later_checkpoint_never_catches_up_to_an_earlier_one_on_a_longer_chain(job):
+    storage, snapshots, (a, _) = job
+    model = {}
+    earlier, _ = _batch(storage, snapshots, a, 0, None, model, materialize=True)
+    later, _ = _batch(storage, snapshots, a, 1, earlier, model)
+    # a forged pair: the earlier checkpoint with a snapshot more than the later one's chain
+    longer = BackendSnapshot(
+        earlier.checkpoint_id, later.handles, (*later.materialized, *earlier.materialized)
+    )
+    assert catch_up_delta(later, longer) is None
