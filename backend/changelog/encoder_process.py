@@ -3,9 +3,10 @@
 Started by :mod:`.snapshot_encoding` for a view detached onto a spooled copy. It reads
 its :class:`~.snapshot_encoding.EncodeRequest`, opens the copy read-only, encodes the
 snapshot object into a file inside the spool at a lower CPU priority, and writes msgpack
-messages to stdout: ``{"sections": 0}`` first, ``{"sections": n}`` after each section (what the parent's stall
-bound watches), then ``{"size", "entries", "expired"}`` or ``{"error"}``. It writes
-nothing outside the spool and gives up when the requesting process is gone.
+messages to stdout: ``{"sections": 0}`` first (it came up), ``{"sections": n}`` after each
+section (what the parent's stall bound watches), then ``{"size", "entries", "expired"}`` or
+``{"error"}``. It writes nothing outside the spool and gives up when the requesting process
+is gone.
 """
 
 from __future__ import annotations
