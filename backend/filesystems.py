@@ -22,6 +22,7 @@ __all__ = [
     "checkpoint_fs",
     "put_atomically",
     "put_exclusively",
+    "put_local_file",
     "storage_options",
 ]
 
@@ -83,3 +84,22 @@ def put_exclusively(fs: Any, directory: str, path: str, data: bytes) -> None:
     finally:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
+
+
+def put_local_file(fs: Any, source: str, path: str) -> None:
+    """Put the local file ``source`` at ``path`` on ``fs``; ``source`` is gone afterwards.
+
+    On the same local file system it is renamed (not written a second time); elsewhere
+    (another mount, S3, any fsspec URL) uploaded, then removed.
+    """
+    from fsspec.implementations.local import LocalFileSystem
+
+    if isinstance(fs, LocalFileSystem):
+        try:
+            os.rename(source, path)
+        except OSError:  # another file system (EXDEV), or no such directory: copied instead
+            pass
+        else:
+            return
+    fs.put_file(source, path)
+    os.unlink(source)

@@ -28,6 +28,7 @@ import msgpack
 from dstl.spi import StorageError
 
 from ..delegate import StateView
+from ..filesystems import put_local_file
 from ..materialization import SnapshotWriter
 from ..options import (
     CHANGELOG_MATERIALIZATION_COMPRESSION,
@@ -157,10 +158,9 @@ class SnapshotEncoding:
                 log.warning("%s: this snapshot is encoded in the task's process", exc)
             else:
                 expiry.found.extend((state, key_group, key) for state, key_group, key in report["expired"])
-                encoded = Path(spool) / ENCODED_NAME
-                if not _moved(fs, encoded, path):
-                    fs.put_file(str(encoded), path)  # I/O: the task keeps the GIL meanwhile
-                    encoded.unlink()  # its room on the working disk is free before the view closes
+                # I/O (the task keeps the GIL meanwhile, unless renamed); the file's room on the
+                # working disk is free before the view closes
+                put_local_file(fs, str(Path(spool) / ENCODED_NAME), path)
                 return report["size"], report["entries"]
         stream = fs.open(path, "wb")
         try:
@@ -178,19 +178,6 @@ class SnapshotEncoding:
             raise
         stream.close()
         return size, writer.entries
-
-
-def _moved(fs: Any, encoded: Path, path: str) -> bool:
-    """Move the encoded object to ``path`` when both are on one local file system: not written twice."""
-    from fsspec.implementations.local import LocalFileSystem
-
-    if not isinstance(fs, LocalFileSystem):
-        return False
-    try:
-        os.rename(encoded, path)
-    except OSError:  # another file system (EXDEV), or no such directory: copied instead
-        return False
-    return True
 
 
 def _spool_bytes(directory: str) -> int:

@@ -7,7 +7,7 @@ import pytest
 
 from dstl.backend.changelog import ChangelogKeyedStateBackend
 from dstl.backend.checkpoints import CheckpointCoordinator
-from dstl.backend.filesystems import checkpoint_fs
+from dstl.backend.filesystems import checkpoint_fs, put_local_file
 from dstl.spi import Config, KeyGroupRange, load_storage
 
 
@@ -61,3 +61,33 @@ def test_snapshots_and_checkpoints_on_s3_with_only_storage_options(s3_endpoint, 
     ]
     assert any(key.endswith(".snap") for key in keys), keys
     assert any("/checkpoints/chk-" in key for key in keys), keys
+
+
+def test_a_local_file_is_renamed_into_a_local_directory(tmp_path):
+    fs, root = checkpoint_fs((tmp_path / "snapshots").as_uri())
+    fs.makedirs(root, exist_ok=True)
+    source = tmp_path / "encoded.part"
+    source.write_bytes(b"snapshot bytes")
+    inode = source.stat().st_ino
+    put_local_file(fs, str(source), f"{root}/a.snap")
+    placed = tmp_path / "snapshots" / "a.snap"
+    assert placed.read_bytes() == b"snapshot bytes" and placed.stat().st_ino == inode  # moved, not copied
+    assert not source.exists()
+
+
+@pytest.mark.timeout(120)
+def test_a_local_file_is_uploaded_to_s3_and_removed_here(s3_endpoint, tmp_path):
+    prefix = f"put-{uuid.uuid4().hex[:8]}"
+    fs, root = checkpoint_fs(
+        f"s3://{s3_endpoint.bucket}/{prefix}",
+        {
+            "state.checkpoints.storage-options.key": s3_endpoint.access_key,
+            "state.checkpoints.storage-options.secret": s3_endpoint.secret_key,
+            "state.checkpoints.storage-options.client_kwargs": json.dumps({"endpoint_url": s3_endpoint.url}),
+        },
+    )
+    source = tmp_path / "encoded.part"
+    source.write_bytes(b"snapshot bytes")
+    put_local_file(fs, str(source), f"{root}/a.snap")
+    body = s3_endpoint.client().get_object(Bucket=s3_endpoint.bucket, Key=f"{prefix}/a.snap")["Body"].read()
+    assert body == b"snapshot bytes" and not source.exists()
