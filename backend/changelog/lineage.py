@@ -81,9 +81,9 @@ def _logged_after(held: BackendSnapshot, target: BackendSnapshot) -> tuple[Chang
     take back what ``held`` applied since they were taken. ``None`` otherwise, or when
     a handle's checkpoint is unknown.
     """
-    persisted = [handle.checkpoint_id for handle in target.handles]
-    if not persisted or None in persisted or held.checkpoint_id >= target.checkpoint_id:
+    persisted = [handle.checkpoint_id for handle in target.handles if handle.checkpoint_id is not None]
+    if not persisted or len(persisted) < len(target.handles) or held.checkpoint_id >= target.checkpoint_id:
         return None  # unknown, or held is no earlier checkpoint
-    if (persisted[0] or 0) > held.checkpoint_id:
+    if persisted[0] > held.checkpoint_id:
         return None  # taken after held: the snapshots hold changes it lacks
-    return tuple(h for h, at in zip(target.handles, persisted, strict=True) if (at or 0) > held.checkpoint_id)
+    return tuple(h for h, at in zip(target.handles, persisted, strict=True) if at > held.checkpoint_id)
