@@ -9,6 +9,7 @@ __all__ = [
     "SPARK_OPTIONS",
     "SPARK_PARALLELISM",
     "SPARK_PLACEMENT",
+    "SPARK_SNAPSHOT_IN_TASK_GAP",
     "SPARK_STANDBY_REFRESH_INTERVAL",
     "SPARK_STANDBY_REPLICAS",
     "SPARK_WORKING_DIR",
@@ -72,11 +73,24 @@ SPARK_DROPPED_STATES: ConfigOption[str | None] = ConfigOption(
     "is refused (a rename would silently start empty).",
 )
 
+SPARK_SNAPSHOT_IN_TASK_GAP: ConfigOption[float] = ConfigOption(
+    "dstl.spark.snapshot-in-task-gap",
+    OptionType.DURATION,
+    40.0,
+    "An instance that last ran at least this long before the batch that snapshots it finishes the "
+    "snapshot inside that batch's task (the batch waits for it) rather than in the background: Spark "
+    "stops a Python worker that ran no task for a minute, and a background snapshot ends with it, so "
+    "with batches that far apart a long snapshot would never complete and the log would keep growing. "
+    "0: every snapshot is finished in its task.",
+    minimum=0,
+)
+
 SPARK_OPTIONS = (
     SPARK_PARALLELISM,
     SPARK_WORKING_DIR,
     SPARK_PLACEMENT,
     SPARK_STANDBY_REPLICAS,
     SPARK_STANDBY_REFRESH_INTERVAL,
+    SPARK_SNAPSHOT_IN_TASK_GAP,
     SPARK_DROPPED_STATES,
 )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -83,6 +84,7 @@ def _offer(
     run_id: int,
     materializer: Materializer,
     claim: BinaryIO,
+    offered: threading.Event,
 ) -> None:
     """Hand a completed background materialization (and what it found expired) to the next task."""
     try:
@@ -91,6 +93,7 @@ def _offer(
         log.warning("background materialization of %s failed: %s", copy.path.name, exc)
     finally:
         claim.close()  # the instance may materialize again
+        offered.set()
 
 
 def offer_when_done(
@@ -100,9 +103,14 @@ def offer_when_done(
     run_id: int,
     materializer: Materializer,
     claim: BinaryIO,
-) -> None:
+) -> threading.Event:
     """Once a background materialization completes, offer it to the instance's next task.
 
     ``claim`` (:meth:`~.working_copy.WorkingCopy.claim_materialization`) is released then.
+    Returns what is set once that is done (offered, or failed and logged).
     """
-    rebased.add_done_callback(lambda done: _offer(copy, checkpoint, done, run_id, materializer, claim))
+    offered = threading.Event()
+    rebased.add_done_callback(
+        lambda done: _offer(copy, checkpoint, done, run_id, materializer, claim, offered)
+    )
+    return offered

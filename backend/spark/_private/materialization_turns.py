@@ -2,11 +2,62 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Iterable, Mapping, Sequence
 
-from ...changelog import MaterializationPolicy
+from dstl.spi import Config
 
-__all__ = ["next_to_materialize"]
+from ...changelog import BackendSnapshot, MaterializationPolicy
+from ...options import CHANGELOG_MATERIALIZATION_INTERVAL, CHANGELOG_MATERIALIZATION_MAX_LOG_RATIO
+from ..options import SPARK_SNAPSHOT_IN_TASK_GAP
+from .protocol import InstanceStats
+
+__all__ = ["MaterializationTurns", "next_to_materialize", "snapshots_in_task"]
+
+
+class MaterializationTurns:
+    """The driver's record of whom it asked to snapshot, and when each instance last ran.
+
+    :ivar asked_at: per instance, when it was last asked (or when the run started).
+    :ivar ran_at: per instance, when its last report came (absent: not yet in this run).
+    """
+
+    def __init__(self, names: Sequence[str], cfg: Config) -> None:
+        self.names = list(names)
+        self.interval = cfg.get(CHANGELOG_MATERIALIZATION_INTERVAL)
+        self.policy = MaterializationPolicy(cfg.get(CHANGELOG_MATERIALIZATION_MAX_LOG_RATIO))
+        self.gap = cfg.get(SPARK_SNAPSHOT_IN_TASK_GAP)
+        self.asked_at = dict.fromkeys(self.names, time.monotonic())
+        self.ran_at: dict[str, float] = {}
+
+    def due(self, previous: Mapping[str, BackendSnapshot]) -> dict[int, bool]:
+        """The instance (by index) to materialize in the next batch, and whether its task waits for it.
+
+        At most one a batch (spreads the cost over batches): :func:`next_to_materialize`;
+        its task waits as :func:`snapshots_in_task` says. ``previous``: the instances'
+        snapshots in the batch's base checkpoint.
+        """
+        sizes = {
+            name: (sum(h.size for h in s.all_handles), sum(m.size for m in s.all_materialized))
+            for name, s in previous.items()
+            if s is not None
+        }
+        now = time.monotonic()
+        chosen = next_to_materialize(self.names, sizes, self.asked_at, now, self.interval, self.policy)
+        if chosen is None:
+            return {}
+        self.asked_at[chosen] = now  # asked: the next batch asks another first
+        last_ran = self.ran_at.get(chosen)
+        idle = None if last_ran is None else now - last_ran
+        return {self.names.index(chosen): snapshots_in_task(idle, self.gap)}
+
+    def noticed(self, stats: Iterable[InstanceStats]) -> None:
+        """The instances that ran in a completed batch: when, and which materialized."""
+        now = time.monotonic()
+        for item in stats:
+            self.ran_at[item.instance] = now
+            if item.materialized:
+                self.asked_at[item.instance] = now
 
 
 def next_to_materialize(
@@ -35,3 +86,15 @@ def next_to_materialize(
     if chosen is None or (not outgrown and now - asked_at.get(chosen, now) < interval):
         return None
     return chosen
+
+
+def snapshots_in_task(idle_s: float | None, gap_s: float) -> bool:
+    """Whether the instance asked to snapshot finishes it inside its task, the batch waiting for it.
+
+    Spark stops a Python worker that ran no task for a minute (its worker factory's idle
+    monitor), and a snapshot running past its task ends with the worker: with batches
+    further apart than that, a long snapshot would never complete and the log would
+    keep growing. How long the instance was idle before this batch (``idle_s``;
+    ``None``: it has not run in this run) predicts the gap after it. ``gap_s`` 0: always.
+    """
+    return gap_s <= 0 or (idle_s is not None and idle_s >= gap_s)

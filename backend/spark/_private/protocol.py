@@ -50,12 +50,15 @@ class InstancePlan:
         copy stamped with one of them holds committed state and may catch up from it.
     :ivar materialize: materialize its state in this batch.
     :ivar wake: it runs even without rows (one of its timers is due).
+    :ivar snapshot_in_task: the task waits for its materialization to complete (its worker
+        may be stopped as idle before a background one would).
     """
 
     base: BackendSnapshot | None = None
     lineage: tuple[str, ...] = ()
     materialize: bool = False
     wake: bool = False
+    snapshot_in_task: bool = False
 
     def to_json(self) -> str:
         """The plan as shipped (its base snapshot serialized here, once)."""
@@ -65,6 +68,7 @@ class InstancePlan:
                 "lineage": list(self.lineage),
                 "materialize": self.materialize,
                 "wake": self.wake,
+                "snapshot_in_task": self.snapshot_in_task,
             }
         )
 
@@ -78,6 +82,7 @@ class InstancePlan:
             tuple(str(digest) for digest in doc["lineage"]),
             bool(doc.get("materialize")),
             bool(doc.get("wake")),
+            bool(doc.get("snapshot_in_task")),
         )
 
 

@@ -13,12 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 from dstl.spi import Config, ConfigError, CorruptedError
 
-from ...changelog import BackendSnapshot, MaterializationPolicy
+from ...changelog import BackendSnapshot
 from ...checkpoints import CheckpointCoordinator, CompletedCheckpoint, TimeProgress
 from ...options import (
     BACKEND_MAX_PARALLELISM,
-    CHANGELOG_MATERIALIZATION_INTERVAL,
-    CHANGELOG_MATERIALIZATION_MAX_LOG_RATIO,
     CHECKPOINTS_DIR,
     CHECKPOINTS_NUM_RETAINED,
     CHECKPOINTS_ON_DAMAGED,
@@ -40,7 +38,7 @@ from .arrow_pinning import CARRIER_SCHEMA, arrow_groups, pinned_arrow_function
 from .arrow_shuffle import instance_shuffled, shuffled_arrow_function
 from .columns import INSTANCE_COLUMN, REPORT_COLUMN
 from .idle_batches import without_heartbeat
-from .materialization_turns import next_to_materialize
+from .materialization_turns import MaterializationTurns
 from .protocol import InstancePlan, InstanceReport, InstanceStats, TaskPlan
 from .report_channel import ReportChannel
 from .routing import routed, with_wake_rows
@@ -132,10 +130,7 @@ class BatchRunner:
         self.working_dir = cfg.get(SPARK_WORKING_DIR) or f"{tempfile.gettempdir()}/dstl-working"
         self.homes = ExecutorHomes.of(cfg)
         self._reports: ReportChannel | None = None  # set up by the first batch that can use one
-        self.interval = cfg.get(CHANGELOG_MATERIALIZATION_INTERVAL)
-        self.policy = MaterializationPolicy(cfg.get(CHANGELOG_MATERIALIZATION_MAX_LOG_RATIO))
-        started = time.monotonic()
-        self.materialized_at = {instance_name(r): started for r in self.ranges}
+        self.turns = MaterializationTurns([instance_name(r) for r in self.ranges], cfg)
         #: per instance, ``(rows, bytes)`` of its working state as it reported last
         self.working_state: dict[str, tuple[int, int]] = {}
         self.progress: deque[BatchProgress] = deque(maxlen=RECENT_BATCHES)
@@ -221,21 +216,6 @@ class BatchRunner:
         base = adopt_savepoint(path, self.state_dir, self.spec.job_id, self.max_parallelism, self.cfg)
         log.info("job %r starts from the savepoint at %s", self.spec.job_id, path)
         return base
-
-    def _due_for_materialization(self, previous: Mapping[str, BackendSnapshot]) -> frozenset[int]:
-        """At most one instance per batch (spreads the cost over batches): :func:`next_to_materialize`."""
-        names = [instance_name(r) for r in self.ranges]
-        sizes = {
-            name: (sum(h.size for h in s.all_handles), sum(m.size for m in s.all_materialized))
-            for name, s in previous.items()
-            if s is not None
-        }
-        now = time.monotonic()
-        chosen = next_to_materialize(names, sizes, self.materialized_at, now, self.interval, self.policy)
-        if chosen is None:
-            return frozenset()
-        self.materialized_at[chosen] = now  # asked: the next batch asks another first
-        return frozenset({names.index(chosen)})
 
     @property
     def _reports_first(self) -> bool:
@@ -343,7 +323,7 @@ class BatchRunner:
         wake: frozenset[int],
     ) -> TaskPlan:
         """The batch's plan: each instance's own base, lineage and materialize decision, encoded once."""
-        materialize = self._due_for_materialization(dict(base.snapshots) if base else {})
+        materialize = self.turns.due(dict(base.snapshots) if base else {})
         instances = {}
         for index, key_groups in enumerate(self.ranges):
             name = instance_name(key_groups)
@@ -352,6 +332,7 @@ class BatchRunner:
                 tuple(digest for _, digest in self.lineage.get(name, ())),
                 index in materialize,
                 index in wake,
+                materialize.get(index, False),
             )
             if own != InstancePlan():
                 instances[index] = own.to_json()
@@ -442,10 +423,8 @@ class BatchRunner:
         completed = self.coordinator.complete(batch_id, snapshots, self._time_progress(base, clock, stats))
         self._remember(completed)
         phases.mark("complete")
-        now = time.monotonic()
+        self.turns.noticed(stats)
         for item in stats:
-            if item.materialized:
-                self.materialized_at[item.instance] = now
             self.working_state[item.instance] = (item.state_rows, item.memory_bytes)
         if self.homes is not None:
             self.homes.noticed(stats)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
@@ -37,6 +38,8 @@ __all__ = ["epoch_for", "process_instance", "storage_figures", "working_copy_of"
 
 # Storages are thread-safe and batch the persists of many writers: one per config and process.
 _STORAGES: dict[str, StateChangelogStorage] = {}
+#: how long a task waits for a snapshot it finishes in the task (``InstancePlan.snapshot_in_task``)
+SNAPSHOT_IN_TASK_WAIT_S = 900.0
 _EPOCH_RUN = 10**12  # epoch = run * 10^12 + Spark's task attempt id (unique, increasing within a run)
 
 
@@ -190,7 +193,9 @@ def process_instance(
         copy.mark(snapshot, registrations)
         phases["stamp"] = round((time.perf_counter() - mark_began) * 1000, 3)
     if rebased is not None and claim is not None:
-        offer_when_done(copy, snapshot, rebased, plan.run_id, backend.materializer, claim)
+        offered = offer_when_done(copy, snapshot, rebased, plan.run_id, backend.materializer, claim)
+        if own.snapshot_in_task:  # the worker may be stopped as idle before the snapshot would end
+            phases["snapshot"] = _waited_ms(offered, name)
     stats = InstanceStats(
         instance=name,
         rows=event_stats.pop("rows"),
@@ -217,6 +222,18 @@ def process_instance(
         **event_stats,
     )
     return output, InstanceReport(snapshot, stats)
+
+
+def _waited_ms(offered: threading.Event, name: str) -> float:
+    """Wait (bounded) until a materialization is offered to the instance's next task; the ms waited."""
+    began = time.perf_counter()
+    if not offered.wait(SNAPSHOT_IN_TASK_WAIT_S):
+        log.warning(
+            "the snapshot of %s did not complete within %g s of its task: it goes on in the background",
+            name,
+            SNAPSHOT_IN_TASK_WAIT_S,
+        )
+    return round((time.perf_counter() - began) * 1000, 3)
 
 
 def storage_figures(before: Mapping[str, int], metrics: StorageMetrics) -> dict[str, float]:

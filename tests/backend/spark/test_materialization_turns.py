@@ -1,7 +1,13 @@
 """The driver asks one instance a batch to snapshot, and every instance gets its turn."""
 
 from dstl.backend.changelog import MaterializationPolicy
-from dstl.backend.spark._private.materialization_turns import next_to_materialize
+from dstl.backend.spark._private.materialization_turns import (
+    MaterializationTurns,
+    next_to_materialize,
+    snapshots_in_task,
+)
+from dstl.backend.spark._private.protocol import InstanceStats, Restore
+from dstl.spi import Config
 
 NAMES = ["kg0-64", "kg64-128"]
 RATIO = MaterializationPolicy(max_log_ratio=2.0)
@@ -47,3 +53,37 @@ def test_past_the_interval_the_instance_asked_longest_ago_goes_next():
 def test_nothing_is_asked_before_the_interval_or_of_no_instance():
     assert next_to_materialize(NAMES, {}, {}, 5.0, 10.0, RATIO) is None  # asked "just now"
     assert next_to_materialize([], {}, {}, 5.0, 10.0, RATIO) is None
+
+
+def test_a_snapshot_is_finished_in_its_task_when_its_instance_was_idle_as_long_as_the_gap():
+    assert snapshots_in_task(45.0, 40.0) and snapshots_in_task(40.0, 40.0)
+    assert not snapshots_in_task(39.0, 40.0)
+    assert not snapshots_in_task(None, 40.0)  # not run yet in this run: nothing to go by
+    assert snapshots_in_task(None, 0.0) and snapshots_in_task(0.0, 0.0)  # 0: always
+
+
+def test_the_driver_plans_the_wait_from_when_the_asked_instance_last_ran(monkeypatch):
+    from dstl.backend.spark._private import materialization_turns
+
+    clock = [1000.0]
+    monkeypatch.setattr(materialization_turns.time, "monotonic", lambda: clock[0])
+    turns = MaterializationTurns(NAMES, Config({"state.changelog.materialization.interval": "10s"}))
+    assert turns.gap == 40.0  # dstl.spark.snapshot-in-task-gap's default
+
+    def ran(name, *, materialized=False):
+        turns.noticed([InstanceStats(name, 1, 1, Restore.WARM, materialized=materialized)])
+
+    clock[0] += 10
+    assert turns.due({}) == {0: False}  # never ran in this run: in the background
+    ran("kg0-64", materialized=True)
+    ran("kg64-128")
+    clock[0] += 5
+    assert turns.due({}) == {1: False}  # ran 5 s ago: batches come often enough
+    ran("kg64-128", materialized=True)
+    clock[0] += 60  # then a minute without a batch: Spark stops idle Python workers
+    assert turns.due({}) == {0: True}
+    ran("kg0-64", materialized=True)
+    assert turns.due({}) == {1: True}  # the next batch: kg64-128 also last ran 60 s ago
+    ran("kg64-128", materialized=True)
+    clock[0] += 1
+    assert turns.due({}) == {}  # both asked within the interval

@@ -183,3 +183,48 @@ def test_a_grouped_batchs_keys_are_bound_as_distinct_without_a_check(kind, memor
         assert batch.key_set.known_distinct and batch.key_set.distinct
         assert context.key_set(["a", "a"]).distinct is False  # anyone else's keys are checked
         backend.close()
+
+
+@pytest.mark.parametrize("gap", ["0s", "1h"], ids=["finished in the task", "in the background"])
+def test_a_snapshot_planned_in_its_task_is_complete_and_offered_when_the_task_returns(
+    tmp_path, monkeypatch, gap
+):
+    """Spark stops a worker idle for a minute: with batches that far apart the task waits for its snapshot."""
+    import time
+    from dataclasses import replace
+
+    from dstl.backend.changelog.materializer import Materializer
+    from dstl.backend.spark._private import task
+    from dstl.backend.spark._private.protocol import Restore
+    from dstl.backend.spark._private.runner import Phases
+
+    from .test_protocol import Count, _rows
+    from .test_standby import _materialized, _runner
+
+    upload = Materializer._upload
+
+    def slow_upload(self, *args, **kwargs):
+        time.sleep(2.0)  # a snapshot that outlasts the rest of its task
+        return upload(self, *args, **kwargs)
+
+    monkeypatch.setattr(Materializer, "_upload", slow_upload)
+    runner = _runner(tmp_path, monkeypatch, "0s", **{"dstl.spark.snapshot-in-task-gap": gap})
+    restores = []
+    for batch_id in range(2):
+        base = runner.coordinator.latest()
+        bases = runner._bases(base)
+        clock, wake = runner._clock(base)
+        plan = replace(runner._plan(batch_id, base, bases, clock, wake), working_dir=str(tmp_path / "wd"))
+        _, report = task.process_instance(plan, Count, _rows(runner, 0, [f"k{i}" for i in range(50)]), 0)
+        copy = task.working_copy_of(plan, 0)
+        claim = copy.claim_materialization()  # None while the instance's snapshot runs
+        if gap == "0s":
+            assert claim is not None, "the task returned while its snapshot was still running"
+            claim.close()
+            assert report.stats.materialized and report.stats.phases_ms["snapshot"] >= 1500
+        else:
+            assert claim is None and "snapshot" not in report.stats.phases_ms
+        runner.complete_batch(batch_id, base, bases, clock, [report.to_json()], Phases(0.0))
+        _materialized(copy)
+        restores.append(report.stats.restore)
+    assert restores == [Restore.FRESH, Restore.REBASED]  # the next task moved onto the offered snapshot
