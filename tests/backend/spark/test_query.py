@@ -5,6 +5,7 @@ the next run continues from the checkpoints. The sink's final per-user figures
 must equal a batch recomputation over all input.
 """
 
+import itertools
 import uuid
 from pathlib import Path
 
@@ -162,4 +163,17 @@ class PerKeyDemo(DemoProcessor):
 def test_the_per_key_api_gives_the_same_exact_state(spark, workdir, tmp_path):
     progress = run(spark, workdir, local_config(tmp_path), 3, processor=PerKeyDemo)
     assert sum(p.rows for p in progress) == 3 * ROWS
+    assert_exact(spark, workdir)
+
+
+def test_snapshots_finished_in_their_tasks_are_moved_onto_by_the_next_batch(spark, workdir, tmp_path):
+    """``dstl.spark.snapshot-in-task-gap=0s``: the plan crosses to the executors and each task waits."""
+    progress = run(spark, workdir, local_config(tmp_path, **{"dstl.spark.snapshot-in-task-gap": "0s"}), 4)
+    materializing = [p for p in progress if p.materialized]
+    assert materializing and all("snapshot" in p.task_phases_ms for p in materializing), [
+        (p.materialized, p.task_phases_ms) for p in progress
+    ]
+    for before, after in itertools.pairwise(progress):
+        # complete before its task ended: the instance's next task always moves onto it
+        assert set(before.materialized) <= set(after.rebased), (before.materialized, after.rebased)
     assert_exact(spark, workdir)
