@@ -193,6 +193,7 @@ def test_a_snapshot_planned_in_its_task_is_complete_and_offered_when_the_task_re
     import time
     from dataclasses import replace
 
+    from dstl.backend import pacing
     from dstl.backend.changelog.materializer import Materializer
     from dstl.backend.spark._private import task
     from dstl.backend.spark._private.protocol import Restore
@@ -202,9 +203,14 @@ def test_a_snapshot_planned_in_its_task_is_complete_and_offered_when_the_task_re
     from .test_standby import _materialized, _runner
 
     upload = Materializer._upload
+    paused = []
 
     def slow_upload(self, *args, **kwargs):
         time.sleep(2.0)  # a snapshot that outlasts the rest of its task
+        deadline = time.monotonic() + 10  # the task reaches its wait (a loaded machine: later)
+        while pacing._FOREGROUND.pausing() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        paused.append(pacing._FOREGROUND.pausing())  # a paced snapshot would crawl
         return upload(self, *args, **kwargs)
 
     monkeypatch.setattr(Materializer, "_upload", slow_upload)
@@ -228,3 +234,4 @@ def test_a_snapshot_planned_in_its_task_is_complete_and_offered_when_the_task_re
         _materialized(copy)
         restores.append(report.stats.restore)
     assert restores == [Restore.FRESH, Restore.REBASED]  # the next task moved onto the offered snapshot
+    assert paused == [False, False], "a task waiting for its snapshot kept background work paused"
