@@ -52,10 +52,17 @@ class MaterializationTurns:
         return {self.names.index(chosen): snapshots_in_task(idle, self.gap)}
 
     def noticed(self, stats: Iterable[InstanceStats]) -> None:
-        """The instances that ran in a completed batch: when, and which materialized."""
+        """The instances that ran in a completed batch: when, and which materialized.
+
+        A task that waited for its snapshot kept the batch going: the others had ended
+        that much earlier (and their workers were idle meanwhile).
+        """
         now = time.monotonic()
+        stats = list(stats)
+        waits = {item.instance: item.phases_ms.get("snapshot", 0.0) / 1000 for item in stats}
+        longest = max(waits.values(), default=0.0)
         for item in stats:
-            self.ran_at[item.instance] = now
+            self.ran_at[item.instance] = now - (longest - waits[item.instance])
             if item.materialized:
                 self.asked_at[item.instance] = now
 

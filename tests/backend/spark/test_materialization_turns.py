@@ -87,3 +87,25 @@ def test_the_driver_plans_the_wait_from_when_the_asked_instance_last_ran(monkeyp
     ran("kg64-128", materialized=True)
     clock[0] += 1
     assert turns.due({}) == {}  # both asked within the interval
+
+
+def test_a_batch_kept_going_by_one_tasks_snapshot_does_not_count_as_the_others_running(monkeypatch):
+    # A trigger every 100 s: in batch 1 (from t=100) kg64-128's task waits 80 s for its snapshot;
+    # kg0-64's task ended at about t=101, and its worker was idle from then until batch 2 (t=200).
+    from dstl.backend.spark._private import materialization_turns
+
+    clock = [1.0]
+    monkeypatch.setattr(materialization_turns.time, "monotonic", lambda: clock[0])
+    turns = MaterializationTurns(NAMES, Config({"state.changelog.materialization.interval": "0s"}))
+    turns.noticed([InstanceStats(name, 1, 1, Restore.WARM) for name in NAMES])  # batch 0 ends at t=1
+    clock[0] = 181.0
+    waited = {"snapshot": 80_000.0}
+    turns.noticed(
+        [
+            InstanceStats("kg0-64", 1, 1, Restore.WARM),
+            InstanceStats("kg64-128", 1, 1, Restore.WARM, materialized=True, phases_ms=waited),
+        ]
+    )
+    assert turns.ran_at == {"kg0-64": 101.0, "kg64-128": 181.0}
+    clock[0] = 200.0
+    assert turns.due({}) == {0: True}  # kg0-64 was idle 99 s, not 19 s
