@@ -77,8 +77,9 @@ SPARK_SNAPSHOT_IN_TASK_GAP: ConfigOption[float] = ConfigOption(
     "dstl.spark.snapshot-in-task-gap",
     OptionType.DURATION,
     40.0,
-    "An instance that last ran at least this long before the batch that snapshots it finishes the "
-    "snapshot inside that batch's task (the batch waits for it) rather than in the background: Spark "
+    "An instance that last ran at least this long before the batch that snapshots it (or whose query's "
+    "processing-time trigger is at least this long) finishes the snapshot inside that batch's task "
+    "(the batch waits for it) rather than in the background: Spark "
     "stops a Python worker that ran no task for a minute, and a background snapshot ends with it, so "
     "with batches that far apart a long snapshot would never complete and the log would keep growing. "
     "0: every snapshot is finished in its task.",

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from typing import Any
 
-__all__ = ["duration_ms"]
+__all__ = ["duration_ms", "processing_interval_s"]
 
 _UNIT_MS = {
     "ms": 1,
@@ -54,3 +56,15 @@ def duration_ms(value: str | float) -> int:
         msg = f"{value!r} is not a duration such as '10 seconds', '500 milliseconds' or '1 hour 30 minutes'"
         raise ValueError(msg)
     return int(total)
+
+
+def processing_interval_s(trigger: Mapping[str, Any] | None) -> float:
+    """A processing-time trigger's interval (``DataStreamWriter.trigger``'s keywords), s; 0 for any other.
+
+    Also 0 for text Spark may read but this does not (e.g. microseconds): Spark checks the trigger.
+    """
+    interval = (trigger or {}).get("processingTime")
+    try:
+        return duration_ms(interval) / 1000 if interval else 0.0
+    except ValueError:
+        return 0.0

@@ -19,16 +19,19 @@ class MaterializationTurns:
     """The driver's record of whom it asked to snapshot, and when each instance last ran.
 
     :ivar asked_at: per instance, when it was last asked (or when the run started).
-    :ivar ran_at: per instance, when its last report came (absent: not yet in this run).
+    :ivar ran_at: per instance, when its last task ended (absent: not yet in this run).
+    :ivar trigger_interval_s: a processing-time trigger's interval (0: none): the least
+        gap expected between an instance's batches.
     """
 
-    def __init__(self, names: Sequence[str], cfg: Config) -> None:
+    def __init__(self, names: Sequence[str], cfg: Config, trigger_interval_s: float = 0.0) -> None:
         self.names = list(names)
         self.interval = cfg.get(CHANGELOG_MATERIALIZATION_INTERVAL)
         self.policy = MaterializationPolicy(cfg.get(CHANGELOG_MATERIALIZATION_MAX_LOG_RATIO))
         self.gap = cfg.get(SPARK_SNAPSHOT_IN_TASK_GAP)
         self.asked_at = dict.fromkeys(self.names, time.monotonic())
         self.ran_at: dict[str, float] = {}
+        self.trigger_interval_s = trigger_interval_s
 
     def due(self, previous: Mapping[str, BackendSnapshot]) -> dict[int, bool]:
         """The instance (by index) to materialize in the next batch, and whether its task waits for it.
@@ -48,8 +51,12 @@ class MaterializationTurns:
             return {}
         self.asked_at[chosen] = now  # asked: the next batch asks another first
         last_ran = self.ran_at.get(chosen)
-        idle = None if last_ran is None else now - last_ran
-        return {self.names.index(chosen): snapshots_in_task(idle, self.gap)}
+        # a processing-time trigger's interval is the least gap to expect: its first batches come
+        # sooner (aligned to the interval), which an observed gap alone would take as the rule
+        expected = [now - last_ran] if last_ran is not None else []
+        if self.trigger_interval_s:
+            expected.append(self.trigger_interval_s)
+        return {self.names.index(chosen): snapshots_in_task(max(expected, default=None), self.gap)}
 
     def noticed(self, stats: Iterable[InstanceStats]) -> None:
         """The instances that ran in a completed batch: when, and which materialized.

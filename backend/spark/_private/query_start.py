@@ -24,6 +24,7 @@ from ..sinks import ParquetBatchSink
 from ..stateful_query import StatefulQuery
 from .call_checks import adapted, check_columns, job_config, output_struct, stream_watermark
 from .chained_steps import ChainedStep
+from .durations import processing_interval_s
 from .idle_batches import NO_DATA_BATCHES_CONF, wants_idle_batches, with_heartbeat
 from .input_chunks import InputChunks
 from .ledgers import BatchLedger, RecordedLedger, RunnerLedger
@@ -144,11 +145,14 @@ class _Prepared:
     declared: Mapping[str, int]
 
 
-def _prepared(step: _Checked, *, idle: bool, sink: Sink, next_step: NextStep | None) -> _Prepared:
+def _prepared(
+    step: _Checked, *, idle: bool, sink: Sink, next_step: NextStep | None, trigger_interval_s: float
+) -> _Prepared:
     """Record (or check) the step's shape at its location and build its spec.
 
     :param idle: whether the query's batches may run on an idle stream (as wanted by the
         first step; later steps follow what the first recorded).
+    :param trigger_interval_s: the query's processing-time trigger interval (0: none).
     """
     operator, cfg, processor = step.operator, step.cfg, step.processor
     parallelism, _, state_dir = checked_layout(cfg)
@@ -181,6 +185,7 @@ def _prepared(step: _Checked, *, idle: bool, sink: Sink, next_step: NextStep | N
         settled.idle_batches and step.request.before is None,  # only the stream carries heartbeat rows
         settled.idle_batches,
         next_step,
+        trigger_interval_s,
     )
     return _Prepared(cfg, spec, parallelism, state_dir, declared.state_counts if declared is not None else {})
 
@@ -210,13 +215,18 @@ def start_query(
         wants_idle_batches(step.mode, trigger, no_data_batches=no_data_batches) for step in checked
     )
     final_sink: Sink = ParquetBatchSink(sink) if isinstance(sink, str) else sink
-    first = _prepared(checked[0], idle=wanted_idle, sink=final_sink, next_step=None)
+    interval = processing_interval_s(trigger)
+    first = _prepared(
+        checked[0], idle=wanted_idle, sink=final_sink, next_step=None, trigger_interval_s=interval
+    )
     idle = first.spec.idle_batches
     # later steps are built from the last: each is the one before's next step
     downstream: list[tuple[_Prepared, ChainedStep]] = []
     next_step: ChainedStep | None = None
     for step in reversed(checked[1:]):
-        prepared = _prepared(step, idle=idle, sink=final_sink, next_step=next_step)
+        prepared = _prepared(
+            step, idle=idle, sink=final_sink, next_step=next_step, trigger_interval_s=interval
+        )
         before = step.request.before or (lambda frame: frame)
         next_step = ChainedStep(prepared.cfg, prepared.spec, before, records_progress=connect)
         downstream.insert(0, (prepared, next_step))

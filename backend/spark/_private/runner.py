@@ -80,6 +80,8 @@ class QuerySpec:
     #: the next stateful step of the query: it gets the output (every batch: its timers may be
     #: due) and writes to the sink, instead of this step
     next_step: NextStep | None = None
+    #: a processing-time trigger's interval, s (0: none): batches start at least that far apart
+    trigger_interval_s: float = 0.0
 
 
 def checked_layout(cfg: Config) -> tuple[int, int, str]:
@@ -130,7 +132,9 @@ class BatchRunner:
         self.working_dir = cfg.get(SPARK_WORKING_DIR) or f"{tempfile.gettempdir()}/dstl-working"
         self.homes = ExecutorHomes.of(cfg)
         self._reports: ReportChannel | None = None  # set up by the first batch that can use one
-        self.turns = MaterializationTurns([instance_name(r) for r in self.ranges], cfg)
+        self.turns = MaterializationTurns(
+            [instance_name(r) for r in self.ranges], cfg, spec.trigger_interval_s
+        )
         #: per instance, ``(rows, bytes)`` of its working state as it reported last
         self.working_state: dict[str, tuple[int, int]] = {}
         self.progress: deque[BatchProgress] = deque(maxlen=RECENT_BATCHES)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from dstl.backend.spark._private.durations import duration_ms
+from dstl.backend.spark._private.durations import duration_ms, processing_interval_s
 
 
 @pytest.mark.parametrize(
@@ -29,3 +29,18 @@ def test_durations(text, ms):
 def test_what_is_no_duration_is_refused_with_an_example(text):
     with pytest.raises(ValueError, match="duration"):
         duration_ms(text)
+
+
+@pytest.mark.parametrize(
+    ("trigger", "seconds"),
+    [
+        ({"processingTime": "100 seconds"}, 100.0),
+        ({"processingTime": "2 minutes"}, 120.0),
+        ({"processingTime": "0 seconds"}, 0.0),
+        ({"processingTime": "250 microseconds"}, 0.0),  # Spark's to check: no interval known here
+        ({"availableNow": True}, 0.0),
+        (None, 0.0),
+    ],
+)
+def test_a_processing_time_triggers_interval(trigger, seconds):
+    assert processing_interval_s(trigger) == seconds

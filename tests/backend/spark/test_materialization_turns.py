@@ -109,3 +109,29 @@ def test_a_batch_kept_going_by_one_tasks_snapshot_does_not_count_as_the_others_r
     assert turns.ran_at == {"kg0-64": 101.0, "kg64-128": 181.0}
     clock[0] = 200.0
     assert turns.due({}) == {0: True}  # kg0-64 was idle 99 s, not 19 s
+
+
+def test_a_processing_time_trigger_interval_is_the_least_gap_expected(monkeypatch):
+    # Its batches start aligned to the interval: the first ones come sooner (measured: 20 s after
+    # the first batch, then 100 s apart), and an observed gap alone left that snapshot behind.
+    from dstl.backend.spark._private import materialization_turns
+
+    clock = [0.0]
+    monkeypatch.setattr(materialization_turns.time, "monotonic", lambda: clock[0])
+    cfg = Config({"state.changelog.materialization.interval": "0s"})
+    every_100s = MaterializationTurns(NAMES, cfg, trigger_interval_s=100.0)
+    assert every_100s.due({}) == {0: True}  # nothing ran yet
+    clock[0] = 1.0  # the first batch ends
+    every_100s.noticed(
+        [InstanceStats(name, 1, 1, Restore.WARM, materialized=name == NAMES[0]) for name in NAMES]
+    )
+    clock[0] = 20.0
+    assert every_100s.due({}) == {1: True}  # 20 s observed, 100 s to expect
+    every_10s = MaterializationTurns(NAMES, cfg, trigger_interval_s=10.0)
+    assert every_10s.due({}) == {0: False}
+    clock[0] = 21.0
+    every_10s.noticed(
+        [InstanceStats(name, 1, 1, Restore.WARM, materialized=name == NAMES[0]) for name in NAMES]
+    )
+    clock[0] = 100.0  # the stream paused: a longer gap observed still counts
+    assert every_10s.due({}) == {1: True}
