@@ -6,10 +6,10 @@ from dstl.spi import ConfigOption, OptionType
 
 __all__ = [
     "SPARK_DROPPED_STATES",
+    "SPARK_FINISH_IN_TASK_GAP",
     "SPARK_OPTIONS",
     "SPARK_PARALLELISM",
     "SPARK_PLACEMENT",
-    "SPARK_SNAPSHOT_IN_TASK_GAP",
     "SPARK_STANDBY_REFRESH_INTERVAL",
     "SPARK_STANDBY_REPLICAS",
     "SPARK_WORKING_DIR",
@@ -73,16 +73,15 @@ SPARK_DROPPED_STATES: ConfigOption[str | None] = ConfigOption(
     "is refused (a rename would silently start empty).",
 )
 
-SPARK_SNAPSHOT_IN_TASK_GAP: ConfigOption[float] = ConfigOption(
-    "dstl.spark.snapshot-in-task-gap",
+SPARK_FINISH_IN_TASK_GAP: ConfigOption[float] = ConfigOption(
+    "dstl.spark.finish-in-task-gap",
     OptionType.DURATION,
     40.0,
-    "An instance that last ran at least this long before the batch that snapshots it (or whose query's "
-    "processing-time trigger is at least this long) finishes the snapshot inside that batch's task "
-    "(the batch waits for it) rather than in the background: Spark "
-    "stops a Python worker that ran no task for a minute, and a background snapshot ends with it, so "
-    "with batches that far apart a long snapshot would never complete and the log would keep growing. "
-    "0: every snapshot is finished in its task.",
+    "An instance that last ran at least this long before a batch (or whose query's processing-time "
+    "trigger is at least this long) finishes its background work inside that batch's task, which waits "
+    "for it: its snapshot, and the refresh of the standby copies its executor keeps. Spark stops a "
+    "Python worker that ran no task for a minute, and background work ends with it, so with batches "
+    "that far apart a long snapshot would never complete and the log would keep growing. 0: always.",
     minimum=0,
 )
 
@@ -92,6 +91,6 @@ SPARK_OPTIONS = (
     SPARK_PLACEMENT,
     SPARK_STANDBY_REPLICAS,
     SPARK_STANDBY_REFRESH_INTERVAL,
-    SPARK_SNAPSHOT_IN_TASK_GAP,
+    SPARK_FINISH_IN_TASK_GAP,
     SPARK_DROPPED_STATES,
 )

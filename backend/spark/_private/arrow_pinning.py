@@ -28,7 +28,7 @@ from .output import output_batch
 from .protocol import TaskPlan
 from .report_channel import ReportSender, TaskReports, reporting
 from .routing import instance_partition
-from .standby import keep_copies
+from .standby import finish_refreshes, keep_copies
 from .task import process_instance, working_copy_of
 
 if TYPE_CHECKING:
@@ -110,6 +110,7 @@ def pinned_arrow_function(
                     )
                 elif plan.standbys.get(instance):  # no rows here (or a standby-only task): the copies
                     keep_copies(plan, plan.standbys[instance], reports.copies)
+                    finish_refreshes(plan, instance)
 
     return reporting(process, sender)
 
@@ -159,3 +160,5 @@ def run_instance(
     reports.instances.append(encoded)
     yield from batches
     yield output_batch({}, plan.output_schema, timezone, report=encoded)
+    if plan.standbys.get(instance):  # the output is on its way meanwhile
+        finish_refreshes(plan, instance)

@@ -9,14 +9,17 @@ from dstl.spi import Config
 
 from ...changelog import BackendSnapshot, MaterializationPolicy
 from ...options import CHANGELOG_MATERIALIZATION_INTERVAL, CHANGELOG_MATERIALIZATION_MAX_LOG_RATIO
-from ..options import SPARK_SNAPSHOT_IN_TASK_GAP
+from ..options import SPARK_FINISH_IN_TASK_GAP
 from .protocol import InstanceStats
 
-__all__ = ["MaterializationTurns", "next_to_materialize", "snapshots_in_task"]
+__all__ = ["MaterializationTurns", "finishes_in_task", "next_to_materialize"]
 
 
 class MaterializationTurns:
     """The driver's record of whom it asked to snapshot, and when each instance last ran.
+
+    When an instance last ran also says whether its next task finishes its background
+    work before it ends (:meth:`finish_in_task`).
 
     :ivar asked_at: per instance, when it was last asked (or when the run started).
     :ivar ran_at: per instance, when its last task ended (absent: not yet in this run).
@@ -28,17 +31,15 @@ class MaterializationTurns:
         self.names = list(names)
         self.interval = cfg.get(CHANGELOG_MATERIALIZATION_INTERVAL)
         self.policy = MaterializationPolicy(cfg.get(CHANGELOG_MATERIALIZATION_MAX_LOG_RATIO))
-        self.gap = cfg.get(SPARK_SNAPSHOT_IN_TASK_GAP)
+        self.gap = cfg.get(SPARK_FINISH_IN_TASK_GAP)
         self.asked_at = dict.fromkeys(self.names, time.monotonic())
         self.ran_at: dict[str, float] = {}
         self.trigger_interval_s = trigger_interval_s
 
-    def due(self, previous: Mapping[str, BackendSnapshot]) -> dict[int, bool]:
-        """The instance (by index) to materialize in the next batch, and whether its task waits for it.
+    def due(self, previous: Mapping[str, BackendSnapshot]) -> int | None:
+        """The instance (by index) to materialize in the next batch, if any: :func:`next_to_materialize`.
 
-        At most one a batch (spreads the cost over batches): :func:`next_to_materialize`;
-        its task waits as :func:`snapshots_in_task` says. ``previous``: the instances'
-        snapshots in the batch's base checkpoint.
+        ``previous``: the instances' snapshots in the batch's base checkpoint.
         """
         sizes = {
             name: (sum(h.size for h in s.all_handles), sum(m.size for m in s.all_materialized))
@@ -48,15 +49,19 @@ class MaterializationTurns:
         now = time.monotonic()
         chosen = next_to_materialize(self.names, sizes, self.asked_at, now, self.interval, self.policy)
         if chosen is None:
-            return {}
+            return None
         self.asked_at[chosen] = now  # asked: the next batch asks another first
-        last_ran = self.ran_at.get(chosen)
+        return self.names.index(chosen)
+
+    def finish_in_task(self, name: str) -> bool:
+        """Whether ``name``'s next task finishes its background work: :func:`finishes_in_task`."""
+        last_ran = self.ran_at.get(name)
         # a processing-time trigger's interval is the least gap to expect: its first batches come
         # sooner (aligned to the interval), which an observed gap alone would take as the rule
-        expected = [now - last_ran] if last_ran is not None else []
+        expected = [time.monotonic() - last_ran] if last_ran is not None else []
         if self.trigger_interval_s:
             expected.append(self.trigger_interval_s)
-        return {self.names.index(chosen): snapshots_in_task(max(expected, default=None), self.gap)}
+        return finishes_in_task(max(expected, default=None), self.gap)
 
     def noticed(self, stats: Iterable[InstanceStats]) -> None:
         """The instances that ran in a completed batch: when, and which materialized.
@@ -102,13 +107,13 @@ def next_to_materialize(
     return chosen
 
 
-def snapshots_in_task(idle_s: float | None, gap_s: float) -> bool:
-    """Whether the instance asked to snapshot finishes it inside its task, the batch waiting for it.
+def finishes_in_task(idle_s: float | None, gap_s: float) -> bool:
+    """Whether an instance's task finishes its background work (its snapshot, standby refreshes), waiting.
 
     Spark stops a Python worker that ran no task for a minute (its worker factory's idle
-    monitor), and a snapshot running past its task ends with the worker: with batches
-    further apart than that, a long snapshot would never complete and the log would
-    keep growing. How long the instance was idle before this batch (``idle_s``;
-    ``None``: it has not run in this run) predicts the gap after it. ``gap_s`` 0: always.
+    monitor), and work running past its task ends with the worker: with batches further
+    apart than that, a long snapshot would never complete and the log would keep
+    growing. How long the instance was idle before this batch (``idle_s``; ``None``:
+    unknown, e.g. it has not run in this run) predicts the gap after it. ``gap_s`` 0: always.
     """
     return gap_s <= 0 or (idle_s is not None and idle_s >= gap_s)

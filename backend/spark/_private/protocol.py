@@ -41,6 +41,10 @@ class Restore(enum.StrEnum):
 _RESTORES = frozenset(item.value for item in Restore)
 
 
+#: the longest a task waits for background work it finishes (``InstancePlan.finish_in_task``)
+FINISH_IN_TASK_WAIT_S = 900.0
+
+
 @dataclass(frozen=True)
 class InstancePlan:
     """What the driver sends one instance for one batch.
@@ -50,15 +54,16 @@ class InstancePlan:
         copy stamped with one of them holds committed state and may catch up from it.
     :ivar materialize: materialize its state in this batch.
     :ivar wake: it runs even without rows (one of its timers is due).
-    :ivar snapshot_in_task: the task waits for its materialization to complete (its worker
-        may be stopped as idle before a background one would).
+    :ivar finish_in_task: its worker may be stopped as idle before its next batch: the
+        task finishes its background work (its snapshot, its executor's standby copies'
+        refresh), waiting at most :data:`FINISH_IN_TASK_WAIT_S`.
     """
 
     base: BackendSnapshot | None = None
     lineage: tuple[str, ...] = ()
     materialize: bool = False
     wake: bool = False
-    snapshot_in_task: bool = False
+    finish_in_task: bool = False
 
     def to_json(self) -> str:
         """The plan as shipped (its base snapshot serialized here, once)."""
@@ -68,7 +73,7 @@ class InstancePlan:
                 "lineage": list(self.lineage),
                 "materialize": self.materialize,
                 "wake": self.wake,
-                "snapshot_in_task": self.snapshot_in_task,
+                "finish_in_task": self.finish_in_task,
             }
         )
 
@@ -82,7 +87,7 @@ class InstancePlan:
             tuple(str(digest) for digest in doc["lineage"]),
             bool(doc.get("materialize")),
             bool(doc.get("wake")),
-            bool(doc.get("snapshot_in_task")),
+            bool(doc.get("finish_in_task")),
         )
 
 

@@ -327,16 +327,16 @@ class BatchRunner:
         wake: frozenset[int],
     ) -> TaskPlan:
         """The batch's plan: each instance's own base, lineage and materialize decision, encoded once."""
-        materialize = self.turns.due(dict(base.snapshots) if base else {})
+        materializing = self.turns.due(dict(base.snapshots) if base else {})
         instances = {}
         for index, key_groups in enumerate(self.ranges):
             name = instance_name(key_groups)
             own = InstancePlan(
                 bases[name],
                 tuple(digest for _, digest in self.lineage.get(name, ())),
-                index in materialize,
+                index == materializing,
                 index in wake,
-                materialize.get(index, False),
+                self.turns.finish_in_task(name),
             )
             if own != InstancePlan():
                 instances[index] = own.to_json()

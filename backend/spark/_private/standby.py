@@ -7,7 +7,9 @@ that task's executor keeps (:attr:`~.protocol.TaskPlan.standbys`). After its own
 work, the task queues their refresh to a daemon thread of its worker: each copy is
 brought to the instance's base checkpoint of the batch (one batch behind the
 instance), the way a task brings up its own copy: a catch-up on the log and
-incremental snapshots since its stamp, or a full restore the first time.
+incremental snapshots since its stamp, or a full restore the first time. When the
+worker may be stopped as idle before the next batch (``InstancePlan.finish_in_task``),
+the task waits for them before it ends (:func:`finish_refreshes`).
 
 When the instance's home executor is lost, the driver moves it to its standby
 executor, whose copy holds a committed checkpoint of its lineage: its task catches
@@ -40,17 +42,18 @@ from ...keygroups import key_group_range_for_instance
 from ...pacing import give_way
 from ..placement import instance_name
 from .bring_up import bring_up
-from .protocol import Restore, TaskPlan
+from .protocol import FINISH_IN_TASK_WAIT_S, Restore, TaskPlan
 from .task import working_copy_of
 from .working_copy import held_checkpoint
 
 log = logging.getLogger(__name__)
 
-__all__ = ["copy_is_warm", "keep_copies", "refresh_later", "refresh_standby"]
+__all__ = ["copy_is_warm", "finish_refreshes", "keep_copies", "refresh_later", "refresh_standby"]
 
 _QUEUE: queue.SimpleQueue[tuple[TaskPlan, int]] = queue.SimpleQueue()
 _PENDING: set[tuple[str, str, int]] = set()  # (job, operator, instance) queued or refreshing
 _LOCK = threading.Lock()
+_REFRESHED = threading.Condition(_LOCK)  # notified as each queued refresh ends
 _WORKER: threading.Thread | None = None
 
 
@@ -96,8 +99,28 @@ def _work() -> None:
         except Exception as exc:
             log.warning("dstl: standby copy of instance %d of %s: %s", instance, plan.operator_id, exc)
         finally:
-            with _LOCK:
+            with _REFRESHED:
                 _PENDING.discard((plan.job_id, plan.operator_id, instance))
+                _REFRESHED.notify_all()
+
+
+def finish_refreshes(plan: TaskPlan, instance: int) -> None:
+    """Wait (bounded) for the refreshes ``instance``'s task queued, when its plan says to finish them.
+
+    The plan says so when the worker may be stopped as idle before the next batch
+    (``InstancePlan.finish_in_task``): a refresh running past the task ends with it.
+    """
+    if not plan.instance(instance).finish_in_task:
+        return
+    queued = {(plan.job_id, plan.operator_id, other) for other in plan.standbys.get(instance, ())}
+    with _REFRESHED:
+        done = _REFRESHED.wait_for(lambda: _PENDING.isdisjoint(queued), timeout=FINISH_IN_TASK_WAIT_S)
+    if not done:
+        log.warning(
+            "dstl: standby copies of %s not refreshed within %g s of their task: left to the background",
+            plan.operator_id,
+            FINISH_IN_TASK_WAIT_S,
+        )
 
 
 def refresh_standby(plan: TaskPlan, instance: int) -> Restore | None:

@@ -29,7 +29,7 @@ from .columns import EVENT_TIME_COLUMN, INSTANCE_COLUMN, KEY_GROUP_COLUMN, WAKE_
 from .grouping import keyed_batch
 from .instance_rows import ArrowRows, InstanceRows
 from .output import check_output_types, output_columns
-from .protocol import InstanceReport, InstanceStats, TaskPlan
+from .protocol import FINISH_IN_TASK_WAIT_S, InstanceReport, InstanceStats, TaskPlan
 from .working_copy import WorkingCopy, held_checkpoint
 
 log = logging.getLogger(__name__)
@@ -38,8 +38,6 @@ __all__ = ["epoch_for", "process_instance", "storage_figures", "working_copy_of"
 
 # Storages are thread-safe and batch the persists of many writers: one per config and process.
 _STORAGES: dict[str, StateChangelogStorage] = {}
-#: how long a task waits for a snapshot it finishes in the task (``InstancePlan.snapshot_in_task``)
-SNAPSHOT_IN_TASK_WAIT_S = 900.0
 _EPOCH_RUN = 10**12  # epoch = run * 10^12 + Spark's task attempt id (unique, increasing within a run)
 
 
@@ -194,7 +192,7 @@ def process_instance(
         phases["stamp"] = round((time.perf_counter() - mark_began) * 1000, 3)
     if rebased is not None and claim is not None:
         offered = offer_when_done(copy, snapshot, rebased, plan.run_id, backend.materializer, claim)
-        if own.snapshot_in_task:  # the worker may be stopped as idle before the snapshot would end
+        if own.finish_in_task:  # the worker may be stopped as idle before the snapshot would end
             phases["snapshot"] = _waited_ms(offered, name)
     stats = InstanceStats(
         instance=name,
@@ -232,12 +230,12 @@ def _waited_ms(offered: threading.Event, name: str) -> float:
     """
     began = time.perf_counter()
     with yielding():
-        done = offered.wait(SNAPSHOT_IN_TASK_WAIT_S)
+        done = offered.wait(FINISH_IN_TASK_WAIT_S)
     if not done:
         log.warning(
             "the snapshot of %s did not complete within %g s of its task: it goes on in the background",
             name,
-            SNAPSHOT_IN_TASK_WAIT_S,
+            FINISH_IN_TASK_WAIT_S,
         )
     return round((time.perf_counter() - began) * 1000, 3)
 

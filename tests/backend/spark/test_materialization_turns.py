@@ -3,8 +3,8 @@
 from dstl.backend.changelog import MaterializationPolicy
 from dstl.backend.spark._private.materialization_turns import (
     MaterializationTurns,
+    finishes_in_task,
     next_to_materialize,
-    snapshots_in_task,
 )
 from dstl.backend.spark._private.protocol import InstanceStats, Restore
 from dstl.spi import Config
@@ -55,38 +55,43 @@ def test_nothing_is_asked_before_the_interval_or_of_no_instance():
     assert next_to_materialize([], {}, {}, 5.0, 10.0, RATIO) is None
 
 
-def test_a_snapshot_is_finished_in_its_task_when_its_instance_was_idle_as_long_as_the_gap():
-    assert snapshots_in_task(45.0, 40.0) and snapshots_in_task(40.0, 40.0)
-    assert not snapshots_in_task(39.0, 40.0)
-    assert not snapshots_in_task(None, 40.0)  # not run yet in this run: nothing to go by
-    assert snapshots_in_task(None, 0.0) and snapshots_in_task(0.0, 0.0)  # 0: always
+def test_a_task_finishes_its_background_work_when_its_instance_was_idle_as_long_as_the_gap():
+    assert finishes_in_task(45.0, 40.0) and finishes_in_task(40.0, 40.0)
+    assert not finishes_in_task(39.0, 40.0)
+    assert not finishes_in_task(None, 40.0)  # not run yet in this run: nothing to go by
+    assert finishes_in_task(None, 0.0) and finishes_in_task(0.0, 0.0)  # 0: always
 
 
-def test_the_driver_plans_the_wait_from_when_the_asked_instance_last_ran(monkeypatch):
+def _planned(turns):
+    """The next batch's instance asked to snapshot, and whether each instance's task finishes its work."""
+    return turns.due({}), [turns.finish_in_task(name) for name in NAMES]
+
+
+def test_the_driver_plans_the_wait_from_when_each_instance_last_ran(monkeypatch):
     from dstl.backend.spark._private import materialization_turns
 
     clock = [1000.0]
     monkeypatch.setattr(materialization_turns.time, "monotonic", lambda: clock[0])
     turns = MaterializationTurns(NAMES, Config({"state.changelog.materialization.interval": "10s"}))
-    assert turns.gap == 40.0  # dstl.spark.snapshot-in-task-gap's default
+    assert turns.gap == 40.0  # dstl.spark.finish-in-task-gap's default
 
     def ran(name, *, materialized=False):
         turns.noticed([InstanceStats(name, 1, 1, Restore.WARM, materialized=materialized)])
 
     clock[0] += 10
-    assert turns.due({}) == {0: False}  # never ran in this run: in the background
+    assert _planned(turns) == (0, [False, False])  # never ran in this run: in the background
     ran("kg0-64", materialized=True)
     ran("kg64-128")
     clock[0] += 5
-    assert turns.due({}) == {1: False}  # ran 5 s ago: batches come often enough
+    assert _planned(turns) == (1, [False, False])  # ran 5 s ago: batches come often enough
     ran("kg64-128", materialized=True)
     clock[0] += 60  # then a minute without a batch: Spark stops idle Python workers
-    assert turns.due({}) == {0: True}
+    assert _planned(turns) == (0, [True, True])
     ran("kg0-64", materialized=True)
-    assert turns.due({}) == {1: True}  # the next batch: kg64-128 also last ran 60 s ago
+    assert _planned(turns) == (1, [False, True])  # kg64-128 last ran 60 s ago, kg0-64 just now
     ran("kg64-128", materialized=True)
     clock[0] += 1
-    assert turns.due({}) == {}  # both asked within the interval
+    assert _planned(turns) == (None, [False, False])  # both asked within the interval
 
 
 def test_a_batch_kept_going_by_one_tasks_snapshot_does_not_count_as_the_others_running(monkeypatch):
@@ -108,7 +113,7 @@ def test_a_batch_kept_going_by_one_tasks_snapshot_does_not_count_as_the_others_r
     )
     assert turns.ran_at == {"kg0-64": 101.0, "kg64-128": 181.0}
     clock[0] = 200.0
-    assert turns.due({}) == {0: True}  # kg0-64 was idle 99 s, not 19 s
+    assert _planned(turns) == (0, [True, False])  # kg0-64 was idle 99 s, not 19 s
 
 
 def test_a_processing_time_trigger_interval_is_the_least_gap_expected(monkeypatch):
@@ -120,18 +125,18 @@ def test_a_processing_time_trigger_interval_is_the_least_gap_expected(monkeypatc
     monkeypatch.setattr(materialization_turns.time, "monotonic", lambda: clock[0])
     cfg = Config({"state.changelog.materialization.interval": "0s"})
     every_100s = MaterializationTurns(NAMES, cfg, trigger_interval_s=100.0)
-    assert every_100s.due({}) == {0: True}  # nothing ran yet
+    assert _planned(every_100s) == (0, [True, True])  # nothing ran yet
     clock[0] = 1.0  # the first batch ends
     every_100s.noticed(
         [InstanceStats(name, 1, 1, Restore.WARM, materialized=name == NAMES[0]) for name in NAMES]
     )
     clock[0] = 20.0
-    assert every_100s.due({}) == {1: True}  # 20 s observed, 100 s to expect
+    assert _planned(every_100s) == (1, [True, True])  # 20 s observed, 100 s to expect
     every_10s = MaterializationTurns(NAMES, cfg, trigger_interval_s=10.0)
-    assert every_10s.due({}) == {0: False}
+    assert _planned(every_10s) == (0, [False, False])
     clock[0] = 21.0
     every_10s.noticed(
         [InstanceStats(name, 1, 1, Restore.WARM, materialized=name == NAMES[0]) for name in NAMES]
     )
     clock[0] = 100.0  # the stream paused: a longer gap observed still counts
-    assert every_10s.due({}) == {1: True}
+    assert _planned(every_10s) == (1, [True, True])

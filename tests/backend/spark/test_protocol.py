@@ -88,7 +88,7 @@ def test_reports_and_plans_round_trip_and_refuse_what_no_task_sends():
     assert InstanceReport.from_json(report.to_json()) == report
     plan = InstancePlan(BackendSnapshot(3, ()), ("d1", "d2"), materialize=True, wake=False)
     assert InstancePlan.from_json(plan.to_json()) == plan
-    waits = InstancePlan(None, (), materialize=True, snapshot_in_task=True)
+    waits = InstancePlan(None, (), materialize=True, finish_in_task=True)
     assert InstancePlan.from_json(waits.to_json()) == waits != InstancePlan(None, (), materialize=True)
     doc = stats.to_dict()
     with pytest.raises(InvalidHandleError, match="unknown fields"):

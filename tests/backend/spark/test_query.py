@@ -167,8 +167,8 @@ def test_the_per_key_api_gives_the_same_exact_state(spark, workdir, tmp_path):
 
 
 def test_snapshots_finished_in_their_tasks_are_moved_onto_by_the_next_batch(spark, workdir, tmp_path):
-    """``dstl.spark.snapshot-in-task-gap=0s``: the plan crosses to the executors and each task waits."""
-    progress = run(spark, workdir, local_config(tmp_path, **{"dstl.spark.snapshot-in-task-gap": "0s"}), 4)
+    """``dstl.spark.finish-in-task-gap=0s``: the plan crosses to the executors and each task waits."""
+    progress = run(spark, workdir, local_config(tmp_path, **{"dstl.spark.finish-in-task-gap": "0s"}), 4)
     materializing = [p for p in progress if p.materialized]
     assert materializing and all("snapshot" in p.task_phases_ms for p in materializing), [
         (p.materialized, p.task_phases_ms) for p in progress

@@ -156,3 +156,35 @@ def test_refreshes_leave_no_namespace_of_their_private_log_behind(tmp_path, monk
         spare = replace(plan, working_dir=str(tmp_path / f"spare-{executor}"))
         assert standby.refresh_standby(spare, 0) is Restore.FULL
     assert set(memory._NAMESPACES) == before, "a refresh left its private namespace in the process"
+
+
+@pytest.mark.parametrize("gap", ["0s", "1h"], ids=["finished in the task", "in the background"])
+def test_a_task_finishing_in_task_waits_for_the_standby_refreshes_it_queued(tmp_path, monkeypatch, gap):
+    """Spark stops a worker idle for a minute: a refresh running past its task would end with it."""
+    from dstl.backend.spark._private.working_copy import held_checkpoint
+
+    runner = _runner(tmp_path, monkeypatch, "1h", **{"dstl.spark.finish-in-task-gap": gap})
+    home, spare = str(tmp_path / "executor-1"), str(tmp_path / "executor-2")
+    _batch(runner, 0, home, [f"k{i}" for i in range(50)], None)
+    base = runner.coordinator.latest()
+    clock, wake = runner._clock(base)
+    plan = replace(
+        runner._plan(1, base, runner._bases(base), clock, wake), working_dir=spare, standbys={0: (0,)}
+    )
+    refresh = standby.refresh_standby
+
+    def slow_refresh(plan, instance):
+        time.sleep(1.0)  # a refresh that outlasts its task
+        return refresh(plan, instance)
+
+    monkeypatch.setattr(standby, "refresh_standby", slow_refresh)
+    standby.keep_copies(plan, [0], {})
+    standby.finish_refreshes(plan, 0)
+    own = plan.instance(0)
+    refreshed = held_checkpoint(task.working_copy_of(plan, 0).stamp(), own.base, own.lineage)[0]
+    assert refreshed is (gap == "0s"), "the task's wait and the copy's refresh disagree"
+    if gap == "1h":  # the refresh ends in the background, as before
+        deadline = time.monotonic() + 30
+        while not held_checkpoint(task.working_copy_of(plan, 0).stamp(), own.base, own.lineage)[0]:
+            assert time.monotonic() < deadline, "the background refresh did not end"
+            time.sleep(0.05)

@@ -214,7 +214,7 @@ def test_a_snapshot_planned_in_its_task_is_complete_and_offered_when_the_task_re
         return upload(self, *args, **kwargs)
 
     monkeypatch.setattr(Materializer, "_upload", slow_upload)
-    runner = _runner(tmp_path, monkeypatch, "0s", **{"dstl.spark.snapshot-in-task-gap": gap})
+    runner = _runner(tmp_path, monkeypatch, "0s", **{"dstl.spark.finish-in-task-gap": gap})
     restores = []
     for batch_id in range(2):
         base = runner.coordinator.latest()
