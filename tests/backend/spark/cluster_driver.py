@@ -9,9 +9,10 @@ executor its own working copies, as on two hosts. Writes one JSON document:
 - ``steady``: per-batch progress of a 12-batch run (state placement after warm-up);
 - ``executor_kill``: progress around the SIGKILL of one executor (its JVM and
   Python workers) mid-stream, and whether the result is exact;
-- ``standby_kill``: with a standby copy of each instance on the other executor, an
-  executor killed between two batches (known lost before the next), the driver's
-  balancing moves after it, and exactness;
+- ``standby_kill``: with a standby copy of each instance on the other executor (every
+  task finishing its snapshot and standby refreshes before it ends), an executor
+  killed between two batches (known lost before the next), the driver's balancing
+  moves after it, and exactness;
 - ``rescale``: progress of a run at parallelism 2, then 3, and whether it is exact.
 
 Usage: ``python -m tests.backend.spark.cluster_driver OUT.json WORKDIR``
@@ -147,8 +148,15 @@ def main() -> None:
         result["executor_kill"]["exact"] = _exact(spark, kill_dir)
 
         standby_dir = base / "standby-kill"
+        # every task finishes its background work (snapshot, standby refreshes) as it would with
+        # batches a minute apart: that path runs on executors of their own too
         standby_config = _config(
-            standby_dir, **{"dstl.spark.standby-replicas": 1, "dstl.spark.standby-refresh-interval": "0s"}
+            standby_dir,
+            **{
+                "dstl.spark.standby-replicas": 1,
+                "dstl.spark.standby-refresh-interval": "0s",
+                "dstl.spark.finish-in-task-gap": "0s",
+            },
         )
         result["standby_kill"] = _executor_kill(
             spark, standby_dir, standby_config, between_batches=True, files=12
