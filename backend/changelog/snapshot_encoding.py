@@ -260,22 +260,22 @@ def _spawned(request: EncodeRequest) -> dict[str, Any]:
             msg = f"the snapshot encoder process could not be started ({exc})"
             raise EncoderNotStarted(msg, retriable=True) from exc
     try:
-        report, stalled, started = _followed(process)
+        followed = _followed(process)
     finally:
         if process.poll() is None:
             process.kill()
         process.wait()
         assert process.stdout is not None
         process.stdout.close()
-    if stalled:
+    if followed.stalled:
         why = f"it finished no section for {child_output.STALL_SECONDS:g} s and was stopped"
-    elif process.returncode == 0 and "size" in report:
-        return report
+    elif process.returncode == 0 and "size" in followed.report:
+        return followed.report
     else:
-        why = report.get("error") or f"it ended with exit code {process.returncode}"
+        why = followed.report.get("error") or f"it ended with exit code {process.returncode}"
     tail = (spool / ERRORS_NAME).read_bytes()[-_QUOTED_ERRORS:].decode(errors="replace").strip()
     quoted = f" (its stderr ends: {tail})" if tail else ""
-    if not started:
+    if not followed.started:
         msg = f"the snapshot encoder process did not start: {why}{quoted}"
         raise EncoderNotStarted(msg, retriable=True)
     msg = f"the snapshot encoder process failed: {why}{quoted}"
@@ -287,26 +287,34 @@ def encoder_command(request: Path) -> list[str]:
     return [sys.executable, "-m", ENCODER_MODULE, str(request)]
 
 
-def _followed(process: subprocess.Popen[bytes]) -> tuple[dict[str, Any], bool, bool]:
-    """The encoder's last report, whether it stalled and whether it started (sent any message).
+@dataclass
+class _Followed:
+    """What following an encoder process found: its last report, whether it stalled, whether it started.
 
     Stalled: silent for :data:`~.child_output.STALL_SECONDS`. Started: it sent a message
     (its first is sent before it reads the request).
     """
+
+    report: dict[str, Any] = field(default_factory=dict)
+    stalled: bool = False
+    started: bool = False
+
+
+def _followed(process: subprocess.Popen[bytes]) -> _Followed:
+    """Read the encoder's messages until its stdout ends or it stalls."""
     assert process.stdout is not None
     messages = msgpack.Unpacker(raw=False, strict_map_key=False)
-    report: dict[str, Any] = {}
-    started = False
+    found = _Followed()
     try:
         for chunk in child_output.chunks(process.stdout.fileno()):
             messages.feed(chunk)
             for message in messages:
                 if isinstance(message, dict):  # not text printed to its stdout (ASCII reads as ints)
-                    started = True
+                    found.started = True
                     if "sections" not in message:
-                        report = message
+                        found.report = message
     except child_output.Stalled:
-        return report, True, started
+        found.stalled = True
     except (ValueError, msgpack.UnpackException):  # e.g. something printed to its stdout
-        return {"error": "its messages did not decode (something else wrote to its stdout)"}, False, started
-    return report, False, started
+        found.report = {"error": "its messages did not decode (something else wrote to its stdout)"}
+    return found
