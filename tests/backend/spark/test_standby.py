@@ -174,7 +174,7 @@ def test_a_task_finishing_in_task_waits_for_the_standby_refreshes_it_queued(tmp_
     refresh = standby.refresh_standby
 
     def slow_refresh(plan, instance):
-        time.sleep(1.0)  # a refresh that outlasts its task
+        time.sleep(3.0)  # a refresh that outlasts its task
         return refresh(plan, instance)
 
     monkeypatch.setattr(standby, "refresh_standby", slow_refresh)
