@@ -156,7 +156,7 @@ CHANGELOG_MATERIALIZATION_MAX_TRACKED_KEYS: ConfigOption[int] = ConfigOption(
     "state.changelog.materialization.max-tracked-keys",
     OptionType.INT,
     200_000,
-    "Keys changed since the last snapshot that are tracked one by one (about 130 B each); beyond "
+    "Keys changed since the last snapshot that are tracked one by one (about 85 B each); beyond "
     "it, the key groups with the most changes are snapshotted whole by the next incremental. "
     "Bounds memory whatever the state's size.",
     minimum=1,

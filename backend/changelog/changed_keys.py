@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
-from itertools import compress, repeat
-from operator import itemgetter
+from itertools import islice
+from operator import le
 from typing import Any
 
 from ..delegate import StateView
@@ -21,9 +22,9 @@ class ChangedKeys:
     entirely, replacing it on restore. Memory stays bounded by ``limit`` whatever the
     state's size or how much of it changes; precision degrades by key group.
 
-    The keys are one flat set of ``(key group, state, key)``, so a batch's keys go in
-    with one C-level ``set.update`` (a Python loop per key cost more than the state's
-    own write); coarsening, which needs them by key group, is rare.
+    The keys are kept as one set per key group and state, so a batch's keys go in by
+    key group with a C-level ``set.update`` each (a Python step per key, or a tuple per
+    key, cost more than the state's own write), and coarsening drops whole sets.
     """
 
     def __init__(self, limit: int) -> None:
@@ -31,44 +32,61 @@ class ChangedKeys:
             msg = f"the changed-key limit must be positive, got {limit}"
             raise ValueError(msg)
         self.limit = limit
-        self._tracked: set[tuple[int, str, bytes]] = set()
+        self._tracked: dict[tuple[int, str], set[bytes]] = {}
+        self._count = 0  # keys in all the sets
         self.whole: set[int] = set()
+
+    def _keys(self, key_group: int, state: str) -> set[bytes]:
+        keys = self._tracked.get((key_group, state))
+        if keys is None:
+            keys = self._tracked[(key_group, state)] = set()
+        return keys
 
     def add(self, state: str, key_group: int, key: bytes) -> None:
         """Record one change (the hot path of the per-key API)."""
         if key_group in self.whole:
             return
-        self._tracked.add((key_group, state, key))
-        if len(self._tracked) > self.limit:
-            self._coarsen()
+        keys = self._keys(key_group, state)
+        if key not in keys:
+            keys.add(key)
+            self._count += 1
+            if self._count > self.limit:
+                self._coarsen()
 
     def add_many(self, state: str, key_groups: Sequence[int], keys: Sequence[bytes]) -> None:
         """:meth:`add` for each key (the bulk write path); the limit is applied once, for all.
 
         When the batch could overflow the limit, the key groups to make whole are chosen
         first, from the tracked keys and the batch's own counts: a batch larger than the
-        limit then never fills the set only to be filtered again (which cost more than
-        the state's own write, every batch).
+        limit then never fills the sets only to be dropped again. Keys sorted by key
+        group (a Spark batch's, in the store's order) go in a slice per group.
         """
         if len(key_groups) != len(keys):
             msg = f"{len(key_groups)} key groups for {len(keys)} keys"
             raise ValueError(msg)
-        if self.whole and self.whole.issuperset(key_groups):  # e.g. nothing is tracked one by one
+        if not keys or (self.whole and self.whole.issuperset(key_groups)):  # e.g. nothing tracked by key
             return
-        if len(self._tracked) + len(keys) > self.limit:
+        if self._count + len(keys) > self.limit:
             incoming = Counter(key_groups)
             for key_group in self.whole.intersection(incoming):
                 del incoming[key_group]
             if not incoming:  # every key of the batch is in a whole group
                 return
             self._coarsen(incoming)
-        if self.whole and not self.whole.isdisjoint(key_groups):
-            tracked_groups = set(key_groups) - self.whole
-            kept = list(map(tracked_groups.__contains__, key_groups))  # a tuple only for a kept key
-            key_groups, keys = list(compress(key_groups, kept)), list(compress(keys, kept))
-        self._tracked.update(zip(key_groups, repeat(state), keys))
-        if len(self._tracked) > self.limit:  # only when counts were not known up front
+        for key_group, part in _by_key_group(key_groups, keys):
+            if key_group not in self.whole:
+                tracked = self._keys(key_group, state)
+                before = len(tracked)
+                tracked.update(part)
+                self._count += len(tracked) - before
+        if self._count > self.limit:  # only when counts were not known up front (repeated keys)
             self._coarsen()
+
+    def _counts(self) -> Counter[int]:
+        counts: Counter[int] = Counter()
+        for (key_group, _), keys in self._tracked.items():
+            counts[key_group] += len(keys)
+        return counts
 
     def _coarsen(self, incoming: Counter[int] | None = None) -> None:
         """Make the fullest key groups whole until half the limit is tracked (so this runs rarely).
@@ -76,7 +94,7 @@ class ChangedKeys:
         ``incoming`` counts keys about to be added, by key group (none of them whole):
         the groups are chosen as if they were tracked already.
         """
-        counts = Counter(map(itemgetter(0), self._tracked))
+        counts = self._counts()
         if incoming:
             counts.update(incoming)
         left = counts.total()
@@ -86,15 +104,14 @@ class ChangedKeys:
                 break
             left -= count
             made_whole.add(key_group)
-        if not made_whole:
-            return
-        self.whole |= made_whole
-        self._tracked = {change for change in self._tracked if change[0] not in made_whole}
+        if made_whole:
+            self.make_whole(made_whole)
 
     def make_whole(self, key_groups: Iterable[int]) -> None:
         """Track ``key_groups`` whole from now on: their keys are forgotten, and not tracked one by one."""
         self.whole.update(key_groups)
-        self._tracked = {change for change in self._tracked if change[0] not in self.whole}
+        for where in [where for where in self._tracked if where[0] in self.whole]:
+            self._count -= len(self._tracked.pop(where))
 
     def add_all(self, changes: Iterable[tuple[str, int, bytes]]) -> None:
         """Record several changes."""
@@ -104,33 +121,64 @@ class ChangedKeys:
     def update(self, other: ChangedKeys) -> None:
         """Take in ``other``'s changes (a failed snapshot hands its keys back)."""
         if not other.whole <= self.whole:
-            self.whole |= other.whole
-            self._tracked = {change for change in self._tracked if change[0] not in self.whole}
-        whole = self.whole
-        self._tracked.update(change for change in other._tracked if change[0] not in whole)
-        if len(self._tracked) > self.limit:
+            self.make_whole(other.whole)
+        for (key_group, state), keys in other._tracked.items():
+            if key_group not in self.whole:
+                tracked = self._keys(key_group, state)
+                before = len(tracked)
+                tracked.update(keys)
+                self._count += len(tracked) - before
+        if self._count > self.limit:
             self._coarsen()
 
     def __iter__(self) -> Iterator[tuple[str, int, bytes]]:
         """The tracked keys (not those of whole key groups)."""
-        for key_group, state, key in self._tracked:
-            yield state, key_group, key
+        for (key_group, state), keys in self._tracked.items():
+            for key in keys:
+                yield state, key_group, key
+
+    def by_state(self) -> dict[str, dict[int, list[bytes]]]:
+        """The tracked keys by state, then key group (an incremental snapshot's order of work)."""
+        grouped: dict[str, dict[int, list[bytes]]] = {}
+        for (key_group, state), keys in self._tracked.items():
+            if keys:
+                grouped.setdefault(state, {})[key_group] = list(keys)
+        return grouped
 
     def __len__(self) -> int:
         """How many keys are tracked one by one."""
-        return len(self._tracked)
+        return self._count
 
     def __bool__(self) -> bool:
         """Whether anything changed."""
-        return bool(self._tracked or self.whole)
+        return bool(self._count or self.whole)
 
     def keys_in(self, key_group: int) -> set[tuple[str, bytes]]:
-        """``(state, key)`` tracked in ``key_group`` (empty for a whole one): a scan, for inspection."""
-        return {(state, key) for group, state, key in self._tracked if group == key_group}
+        """``(state, key)`` tracked in ``key_group`` (empty for a whole one), for inspection."""
+        tracked = self._tracked.items()
+        return {(state, key) for (group, state), keys in tracked if group == key_group for key in keys}
 
     def estimate(self, keys_per_group: float) -> float:
         """The keys an incremental would hold, counting a whole key group as ``keys_per_group``."""
-        return len(self._tracked) + len(self.whole) * keys_per_group
+        return self._count + len(self.whole) * keys_per_group
+
+
+def _by_key_group(key_groups: Sequence[int], keys: Sequence[bytes]) -> Iterator[tuple[int, Sequence[bytes]]]:
+    """``(key group, its keys)``: slices when ``key_groups`` are sorted, else gathered key by key."""
+    if all(map(le, key_groups, islice(key_groups, 1, None))):  # sorted: one slice per key group
+        start = 0
+        for key_group in sorted(set(key_groups)):
+            end = bisect_right(key_groups, key_group, start)
+            yield key_group, keys[start:end]
+            start = end
+        return
+    gathered: dict[int, list[bytes]] = {}
+    for key_group, key in zip(key_groups, keys, strict=True):
+        part = gathered.get(key_group)
+        if part is None:
+            part = gathered[key_group] = []
+        part.append(key)
+    yield from gathered.items()
 
 
 class ChangedKeysView(StateView):
@@ -143,10 +191,7 @@ class ChangedKeysView(StateView):
     """
 
     def __init__(self, view: StateView, changed: ChangedKeys, *, owns: bool) -> None:
-        by_state: dict[str, dict[int, list[bytes]]] = {}
-        for state, key_group, key in changed:
-            by_state.setdefault(state, {}).setdefault(key_group, []).append(key)
-        self._hold(view, by_state, changed.whole, owns)
+        self._hold(view, changed.by_state(), changed.whole, owns)
 
     def _hold(
         self, view: StateView, by_state: dict[str, dict[int, list[bytes]]], whole: Iterable[int], owns: bool

@@ -39,8 +39,11 @@ def test_update_takes_in_keys_and_whole_groups():
     assert kept.whole == {3} and list(kept) == [("t", 5, b"b")]
 
 
-def test_add_many_tracks_what_add_tracks_one_by_one():
+@pytest.mark.parametrize("order", ["as given", "by key group"])
+def test_add_many_tracks_what_add_tracks_one_by_one(order):
     keys = [(i % 5, b"k%d" % (i % 40)) for i in range(120)]  # repeats: counted once
+    if order == "by key group":  # a Spark batch's keys come in the store's order: a slice per group
+        keys.sort()
     one_by_one, at_once = ChangedKeys(limit=1000), ChangedKeys(limit=1000)
     for key_group, key in keys:
         one_by_one.add("s", key_group, key)
@@ -98,3 +101,17 @@ def test_key_groups_made_whole_forget_their_keys_and_track_no_more():
     changed.add_many("s", [1, 4], [b"h", b"i"])
     assert sorted(changed) == [("s", 3, b"c"), ("s", 4, b"i")]
     assert changed.estimate(keys_per_group=10) == 2 + 3 * 10
+
+
+def test_the_keys_by_state_are_the_tracked_keys_grouped():
+    changed = ChangedKeys(limit=100)
+    changed.add_many("s", [0, 0, 2, 7], [b"a", b"b", b"c", b"d"])
+    changed.add("t", 2, b"e")
+
+    def grouped():
+        by_state = changed.by_state().items()
+        return {state: {kg: sorted(keys) for kg, keys in groups.items()} for state, groups in by_state}
+
+    assert grouped() == {"s": {0: [b"a", b"b"], 2: [b"c"], 7: [b"d"]}, "t": {2: [b"e"]}}
+    changed.make_whole([2])
+    assert grouped() == {"s": {0: [b"a", b"b"], 7: [b"d"]}} and len(changed) == 3
