@@ -144,11 +144,11 @@ class LmdbDelegate(StateDelegate):
         last = self._last_bases
         if last is not None and last[0] == state and last[1] is key_groups and last[2] is keys:
             return last[3]
+        longest = max(map(len, keys), default=0)
+        if len(self._base(state, 0, b"")) + longest > _MAX_KEY:  # the state's name checked too
+            self._base(state, 0, next(key for key in keys if len(key) == longest))  # raises, naming it
         prefixes = {key_group: _prefix(state, key_group) for key_group in set(key_groups)}
         bases = _bases_of(map(prefixes.__getitem__, key_groups), keys)
-        longest = max(bases, key=len, default=b"")
-        too_long = len(longest) > _MAX_KEY
-        self._base(state, 0, keys[bases.index(longest)] if too_long else b"")  # raises, naming the problem
         if type(key_groups) is tuple and type(keys) is tuple:  # immutable: safe to know again by identity
             self._last_bases = (state, key_groups, keys, bases)
         return bases
@@ -174,8 +174,7 @@ class LmdbDelegate(StateDelegate):
         """One lookup per key in one read transaction: a value has no element records to gather."""
         bases = self._bases(state, key_groups, keys)
         with self._read() as txn:
-            get = txn.get
-            return [get(base) for base in bases]
+            return list(map(txn.get, bases))
 
     def put_values(
         self, state: str, key_groups: Sequence[int], keys: Sequence[bytes], values: Sequence[bytes]
