@@ -425,8 +425,13 @@ def test_an_lmdb_key_too_long_is_a_clear_error(tmp_path):
         with pytest.raises(ValueError, match=r"the key \(600 bytes\).*exceeds the 511 bytes"):
             bulk()
     # A key beyond what its length prefix holds (a hostile snapshot's) is the same clear error.
-    with pytest.raises(ValueError, match=r"the key \(70000 bytes\).*exceeds the 511 bytes"):
-        delegate.write_batch("v", 0, {b"k" * 70_000: b"1"})
+    for hostile in (
+        lambda: delegate.write_batch("v", 0, {b"k" * 70_000: b"1"}),
+        lambda: delegate.put_values("v", [0, 1], [b"short", b"k" * 70_000], [b"1", b"2"]),
+        lambda: delegate.get_values("v", [0], [b"k" * 70_000]),
+    ):
+        with pytest.raises(ValueError, match=r"the key \(70000 bytes\).*exceeds the 511 bytes"):
+            hostile()
     assert delegate.get("v", 0, b"short") is None  # the refused bulk writes wrote nothing
     delegate.close()
 
