@@ -233,7 +233,7 @@ def test_scale_bench_timer_and_collection_tables_run(tmp_path):
     assert "| heap | 2,000 |" in (tmp_path / "scale-collections.md").read_text()
 
 
-def test_recovery_figures_count_from_the_kill_to_the_batch_where_the_lost_instances_ran_again():
+def test_recovery_figures_count_from_the_kill_to_the_batch_where_the_lost_instances_ran_again_and_to_steady():
     from bench.recovery_bench import _summary
 
     def batch(batch_id, ms, ended, caught_up=0, full=0):
@@ -252,6 +252,11 @@ def test_recovery_figures_count_from_the_kill_to_the_batch_where_the_lost_instan
     assert figures["steady_ms"] == 110 and figures["state_rows"] == 50
     assert figures["back_s"] == 3.5 and figures["recovery"]["batch_id"] == 4
     assert figures["after_ms"] == [300, 2500, 110]
+    assert figures["steady_again_s"] == 3.7  # batch 5: the first at the steady batch time again
     unmoved = _summary("kill", {"batches": batches[:4], "at_s": 12.5}, slice(1, 3))
-    assert unmoved["back_s"] is None
+    assert unmoved["back_s"] is None and unmoved["steady_again_s"] is None
+    slow = batches[:5] + [batch(5, 200, 16.4), batch(6, 137, 16.6)]  # 200 ms is over 1.25x 110 ms
+    assert _summary("kill", {"batches": slow, "at_s": 12.5}, slice(1, 3))["steady_again_s"] == 4.1
+    recovered_fast = batches[:4] + [batch(4, 130, 16.0, full=1)]  # the moved batch itself is steady
+    assert _summary("kill", {"batches": recovered_fast, "at_s": 12.5}, slice(1, 3))["steady_again_s"] == 3.5
     assert "back_s" not in _summary("rescale", {"batches": batches}, slice(1, 3))

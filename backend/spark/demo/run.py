@@ -20,6 +20,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +34,13 @@ PROGRESS = "PROGRESS "
 ROWS_PER_FILE = 2000
 
 
-def spark_session(app: str = "dstl-demo") -> Any:
+def spark_session(app: str = "dstl-demo", conf: Mapping[str, str] | None = None) -> Any:
     """A local[2] session (tasks may be retried twice) whose Python workers run this interpreter.
 
     ``DSTL_SPARK_MASTER`` points it at a cluster instead (docker/compose.yaml does);
     the cluster's workers then run their own Python with dstl installed.
+
+    :param conf: more Spark settings, e.g. ``spark.locality.wait`` (read when the context starts).
     """
     from pyspark.sql import SparkSession
 
@@ -50,6 +53,8 @@ def spark_session(app: str = "dstl-demo") -> Any:
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
     )
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
     if master.startswith("local"):
         os.environ["PYSPARK_PYTHON"] = sys.executable
         os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
