@@ -77,11 +77,12 @@ SPARK_FINISH_IN_TASK_GAP: ConfigOption[float] = ConfigOption(
     "dstl.spark.finish-in-task-gap",
     OptionType.DURATION,
     40.0,
-    "An instance that last ran at least this long before a batch (or whose query's processing-time "
-    "trigger is at least this long) finishes its background work inside that batch's task, which waits "
-    "for it: its snapshot, and the refresh of the standby copies its executor keeps. Spark stops a "
-    "Python worker that ran no task for a minute, and background work ends with it, so with batches "
-    "that far apart a long snapshot would never complete and the log would keep growing. 0: always.",
+    "When the last batch's tasks ended at least this long before a batch (or the query's "
+    "processing-time trigger is at least this long), that batch's tasks finish their background work "
+    "before they end, waiting for it: a snapshot, and the refresh of the standby copies their executor "
+    "keeps. Spark stops an executor's idle Python workers once none of its tasks ended for a minute, "
+    "and background work ends with them, so with batches that far apart a long snapshot would never "
+    "complete and the log would keep growing. 0: always.",
     minimum=0,
 )
 

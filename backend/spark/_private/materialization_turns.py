@@ -16,15 +16,16 @@ __all__ = ["MaterializationTurns", "finishes_in_task", "next_to_materialize"]
 
 
 class MaterializationTurns:
-    """The driver's record of whom it asked to snapshot, and when each instance last ran.
+    """The driver's record of whom it asked to snapshot, and when the last batch's tasks ended.
 
-    When an instance last ran also says whether its next task finishes its background
-    work before it ends (:meth:`finish_in_task`).
+    When the last batch's tasks ended also says whether the next batch's tasks finish
+    their background work before they end (:meth:`finish_in_task`).
 
     :ivar asked_at: per instance, when it was last asked (or when the run started).
-    :ivar ran_at: per instance, when its last task ended (absent: not yet in this run).
+    :ivar tasks_ended_at: when the last batch that ran instances ended (``None``: none yet
+        in this run).
     :ivar trigger_interval_s: a processing-time trigger's interval (0: none): the least
-        gap expected between an instance's batches.
+        gap expected between batches.
     """
 
     def __init__(self, names: Sequence[str], cfg: Config, trigger_interval_s: float = 0.0) -> None:
@@ -33,7 +34,7 @@ class MaterializationTurns:
         self.policy = MaterializationPolicy(cfg.get(CHANGELOG_MATERIALIZATION_MAX_LOG_RATIO))
         self.gap = cfg.get(SPARK_FINISH_IN_TASK_GAP)
         self.asked_at = dict.fromkeys(self.names, time.monotonic())
-        self.ran_at: dict[str, float] = {}
+        self.tasks_ended_at: float | None = None
         self.trigger_interval_s = trigger_interval_s
 
     def due(self, previous: Mapping[str, BackendSnapshot]) -> int | None:
@@ -53,28 +54,31 @@ class MaterializationTurns:
         self.asked_at[chosen] = now  # asked: the next batch asks another first
         return self.names.index(chosen)
 
-    def finish_in_task(self, name: str) -> bool:
-        """Whether ``name``'s next task finishes its background work: :func:`finishes_in_task`."""
-        last_ran = self.ran_at.get(name)
+    def finish_in_task(self) -> bool:
+        """Whether the next batch's tasks finish their background work: :func:`finishes_in_task`.
+
+        One answer for every instance: the gap before this batch (since the last one's
+        tasks ended) predicts the gap after it. Were one instance's task to wait for
+        its snapshot while another's ended, the other's worker would idle through that
+        wait; with one answer, tasks wait only when all do. (Counting each instance idle
+        from its own task made a batch after one such wait wait again, in another task:
+        a recovery batch at 16M keys waited 40 s for a snapshot it did not need to.)
+        """
         # a processing-time trigger's interval is the least gap to expect: its first batches come
         # sooner (aligned to the interval), which an observed gap alone would take as the rule
-        expected = [time.monotonic() - last_ran] if last_ran is not None else []
+        ended = self.tasks_ended_at
+        expected = [time.monotonic() - ended] if ended is not None else []
         if self.trigger_interval_s:
             expected.append(self.trigger_interval_s)
         return finishes_in_task(max(expected, default=None), self.gap)
 
     def noticed(self, stats: Iterable[InstanceStats]) -> None:
-        """The instances that ran in a completed batch: when, and which materialized.
-
-        A task that waited for its snapshot kept the batch going: the others had ended
-        that much earlier (and their workers were idle meanwhile).
-        """
+        """The instances that ran in a completed batch: their tasks ended now; which materialized."""
         now = time.monotonic()
         stats = list(stats)
-        waits = {item.instance: item.phases_ms.get("snapshot", 0.0) / 1000 for item in stats}
-        longest = max(waits.values(), default=0.0)
+        if stats:
+            self.tasks_ended_at = now
         for item in stats:
-            self.ran_at[item.instance] = now - (longest - waits[item.instance])
             if item.materialized:
                 self.asked_at[item.instance] = now
 
@@ -110,10 +114,11 @@ def next_to_materialize(
 def finishes_in_task(idle_s: float | None, gap_s: float) -> bool:
     """Whether an instance's task finishes its background work (its snapshot, standby refreshes), waiting.
 
-    Spark stops a Python worker that ran no task for a minute (its worker factory's idle
-    monitor), and work running past its task ends with the worker: with batches further
-    apart than that, a long snapshot would never complete and the log would keep
-    growing. How long the instance was idle before this batch (``idle_s``; ``None``:
-    unknown, e.g. it has not run in this run) predicts the gap after it. ``gap_s`` 0: always.
+    Spark stops an executor's idle Python workers once none of its tasks ended for a
+    minute (its worker factory's idle monitor), and work running past its task ends
+    with the worker: with batches further apart than that, a long snapshot would never
+    complete and the log would keep growing. How long tasks were idle before this batch
+    (``idle_s``; ``None``: unknown, e.g. no batch ran in this run) predicts the gap after
+    it. ``gap_s`` 0: always.
     """
     return gap_s <= 0 or (idle_s is not None and idle_s >= gap_s)

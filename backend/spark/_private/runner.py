@@ -328,6 +328,7 @@ class BatchRunner:
     ) -> TaskPlan:
         """The batch's plan: each instance's own base, lineage and materialize decision, encoded once."""
         materializing = self.turns.due(dict(base.snapshots) if base else {})
+        finish_in_task = self.turns.finish_in_task()
         instances = {}
         for index, key_groups in enumerate(self.ranges):
             name = instance_name(key_groups)
@@ -336,7 +337,7 @@ class BatchRunner:
                 tuple(digest for _, digest in self.lineage.get(name, ())),
                 index == materializing,
                 index in wake,
-                self.turns.finish_in_task(name),
+                finish_in_task,
             )
             if own != InstancePlan():
                 instances[index] = own.to_json()

@@ -64,10 +64,10 @@ def test_a_task_finishes_its_background_work_when_its_instance_was_idle_as_long_
 
 def _planned(turns):
     """The next batch's instance asked to snapshot, and whether each instance's task finishes its work."""
-    return turns.due({}), [turns.finish_in_task(name) for name in NAMES]
+    return turns.due({}), [turns.finish_in_task()] * len(NAMES)
 
 
-def test_the_driver_plans_the_wait_from_when_each_instance_last_ran(monkeypatch):
+def test_the_driver_plans_the_wait_from_when_the_last_batchs_tasks_ended(monkeypatch):
     from dstl.backend.spark._private import materialization_turns
 
     clock = [1000.0]
@@ -75,45 +75,54 @@ def test_the_driver_plans_the_wait_from_when_each_instance_last_ran(monkeypatch)
     turns = MaterializationTurns(NAMES, Config({"state.changelog.materialization.interval": "10s"}))
     assert turns.gap == 40.0  # dstl.spark.finish-in-task-gap's default
 
-    def ran(name, *, materialized=False):
-        turns.noticed([InstanceStats(name, 1, 1, Restore.WARM, materialized=materialized)])
+    def ran(*names, materialized=()):
+        turns.noticed(
+            [InstanceStats(name, 1, 1, Restore.WARM, materialized=name in materialized) for name in names]
+        )
 
     clock[0] += 10
-    assert _planned(turns) == (0, [False, False])  # never ran in this run: in the background
-    ran("kg0-64", materialized=True)
-    ran("kg64-128")
+    assert _planned(turns) == (0, [False, False])  # no batch ran in this run: in the background
+    ran("kg0-64", "kg64-128", materialized=["kg0-64"])
     clock[0] += 5
-    assert _planned(turns) == (1, [False, False])  # ran 5 s ago: batches come often enough
-    ran("kg64-128", materialized=True)
+    assert _planned(turns) == (1, [False, False])  # tasks ended 5 s ago: batches come often enough
+    ran("kg64-128", materialized=["kg64-128"])  # a batch with one instance's rows counts too
     clock[0] += 60  # then a minute without a batch: Spark stops idle Python workers
     assert _planned(turns) == (0, [True, True])
-    ran("kg0-64", materialized=True)
-    assert _planned(turns) == (1, [False, True])  # kg64-128 last ran 60 s ago, kg0-64 just now
-    ran("kg64-128", materialized=True)
+    ran("kg0-64", materialized=["kg0-64"])
+    assert _planned(turns) == (1, [False, False])  # tasks ended just now
+    ran()  # a batch in which no instance ran: no task ended
+    clock[0] += 45
+    assert turns.finish_in_task()  # 45 s since tasks last ended
+    ran("kg0-64", "kg64-128", materialized=NAMES)
     clock[0] += 1
     assert _planned(turns) == (None, [False, False])  # both asked within the interval
 
 
-def test_a_batch_kept_going_by_one_tasks_snapshot_does_not_count_as_the_others_running(monkeypatch):
-    # A trigger every 100 s: in batch 1 (from t=100) kg64-128's task waits 80 s for its snapshot;
-    # kg0-64's task ended at about t=101, and its worker was idle from then until batch 2 (t=200).
+def test_a_batch_after_one_tasks_wait_for_its_snapshot_does_not_wait_again(monkeypatch):
+    # After a 60 s pause, batch 1's tasks finished their background work: kg0-64's waited 41 s
+    # for its snapshot while kg64-128's ended at once. Batch 2 follows 5 s after batch 1 (an
+    # executor was lost meanwhile and kg64-128 moved). Counting kg64-128 idle from its own task
+    # (46 s) made its recovery task wait 40 s for the snapshot it was asked for at 16M keys;
+    # the gap before batch 2 is 5 s, and nothing in batch 2 makes a task wait.
     from dstl.backend.spark._private import materialization_turns
 
     clock = [1.0]
     monkeypatch.setattr(materialization_turns.time, "monotonic", lambda: clock[0])
     turns = MaterializationTurns(NAMES, Config({"state.changelog.materialization.interval": "0s"}))
     turns.noticed([InstanceStats(name, 1, 1, Restore.WARM) for name in NAMES])  # batch 0 ends at t=1
-    clock[0] = 181.0
-    waited = {"snapshot": 80_000.0}
+    clock[0] = 61.0
+    assert _planned(turns) == (0, [True, True])  # batch 1: both finish their work in the task
+    clock[0] = 102.0
+    waited = {"snapshot": 41_000.0}
     turns.noticed(
         [
-            InstanceStats("kg0-64", 1, 1, Restore.WARM),
-            InstanceStats("kg64-128", 1, 1, Restore.WARM, materialized=True, phases_ms=waited),
+            InstanceStats("kg0-64", 1, 1, Restore.WARM, materialized=True, phases_ms=waited),
+            InstanceStats("kg64-128", 1, 1, Restore.WARM),
         ]
     )
-    assert turns.ran_at == {"kg0-64": 101.0, "kg64-128": 181.0}
-    clock[0] = 200.0
-    assert _planned(turns) == (0, [True, False])  # kg0-64 was idle 99 s, not 19 s
+    assert turns.tasks_ended_at == 102.0
+    clock[0] = 107.0
+    assert _planned(turns) == (1, [False, False])  # kg64-128's snapshot goes on in the background
 
 
 def test_a_processing_time_trigger_interval_is_the_least_gap_expected(monkeypatch):
