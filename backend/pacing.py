@@ -22,7 +22,17 @@ from typing import ParamSpec
 
 _P = ParamSpec("_P")
 
-__all__ = ["BACKGROUND_SHARE", "MOST_PAUSE_S", "Pacer", "foreground", "give_way", "paced", "yielding"]
+__all__ = [
+    "BACKGROUND_SHARE",
+    "MOST_PAUSE_S",
+    "Pacer",
+    "foreground",
+    "give_way",
+    "in_background",
+    "pace",
+    "paced",
+    "yielding",
+]
 
 #: The longest a background step waits for the foreground to finish: a process whose
 #: foreground never rests still advances its materialization, a step per this long.
@@ -134,3 +144,30 @@ def paced(step: Callable[_P, None], every: int) -> Callable[_P, None]:
             give_way()
 
     return call
+
+
+_THREAD = threading.local()  # ``pacer``: set while the thread runs work marked as background
+
+
+@contextmanager
+def in_background(share: float | None = None) -> Iterator[None]:
+    """Run the block as background work of this thread: :func:`pace` then gives way in it.
+
+    For work that runs in the foreground too (a restore: a task's own, or a standby
+    copy's in a thread beside the worker's next task), whose loops call :func:`pace`.
+    """
+    previous = getattr(_THREAD, "pacer", None)
+    _THREAD.pacer = Pacer(share)
+    try:
+        yield
+    finally:
+        _THREAD.pacer = previous
+
+
+def pace() -> float:
+    """Between two steps of work that may run in the background: give way there, never in the foreground.
+
+    Returns the seconds waited (0 outside :func:`in_background`).
+    """
+    pacer = getattr(_THREAD, "pacer", None)
+    return 0.0 if pacer is None else pacer()

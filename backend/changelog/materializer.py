@@ -22,7 +22,7 @@ from ..options import (
     CHANGELOG_MATERIALIZATION_FULL_EVERY,
     CHANGELOG_MATERIALIZATION_MAX_TRACKED_KEYS,
 )
-from ..pacing import paced
+from ..pacing import pace, paced
 from .changed_keys import ChangedKeys, ChangedKeysView
 from .sections import OpenedSnapshot, load_runs, load_section, replaced_key_groups
 from .snapshot_choice import SnapshotChoice
@@ -453,6 +453,7 @@ class Materializer:
         load = load_runs if opened.sections.columnar else load_section
         for key_group, body in opened.sections.excluding(replaced_later):
             load(delegate, key_group, body, opened.where)
+            pace()  # a restore in the background (a standby copy's) gives way to the worker's task
         return {
             name: (kind, serializer)
             for name, (kind, serializer) in opened.meta.get("registrations", {}).items()

@@ -30,6 +30,7 @@ from dstl.spi import META_KEY_GROUP, ChangelogHandle, InvalidHandleError, KeyGro
 from dstl.spi.kit import ChangeSetReader, decode_fetched
 
 from ..delegate import StateDelegate
+from ..pacing import pace
 from . import child_output
 from .records import _OPS, Op, decode_change, decode_registration
 
@@ -154,6 +155,7 @@ class SquashedLog:
             registered(*registration)
         for (name, key_group), batch in self.batches.items():
             delegate.write_batch(name, key_group, batch)
+            pace()  # applied in the background (a standby copy's restore): the worker's task first
         for name, key_group, key, op, args in self.unsquashed:
             apply_change(delegate, name, key_group, key, _OPS[op], args)
 

@@ -9,7 +9,7 @@ from dstl.backend import foreground
 from dstl.backend.changelog.materializer import Materializer
 from dstl.backend.delegate import SECTION_ENTRIES, HeapDelegate, LmdbDelegate, StateView
 from dstl.backend.materialization import MaterializationRef
-from dstl.backend.pacing import MOST_PAUSE_S, Pacer, give_way, paced, yielding
+from dstl.backend.pacing import MOST_PAUSE_S, Pacer, give_way, in_background, pace, paced, yielding
 
 from .helpers import FakeTarget, stored_state
 
@@ -172,3 +172,51 @@ def test_the_lmdb_map_grows_while_a_paced_materialization_reads_its_view(tmp_pat
     materializer.changed("v", 1, b"big")
     ref = materializer.start().result(timeout=30)
     assert ref.entries == 1 and len(materializer.chain) == 2
+
+
+def test_work_paced_only_where_it_runs_in_the_background(monkeypatch):
+    pauses: list[float] = []
+    monkeypatch.setattr("dstl.backend.pacing.give_way", lambda most=None: pauses.append(most) or 0.0)
+    assert pace() == 0.0 and not pauses  # a task's own work (e.g. its restore): never paused
+    with in_background():
+        pace()
+        with in_background(share=0.5):  # nested: the inner block's pacer, then the outer's again
+            pace()
+        pace()
+    pace()
+    assert len(pauses) == 3
+
+
+def test_a_restore_in_the_background_takes_no_further_section_while_a_batch_runs(tmp_path, monkeypatch):
+    monkeypatch.setattr("dstl.backend.pacing.MOST_PAUSE_S", 60.0)  # paused for the whole batch...
+    monkeypatch.setattr("dstl.backend.pacing.BACKGROUND_SHARE", 1e-9)  # ...keeping next to no share
+    source = HeapDelegate()
+    for key_group in range(4):  # four key groups: four sections
+        source.put("v", key_group, b"k%d" % key_group, b"%d" % key_group)
+    ref = Materializer(FakeTarget(source), (tmp_path / "snap").as_uri(), 3).start().result(timeout=30)
+    loaded: list[int] = []
+
+    class CountingDelegate(HeapDelegate):
+        def write_batch(self, state, key_group, entries):
+            super().write_batch(state, key_group, entries)
+            loaded.append(key_group)
+
+    def restore(delegate, background):
+        with in_background() if background else foreground():
+            Materializer(FakeTarget(delegate), (tmp_path / "snap").as_uri(), 3).load(ref)
+
+    mine = CountingDelegate()
+    with foreground():
+        restore(mine, background=False)  # the task's own restore is not held back by its batch
+        assert len(loaded) == 4
+        loaded.clear()
+        standby = CountingDelegate()
+        thread = threading.Thread(target=restore, args=(standby, True))
+        thread.start()
+        deadline = time.monotonic() + 10
+        while not loaded and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.2)  # unpaced, the other three sections take a few ms
+        assert len(loaded) == 1 and thread.is_alive()
+    thread.join(30)
+    assert len(loaded) == 4 and stored_state(standby) == stored_state(source) == stored_state(mine)

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["bring_up", "offer_when_done"]
+__all__ = ["bring_up", "may_catch_up", "offer_when_done"]
 
 
 def bring_up(
@@ -63,7 +63,8 @@ def bring_up(
             return Restore.WARM, 0
         backend.resume(rebased or previous, stamp["registrations"], cfg)  # type: ignore[index]
         return (Restore.REBASED if rebased else Restore.WARM), 0
-    if committed and previous is not None and stamp is not None and stamp["snapshot"] is not None:
+    if may_catch_up(stamp, previous, committed=committed):
+        assert stamp is not None and previous is not None  # for the type checker: may_catch_up says so
         read = backend.catch_up(stamp["snapshot"], previous, stamp["registrations"], cfg)
         if read is not None:
             return Restore.CAUGHT_UP, read
@@ -75,6 +76,14 @@ def bring_up(
     return Restore.FULL, sum(
         h.size for h in previous.all_handles
     ) + backend.materializer.read_bytes - read_before
+
+
+def may_catch_up(stamp: dict[str, Any] | None, previous: BackendSnapshot | None, *, committed: bool) -> bool:
+    """Whether a copy stamped ``stamp`` may catch up to ``previous`` rather than restore in full.
+
+    A catch-up is tried then (:func:`bring_up`); the log it needs may still be gone.
+    """
+    return committed and previous is not None and stamp is not None and stamp["snapshot"] is not None
 
 
 def _offer(

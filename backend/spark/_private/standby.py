@@ -31,6 +31,7 @@ import logging
 import queue
 import threading
 from collections.abc import Iterable
+from contextlib import nullcontext
 
 from dstl.spi import Config
 from dstl.spi.memory import private_storage
@@ -39,9 +40,9 @@ from ...changelog import ChangelogKeyedStateBackend
 from ...changelog.lineage import catch_up_delta
 from ...changelog.settings import BackendSettings
 from ...keygroups import key_group_range_for_instance
-from ...pacing import give_way
+from ...pacing import give_way, in_background
 from ..placement import instance_name
-from .bring_up import bring_up
+from .bring_up import bring_up, may_catch_up
 from .protocol import FINISH_IN_TASK_WAIT_S, Restore, TaskPlan
 from .task import working_copy_of
 from .working_copy import held_checkpoint
@@ -156,10 +157,21 @@ def refresh_standby(plan: TaskPlan, instance: int) -> Restore | None:
                 delegate=copy.delegate,
                 settings=BackendSettings.from_config(cfg, periodic_materialization=False),
             )
+            # a full restore, whose work follows the state's size, gives way to the worker's next
+            # task between its sections (a catch-up follows the batches' changes: it keeps pace)
+            paced = nullcontext() if may_catch_up(stamp, target, committed=committed) else in_background()
             try:
-                mode, _ = bring_up(
-                    backend, copy, stamp, target, warm=False, committed=committed, cfg=cfg, run_id=plan.run_id
-                )
+                with paced:
+                    mode, _ = bring_up(
+                        backend,
+                        copy,
+                        stamp,
+                        target,
+                        warm=False,
+                        committed=committed,
+                        cfg=cfg,
+                        run_id=plan.run_id,
+                    )
                 registrations = backend.registrations()
             finally:
                 backend.close()

@@ -188,3 +188,34 @@ def test_a_task_finishing_in_task_waits_for_the_standby_refreshes_it_queued(tmp_
         while not held_checkpoint(task.working_copy_of(plan, 0).stamp(), own.base, own.lineage)[0]:
             assert time.monotonic() < deadline, "the background refresh did not end"
             time.sleep(0.05)
+
+
+def test_a_standby_copys_full_restore_gives_way_to_the_workers_task_and_its_catch_up_does_not(
+    tmp_path, monkeypatch
+):
+    from contextlib import contextmanager
+
+    paced: list[bool] = []
+    real = standby.in_background
+
+    @contextmanager
+    def noting():
+        paced.append(True)
+        with real():
+            yield
+
+    monkeypatch.setattr(standby, "in_background", noting)
+    runner = _runner(tmp_path, monkeypatch, "1h")
+    home, spare = str(tmp_path / "executor-1"), str(tmp_path / "executor-2")
+    modes = []
+    for batch_id in range(4):
+        before = len(paced)
+        refreshed, _, _ = _batch(runner, batch_id, home, [f"k{i}" for i in range(50)], spare)
+        modes.append((refreshed, len(paced) > before))
+    # a full restore (the state's size) is paced; a catch-up (one batch's changes) keeps pace
+    assert modes == [
+        (None, False),
+        (Restore.FULL, True),
+        (Restore.CAUGHT_UP, False),
+        (Restore.CAUGHT_UP, False),
+    ]
