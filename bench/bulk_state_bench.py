@@ -1,0 +1,205 @@
+"""What a batch's bulk state work costs per key, against what the LMDB store alone costs.
+
+One instance's batch of a running count on the batch API (``key_set``, ``get_many``,
+``update_many``, the checkpoint's persist), over a working state of growing size,
+beside the floor of the store itself: the delegate's bulk read and write of the same
+keys' values (one lookup per key in a read transaction; one ``putmulti`` and its commit),
+with no log, no value decoded or encoded, nothing tracked. Keys are spelled like
+user ids and come in the store's order, as a Spark task's do; the batch updates
+keys the state holds.
+
+Goal 3a of the speed issue asks a whole batch within 1.3x of a stateless floor that
+moves the same rows; this bench shows how much of that budget the store's own
+per-key work already takes.
+
+    python -m bench.bulk_state_bench [--state-keys 500000,2000000,4000000] [--batch-keys 500000]
+        [--json PATH] [--markdown PATH] [--plot PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import Progress
+
+from bench.dstl_bench import _table
+from bench.spark_stores import KEY_SHAPES
+from dstl.backend.changelog import ChangelogKeyedStateBackend
+from dstl.backend.delegate import LmdbDelegate
+from dstl.spi import KeyGroupRange, load_storage
+
+__all__ = ["main", "measure"]
+
+ALL = KeyGroupRange(0, 128)
+#: Keys a loading step writes at once (as a batch of new keys would).
+LOAD_STEP = 500_000
+PHASES = ("bind", "get_many", "update_many", "persist")
+FLOOR_PHASES = ("lmdb get", "lmdb put and commit")
+
+
+def _ordered(backend: ChangelogKeyedStateBackend, keys: list[str]) -> list[str]:
+    """``keys`` in the store's order (key group, stored bytes), as a Spark task groups them."""
+    bound = backend.key_set(keys)
+    order = sorted(range(len(keys)), key=lambda i: (bound.groups[i], len(bound.raw[i]), bound.raw[i]))
+    return [keys[i] for i in order]
+
+
+def measure(state_keys: int, batch_keys: int, workdir: Path, seed: int = 7) -> dict[str, Any]:
+    """One steady batch over ``state_keys`` keys: the backend's phases and the store's floor, ms."""
+    key = KEY_SHAPES["random"]
+    config = {"dstl.storage": "local", "dstl.local.dir": str(workdir / "log")}
+    delegate = LmdbDelegate(workdir / "lmdb", map_size=1 << 34)
+    with load_storage(config, job_id="bulk-bench") as storage:
+        backend = ChangelogKeyedStateBackend(storage, "op", ALL, delegate=delegate)
+        count = backend.value_state("n")
+        for start in range(0, state_keys, LOAD_STEP):  # load: new keys, a step at a time
+            keys = [key(n) for n in range(start, min(state_keys, start + LOAD_STEP))]
+            bound = backend.key_set(_ordered(backend, keys))
+            count.update_many(bound, [1] * len(keys))
+            backend.checkpoint(start // LOAD_STEP).result(timeout=600)
+        rng = random.Random(seed)
+        keys = _ordered(backend, [key(n) for n in rng.sample(range(state_keys), batch_keys)])
+        phases: dict[str, float] = {}
+        began = time.perf_counter()
+        bound = backend.key_set(keys)
+        phases["bind"] = time.perf_counter() - began
+        began = time.perf_counter()
+        previous = count.get_many(bound)
+        phases["get_many"] = time.perf_counter() - began
+        began = time.perf_counter()
+        expected = [(p or 0) + 1 for p in previous]
+        count.update_many(bound, expected)
+        phases["update_many"] = time.perf_counter() - began
+        began = time.perf_counter()
+        backend.checkpoint(10**6).result(timeout=600)
+        phases["persist"] = time.perf_counter() - began
+        # the store's own floor: the delegate's bulk read and write of the same keys (one read
+        # transaction of lookups; one write transaction: putmulti and commit), nothing else
+        floor: dict[str, float] = {}
+        began = time.perf_counter()
+        found = delegate.get_values("n", bound.groups, bound.raw)
+        floor["lmdb get"] = time.perf_counter() - began
+        began = time.perf_counter()
+        delegate.put_values("n", bound.groups, bound.raw, found)
+        floor["lmdb put and commit"] = time.perf_counter() - began
+        exact = count.get_many(bound) == expected  # the floor wrote back what the batch wrote
+        backend.close()
+    delegate.close()
+    return {
+        "state_keys": state_keys,
+        "batch_keys": batch_keys,
+        "phases_ms": {name: round(seconds * 1000, 1) for name, seconds in phases.items()},
+        "floor_ms": {name: round(seconds * 1000, 1) for name, seconds in floor.items()},
+        "exact": exact,
+    }
+
+
+def _rows(results: list[dict[str, Any]]) -> list[list[str]]:
+    rows = []
+    for r in results:
+        total = sum(r["phases_ms"].values())
+        floor = sum(r["floor_ms"].values())
+        rows.append(
+            [
+                f"{r['state_keys']:,}",
+                *(f"{r['phases_ms'][name]:,.0f}" for name in PHASES),
+                f"{total:,.0f}",
+                *(f"{r['floor_ms'][name]:,.0f}" for name in FLOOR_PHASES),
+                f"{floor:,.0f}",
+                f"{floor / total:.0%}",
+                f"{total * 1000 / r['batch_keys']:.2f}",
+            ]
+        )
+    return rows
+
+
+COLUMNS = [
+    "state keys",
+    *(f"{name} ms" for name in PHASES),
+    "batch ms",
+    *(f"{name} ms" for name in FLOOR_PHASES),
+    "store floor ms",
+    "floor share",
+    "us / key",
+]
+
+
+def _plot(results: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(8, 4.5))
+    labels = [f"{r['state_keys'] / 1e6:g}M" for r in results]
+    positions = range(len(results))
+    width = 0.38
+    bottom = [0.0] * len(results)
+    for name in PHASES:
+        values = [r["phases_ms"][name] for r in results]
+        axes.bar([p - width / 2 for p in positions], values, width, bottom=bottom, label=f"batch: {name}")
+        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+    bottom = [0.0] * len(results)
+    for name in FLOOR_PHASES:
+        values = [r["floor_ms"][name] for r in results]
+        axes.bar(
+            [p + width / 2 for p in positions],
+            values,
+            width,
+            bottom=bottom,
+            label=f"store: {name}",
+            hatch="//",
+        )
+        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+    axes.set_xticks(list(positions), labels)
+    axes.set_xlabel("keys of state")
+    axes.set_ylabel(f"ms for a batch of {results[0]['batch_keys']:,} keys")
+    axes.set_title("one instance's bulk state work, and the LMDB store's own share of it")
+    axes.legend(fontsize=7, ncols=2)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Measure at each state size; print the table; write JSON, Markdown and a PNG if asked."""
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--state-keys", default="500000,2000000,4000000")
+    parser.add_argument("--batch-keys", type=int, default=500_000)
+    parser.add_argument("--json", metavar="PATH")
+    parser.add_argument("--markdown", metavar="PATH")
+    parser.add_argument("--plot", metavar="PATH")
+    args = parser.parse_args(argv)
+    sizes = [int(size) for size in args.state_keys.split(",")]
+    console = Console(width=160)
+    results = []
+    with Progress(console=console) as progress:
+        task = progress.add_task("state sizes", total=len(sizes))
+        for size in sizes:
+            with tempfile.TemporaryDirectory(prefix="dstl-bulk-") as tmp:
+                results.append(measure(size, min(args.batch_keys, size), Path(tmp)))
+            progress.advance(task)
+    title = f"a batch of {args.batch_keys:,} updates on one instance (LMDB working copy, local log)"
+    console.print(_table(title, COLUMNS, _rows(results)))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"settings": vars(args), "results": results}, indent=2))
+    if args.markdown:
+        lines = [f"| {' | '.join(COLUMNS)} |", f"|{'---|' * len(COLUMNS)}"]
+        lines += [f"| {' | '.join(row)} |" for row in _rows(results)]
+        Path(args.markdown).write_text(f"{title}\n\n" + "\n".join(lines) + "\n")
+    if args.plot:
+        _plot(results, Path(args.plot))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
