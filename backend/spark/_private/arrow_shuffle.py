@@ -23,9 +23,9 @@ from .protocol import TaskPlan
 from .report_channel import ReportSender, TaskReports, reporting
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
-__all__ = ["instance_shuffled", "shuffled_arrow_function", "spark_partition_keys"]
+__all__ = ["instance_partition_key", "instance_shuffled", "shuffled_arrow_function", "spark_partition_keys"]
 
 _MASK = 0xFFFFFFFF
 #: Spark's default seed of ``hash()`` and of hash partitioning (``Murmur3Hash``).
@@ -62,13 +62,19 @@ def spark_partition_keys(partitions: int) -> tuple[int, ...]:
     return tuple(keys[i] for i in range(partitions))
 
 
-def instance_shuffled(rows: DataFrame, parallelism: int) -> DataFrame:
-    """``rows`` in ``parallelism`` partitions, instance ``i``'s all in partition ``i`` (a JVM shuffle)."""
-    from pyspark.sql import functions as F
-
+def instance_partition_key(parallelism: int) -> str:
+    """The Spark SQL expression whose hash partitioning sends instance ``i``'s rows to partition ``i``."""
     keys = ", ".join(str(key) for key in spark_partition_keys(parallelism))  # int literals, as hashed
     # one expression the JVM parses at once: a batch's planning pays per Column built through py4j
-    return rows.repartition(parallelism, F.expr(f"element_at(array({keys}), {INSTANCE_COLUMN} + 1)"))
+    return f"element_at(array({keys}), {INSTANCE_COLUMN} + 1)"
+
+
+def instance_shuffled(rows: DataFrame, parallelism: int, partition_key: Column) -> DataFrame:
+    """``rows`` in ``parallelism`` partitions, instance ``i``'s all in partition ``i`` (a JVM shuffle).
+
+    :param partition_key: :func:`instance_partition_key` as a Column (built once per query).
+    """
+    return rows.repartition(parallelism, partition_key)
 
 
 def shuffled_arrow_function(

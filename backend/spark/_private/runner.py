@@ -27,7 +27,6 @@ from ..placement import (
     instance_name,
     instance_ranges,
     next_timer_for_range,
-    routing_exprs,
     snapshot_for_range,
 )
 from ..processor import BatchClock, StatefulProcessor, TimeMode
@@ -41,7 +40,7 @@ from .idle_batches import without_heartbeat
 from .materialization_turns import MaterializationTurns
 from .protocol import InstancePlan, InstanceReport, InstanceStats, TaskPlan
 from .report_channel import ReportChannel
-from .routing import routed, with_wake_rows
+from .routing import RoutingColumns, routed, with_wake_rows
 from .working_copy import snapshot_digest
 
 if TYPE_CHECKING:
@@ -112,6 +111,8 @@ class BatchRunner:
         self.spec = spec
         job_id = spec.job_id
         self.parallelism, self.max_parallelism, directory = checked_layout(cfg)
+        #: the routing expressions, built into Columns at first use and reused every batch
+        self.routing = RoutingColumns(spec.key_columns, self.parallelism, self.max_parallelism)
         self.state_dir = directory
         # A replayed batch restarts from checkpoint batch_id - 1, which must therefore be retained.
         self.coordinator = CheckpointCoordinator(
@@ -245,7 +246,8 @@ class BatchRunner:
             self._reports = ReportChannel(spark.sparkContext, self.homes.observed)
         sender = self._reports.sender(plan.batch_id)
         if not executors:  # only the driver runs tasks (local mode): nothing to pin, the JVM shuffles
-            shuffled = instance_shuffled(with_wake_rows(rows, plan.wake), self.parallelism)
+            woken = with_wake_rows(rows, plan.wake)
+            shuffled = instance_shuffled(woken, self.parallelism, self.routing.partition_key)
             work = shuffled_arrow_function(plan, self.spec.make_processor, timezone, sender)
             return shuffled.mapInArrow(work, schema)
         groups = arrow_groups(rows, self.parallelism, timezone)
@@ -372,16 +374,15 @@ class BatchRunner:
         clock, wake = self._clock(base, upstream)
         plan = self._plan(batch_id, base, bases, clock, wake)
         spec = self.spec
-        key_group, instance = routing_exprs(list(spec.key_columns), self.parallelism, self.max_parallelism)
         schema = StructType([*self.spec.output_schema.fields, StructField(REPORT_COLUMN, StringType(), True)])
-        rows = routed(batch, self.spec.key_columns, key_group, instance, self.spec.event_time_column)
+        rows = routed(batch, self.spec.key_columns, self.routing, self.spec.event_time_column)
         initial = self.spec.initial_state if base is None else None
         result = None if initial is not None else self._pinned(rows, plan, schema)
         channel = None if result is None else self._reports  # reports come with the sink's job
         if result is None:
             grouped = with_wake_rows(rows, wake).groupBy(INSTANCE_COLUMN)
             if initial is not None:  # first batch: the initial state's rows go with each instance's rows
-                initial_rows = routed(initial, self.spec.key_columns, key_group, instance, None)
+                initial_rows = routed(initial, self.spec.key_columns, self.routing, None)
                 result = grouped.cogroup(initial_rows.groupBy(INSTANCE_COLUMN)).applyInPandas(
                     cogroup_function(plan, self.spec.make_processor), schema
                 )
