@@ -26,6 +26,7 @@ class RoutingColumns:
     """
 
     def __init__(self, key_columns: tuple[str, ...], parallelism: int, max_parallelism: int) -> None:
+        self.key_columns = key_columns
         self.parallelism = parallelism
         self.key_group_sql, self.instance_sql = routing_exprs(list(key_columns), parallelism, max_parallelism)
 
@@ -58,12 +59,7 @@ def instance_partition(instance: int) -> int:
     return instance
 
 
-def routed(
-    frame: DataFrame,
-    key_columns: tuple[str, ...],
-    routing: RoutingColumns,
-    event_time_column: str | None,
-) -> DataFrame:
+def routed(frame: DataFrame, routing: RoutingColumns, event_time_column: str | None) -> DataFrame:
     """``frame`` with its key group and instance columns (and event time in ms), in one projection.
 
     Key columns are widened first to the types the Python key hash mirrors (bigint, double).
@@ -71,6 +67,7 @@ def routed(
     from pyspark.sql import functions as F
     from pyspark.sql.types import ByteType, FloatType, IntegerType, ShortType, TimestampNTZType, TimestampType
 
+    key_columns = routing.key_columns
     fields = frame.schema.fields
     names = {field.name for field in fields}
     missing = [c for c in key_columns if c not in names]

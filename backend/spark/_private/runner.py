@@ -375,14 +375,14 @@ class BatchRunner:
         plan = self._plan(batch_id, base, bases, clock, wake)
         spec = self.spec
         schema = StructType([*self.spec.output_schema.fields, StructField(REPORT_COLUMN, StringType(), True)])
-        rows = routed(batch, self.spec.key_columns, self.routing, self.spec.event_time_column)
+        rows = routed(batch, self.routing, self.spec.event_time_column)
         initial = self.spec.initial_state if base is None else None
         result = None if initial is not None else self._pinned(rows, plan, schema)
         channel = None if result is None else self._reports  # reports come with the sink's job
         if result is None:
             grouped = with_wake_rows(rows, wake).groupBy(INSTANCE_COLUMN)
             if initial is not None:  # first batch: the initial state's rows go with each instance's rows
-                initial_rows = routed(initial, self.spec.key_columns, self.routing, None)
+                initial_rows = routed(initial, self.routing, None)
                 result = grouped.cogroup(initial_rows.groupBy(INSTANCE_COLUMN)).applyInPandas(
                     cogroup_function(plan, self.spec.make_processor), schema
                 )

@@ -56,6 +56,6 @@ def test_a_querys_routing_columns_are_built_once_and_serve_every_batch(spark, mo
     routing = RoutingColumns(("user",), 2, 128)
     for batch in range(3):
         rows = spark.createDataFrame([(f"u{batch}{i}",) for i in range(20)], "user string")
-        shuffled = instance_shuffled(routed(rows, ("user",), routing, None), 2, routing.partition_key)
+        shuffled = instance_shuffled(routed(rows, routing, None), 2, routing.partition_key)
         assert {row[INSTANCE_COLUMN] for row in shuffled.collect()} <= {0, 1}
     assert sorted(built) == sorted([routing.key_group_sql, routing.instance_sql, instance_partition_key(2)])
