@@ -33,7 +33,6 @@ from bench.dstl_bench import _table
 from bench.spark_stores import KEY_SHAPES
 from dstl.backend.changelog import ChangelogKeyedStateBackend
 from dstl.backend.delegate import LmdbDelegate
-from dstl.backend.keygroups import key_groups_for
 from dstl.spi import KeyGroupRange, load_storage
 
 __all__ = ["main", "measure"]
@@ -45,11 +44,15 @@ PHASES = ("bind", "get_many", "update_many", "persist")
 FLOOR_PHASES = ("lmdb get", "lmdb put and commit")
 
 
-def _ordered(backend: ChangelogKeyedStateBackend, keys: list[str]) -> list[str]:
-    """``keys`` in the store's order (key group, stored bytes), as a Spark task groups them."""
+def _ordered(backend: ChangelogKeyedStateBackend, keys: list[str]) -> tuple[list[str], list[int]]:
+    """``keys`` in the store's order (key group, stored bytes), as a Spark task groups them; their groups.
+
+    The key groups stand for Spark's routing (the JVM computes them): bound with them, a
+    batch's keys are not hashed again in Python.
+    """
     bound = backend.key_set(keys)
     order = sorted(range(len(keys)), key=lambda i: (bound.groups[i], len(bound.raw[i]), bound.raw[i]))
-    return [keys[i] for i in order]
+    return [keys[i] for i in order], [bound.groups[i] for i in order]
 
 
 def measure(state_keys: int, batch_keys: int, workdir: Path, seed: int = 7) -> dict[str, Any]:
@@ -62,12 +65,12 @@ def measure(state_keys: int, batch_keys: int, workdir: Path, seed: int = 7) -> d
         count = backend.value_state("n")
         for start in range(0, state_keys, LOAD_STEP):  # load: new keys, a step at a time
             keys = [key(n) for n in range(start, min(state_keys, start + LOAD_STEP))]
-            bound = backend.key_set(_ordered(backend, keys))
+            ordered, groups = _ordered(backend, keys)
+            bound = backend.key_set(ordered, key_groups=groups)
             count.update_many(bound, [1] * len(keys))
             backend.checkpoint(start // LOAD_STEP).result(timeout=600)
         rng = random.Random(seed)
-        keys = _ordered(backend, [key(n) for n in rng.sample(range(state_keys), batch_keys)])
-        routed = key_groups_for(keys, backend.max_parallelism)  # Spark's routing computes them (JVM)
+        keys, routed = _ordered(backend, [key(n) for n in rng.sample(range(state_keys), batch_keys)])
         phases: dict[str, float] = {}
         began = time.perf_counter()
         bound = backend.key_set(keys, key_groups=routed)
