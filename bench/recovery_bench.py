@@ -9,8 +9,8 @@ runs ``--steady`` batches of updates, then:
   batch runs, and ``--after`` batches follow; once per ``--standby`` setting
   (``dstl.spark.standby-replicas``). *Back* is the seconds from the kill to the end
   of the first batch in which the lost executor's instances ran again; *steady
-  again*, to the end of the first batch from then on within 1.25x of the steady
-  batches' median (both instances on executors of their own again, as a rule);
+  again*, to the end of the first batch from then on within :data:`STEADY_AGAIN_FACTOR`
+  times the steady batches' median (goal 5's "back at its steady-state batch time");
 - ``kill-between``: the same, the executor killed while the job idles between two
   batches; the next batch's input comes once Spark knows the executor lost (and its
   replacement registered): *back* counts from then. With ``--settle S`` the job
