@@ -22,7 +22,7 @@ import os
 import pickle
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from dstl.spi import Config
@@ -303,11 +303,21 @@ def live_executors(sc: Any) -> list[tuple[str, str]]:
         sc._jsc.sc().statusStore().executorList(True)
     )
     found = []
-    for summary in summaries:
+    for summary in _java_list_items(summaries):
         executor = str(summary.id())
         if executor != "driver":
             found.append((executor, str(summary.hostPort()).rsplit(":", 1)[0]))
     return sorted(found)
+
+
+def _java_list_items(items: Any) -> Iterator[Any]:
+    """The elements of a ``java.util.List`` through the gateway, by index.
+
+    Iterating one through py4j ends on the JVM's ``NoSuchElementException``, which
+    PySpark converts through dozens of round trips: 35-50 ms a list, on a batch's
+    plan, against 3 ms by index.
+    """
+    return (items.get(index) for index in range(items.size()))
 
 
 def _task_executors(sc: Any, stages: set[int]) -> dict[int, str]:
@@ -317,7 +327,7 @@ def _task_executors(sc: Any, stages: set[int]) -> dict[int, str]:
     found: dict[int, str] = {}
     for stage in stages:
         for attempt in range(store.lastStageAttempt(stage).attemptId() + 1):
-            for task in as_java(store.taskList(stage, attempt, _MOST_TASKS)):
+            for task in _java_list_items(as_java(store.taskList(stage, attempt, _MOST_TASKS))):
                 found[int(task.taskId())] = str(task.executorId())
     return found
 

@@ -241,3 +241,20 @@ def test_a_standby_is_asked_to_refresh_once_per_interval_and_a_new_one_at_once(m
     # C is home to no instance: a task of its own (a partition past the instances) keeps both copies
     assert homes.standby_only == {2: C} and locations[2] == "executor_10.0.0.3_2"
     assert homes.standby_work == {2: (0, 1)}
+
+
+def test_the_executor_list_is_read_without_a_java_exception(spark, monkeypatch):
+    # iterating a Java list through py4j ends on an exception PySpark converts in dozens of
+    # round trips (35-50 ms, on every few batches' plan); by index there is none
+    from pyspark.errors.exceptions import captured
+
+    converted = []
+    convert = captured.convert_exception
+    monkeypatch.setattr(captured, "convert_exception", lambda e: converted.append(e) or convert(e))
+    assert affinity.live_executors(spark.sparkContext) == []  # local mode: the driver alone, excluded
+    jvm = spark.sparkContext._jvm
+    items = jvm.java.util.ArrayList()
+    for item in ("a", "b", "c"):
+        items.add(item)
+    assert list(affinity._java_list_items(items)) == ["a", "b", "c"]
+    assert converted == []
