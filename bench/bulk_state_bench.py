@@ -8,6 +8,10 @@ with no log, no value decoded or encoded, nothing tracked. Keys are spelled like
 user ids and come in the store's order, as a Spark task's do; the batch updates
 keys the state holds, bound with their key groups as Spark's routing gives them.
 
+Then the state is materialized and restored in full into a fresh store (as a task
+restores an instance whose copy was lost), and the restored copy's first batches
+are timed: what the store alone adds to a recovered instance's first batches.
+
 Goal 3a of the speed issue asks a whole batch within 1.3x of a stateless floor that
 moves the same rows; this bench shows how much of that budget the store's own
 per-key work already takes.
@@ -42,6 +46,8 @@ ALL = KeyGroupRange(0, 128)
 LOAD_STEP = 500_000
 PHASES = ("bind", "get_many", "update_many", "persist")
 FLOOR_PHASES = ("lmdb get", "lmdb put and commit")
+#: Batches measured on a copy restored in full from the materialized state.
+AFTER_RESTORE = 2
 
 
 def _ordered(backend: ChangelogKeyedStateBackend, keys: list[str]) -> tuple[list[str], list[int]]:
@@ -55,13 +61,44 @@ def _ordered(backend: ChangelogKeyedStateBackend, keys: list[str]) -> tuple[list
     return [keys[i] for i in order], [bound.groups[i] for i in order]
 
 
+def _batch(
+    backend: ChangelogKeyedStateBackend, keys: list[str], routed: list[int], checkpoint_id: int
+) -> dict[str, Any]:
+    """One batch of the running count over ``keys``: its phases, seconds, and the keys bound."""
+    count = backend.value_state("n")
+    phases: dict[str, Any] = {}
+    began = time.perf_counter()
+    bound = backend.key_set(keys, key_groups=routed)
+    phases["bind"] = time.perf_counter() - began
+    began = time.perf_counter()
+    previous = count.get_many(bound)
+    phases["get_many"] = time.perf_counter() - began
+    began = time.perf_counter()
+    count.update_many(bound, [(p or 0) + 1 for p in previous])
+    phases["update_many"] = time.perf_counter() - began
+    began = time.perf_counter()
+    backend.checkpoint(checkpoint_id).result(timeout=600)
+    phases["persist"] = time.perf_counter() - began
+    return {"phases": phases, "bound": bound, "previous": previous}
+
+
+def _ms(phases: dict[str, float]) -> dict[str, float]:
+    return {name: round(seconds * 1000, 1) for name, seconds in phases.items()}
+
+
 def measure(state_keys: int, batch_keys: int, workdir: Path, seed: int = 7) -> dict[str, Any]:
-    """One steady batch over ``state_keys`` keys: the backend's phases and the store's floor, ms."""
+    """A steady batch over ``state_keys`` keys, the store's floor, and the batches after a full restore, ms.
+
+    The restored copy (the state materialized, then loaded into a fresh store, as a
+    task restores an instance whose copy was lost) runs :data:`AFTER_RESTORE` batches
+    of other keys: what a lost instance's first batches cost in the store alone.
+    """
     key = KEY_SHAPES["random"]
     config = {"dstl.storage": "local", "dstl.local.dir": str(workdir / "log")}
+    snapshots = str(workdir / "snapshots")
     delegate = LmdbDelegate(workdir / "lmdb", map_size=1 << 34)
     with load_storage(config, job_id="bulk-bench") as storage:
-        backend = ChangelogKeyedStateBackend(storage, "op", ALL, delegate=delegate)
+        backend = ChangelogKeyedStateBackend(storage, "op", ALL, delegate=delegate, snapshot_dir=snapshots)
         count = backend.value_state("n")
         for start in range(0, state_keys, LOAD_STEP):  # load: new keys, a step at a time
             keys = [key(n) for n in range(start, min(state_keys, start + LOAD_STEP))]
@@ -70,21 +107,13 @@ def measure(state_keys: int, batch_keys: int, workdir: Path, seed: int = 7) -> d
             count.update_many(bound, [1] * len(keys))
             backend.checkpoint(start // LOAD_STEP).result(timeout=600)
         rng = random.Random(seed)
-        keys, routed = _ordered(backend, [key(n) for n in rng.sample(range(state_keys), batch_keys)])
-        phases: dict[str, float] = {}
-        began = time.perf_counter()
-        bound = backend.key_set(keys, key_groups=routed)
-        phases["bind"] = time.perf_counter() - began
-        began = time.perf_counter()
-        previous = count.get_many(bound)
-        phases["get_many"] = time.perf_counter() - began
-        began = time.perf_counter()
-        expected = [(p or 0) + 1 for p in previous]
-        count.update_many(bound, expected)
-        phases["update_many"] = time.perf_counter() - began
-        began = time.perf_counter()
-        backend.checkpoint(10**6).result(timeout=600)
-        phases["persist"] = time.perf_counter() - began
+        batches = [
+            _ordered(backend, [key(n) for n in rng.sample(range(state_keys), batch_keys)])
+            for _ in range(1 + AFTER_RESTORE)
+        ]
+        steady = _batch(backend, *batches[0], checkpoint_id=10**6)
+        bound = steady["bound"]
+        expected = [(p or 0) + 1 for p in steady["previous"]]
         # the store's own floor: the delegate's bulk read and write of the same keys (one read
         # transaction of lookups; one write transaction: putmulti and commit), nothing else
         floor: dict[str, float] = {}
@@ -95,13 +124,32 @@ def measure(state_keys: int, batch_keys: int, workdir: Path, seed: int = 7) -> d
         delegate.put_values("n", bound.groups, bound.raw, found)
         floor["lmdb put and commit"] = time.perf_counter() - began
         exact = count.get_many(bound) == expected  # the floor wrote back what the batch wrote
+        backend.materialize().result(timeout=1800)
+        snapshot = backend.checkpoint(10**6 + 1).result(timeout=600)
         backend.close()
-    delegate.close()
+        delegate.close()
+        restored_store = LmdbDelegate(workdir / "restored", map_size=1 << 34)
+        restored = ChangelogKeyedStateBackend(
+            storage, "op", ALL, epoch=1, delegate=restored_store, snapshot_dir=snapshots
+        )
+        began = time.perf_counter()
+        restored.restore(snapshot)
+        restore_s = time.perf_counter() - began
+        after = []
+        for index, (keys, routed) in enumerate(batches[1:]):
+            ran = _batch(restored, keys, routed, checkpoint_id=10**6 + 2 + index)
+            after.append(_ms(ran["phases"]))
+            check = restored.value_state("n").get_many(ran["bound"])
+            exact = exact and check == [(p or 0) + 1 for p in ran["previous"]] and all(ran["previous"])
+        restored.close()
+        restored_store.close()
     return {
         "state_keys": state_keys,
         "batch_keys": batch_keys,
-        "phases_ms": {name: round(seconds * 1000, 1) for name, seconds in phases.items()},
-        "floor_ms": {name: round(seconds * 1000, 1) for name, seconds in floor.items()},
+        "phases_ms": _ms(steady["phases"]),
+        "floor_ms": _ms(floor),
+        "restore_s": round(restore_s, 2),
+        "after_restore_ms": after,
         "exact": exact,
     }
 
@@ -120,6 +168,8 @@ def _rows(results: list[dict[str, Any]]) -> list[list[str]]:
                 f"{floor:,.0f}",
                 f"{floor / total:.0%}",
                 f"{total * 1000 / r['batch_keys']:.2f}",
+                f"{r['restore_s']:,.1f}",
+                " / ".join(f"{sum(after.values()):,.0f}" for after in r["after_restore_ms"]),
             ]
         )
     return rows
@@ -133,6 +183,8 @@ COLUMNS = [
     "store floor ms",
     "floor share",
     "us / key",
+    "full restore s",
+    "batches after it ms",
 ]
 
 
