@@ -36,7 +36,7 @@ from ..serialization import Serializer, serializer_for
 from .delegates import delegate_for
 from .expiry import ExpiryQueue
 from .lineage import catch_up_delta
-from .materializer import Materializer
+from .materializer import ChainPosition, Materializer
 from .metrics import BackendMetrics
 from .policy import MaterializationPolicy
 from .registry import StateRegistry
@@ -271,22 +271,27 @@ class ChangelogKeyedStateBackend(StateFactories):
         :raises StorageError: when materialization failed more than
             ``max_failures_allowed`` times in a row (the log would grow without bound).
         """
+        return self._checkpoint(checkpoint_id, None)
+
+    def _checkpoint(self, checkpoint_id: int, position: ChainPosition | None) -> Future[BackendSnapshot]:
+        """:meth:`checkpoint` on ``position`` (``None``: the chain as it is once due work started)."""
         self.materializer.check_health()
         self._remove_expired()
         self.maybe_materialize()
         began = time.perf_counter()
-        own = self.materializer.own_latest
+        # one reading: a materialization completing meanwhile must not put this log's start on
+        # one chain and its references on the next (the log would replay what the snapshot holds)
+        own, chain, bridge = position or self.materializer.position()
         parts: tuple[tuple[KeyGroupRange, BackendSnapshot], ...] = ()
         base: tuple[ChangelogHandle, ...]
         if own is not None:  # materialized by this backend: its log continues from there
-            start, refs, base = own.sqn, self.materializer.chain, ()
-            bridge = self.materializer.bridge
+            start, refs, base = own.sqn, chain, ()
         else:  # the restored (or resumed) snapshot, its log, then this writer's log
             restored = self._base
-            start, refs = self._log_start, self.materializer.chain or restored.materialized
+            start, refs = self._log_start, chain or restored.materialized
             base = restored.handles
-            bridge = self.materializer.bridge if self.materializer.chain else restored.bridge
-            parts = () if self.materializer.chain else restored.parts
+            bridge = bridge if chain else restored.bridge
+            parts = () if chain else restored.parts
         result: Future[BackendSnapshot] = Future()
         self.flush_pending()
         persisted = self.writer.persist(start, checkpoint_id)
@@ -311,9 +316,10 @@ class ChangelogKeyedStateBackend(StateFactories):
         plus the log from its SQN. A later checkpoint of the same lineage moves onto
         the new chain with :func:`rebase`; until then, nothing references the snapshot.
         """
+        position = self.materializer.position()  # the chain as it was: not the one being made now
         pending = self.materializer.start()
         sqn = self.materializer.running_sqn
-        checkpoint = self.checkpoint(checkpoint_id).result()
+        checkpoint = self._checkpoint(checkpoint_id, position).result()
         tail = self.writer.persist(sqn, checkpoint_id)  # change sets uploaded by the checkpoint: reused
         rebased: Future[BackendSnapshot] = Future()
         settling = threading.Lock()  # the two callbacks may run at once, on two threads

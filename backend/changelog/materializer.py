@@ -10,7 +10,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from dstl.spi import ConfigError, InvalidHandleError, StorageError
 
@@ -34,6 +34,15 @@ if TYPE_CHECKING:
     from ..delegate import StateDelegate
 
 log = logging.getLogger(__name__)
+
+
+class ChainPosition(NamedTuple):
+    """The snapshot chain a checkpoint stands on, read at one moment (a completion moves all of it)."""
+
+    #: The chain's newest snapshot if this materializer uploaded it (the log continues there).
+    own: MaterializationRef | None
+    chain: tuple[MaterializationRef, ...]
+    bridge: tuple[MaterializationRef, ...]
 
 
 class MaterializationTarget(Protocol):
@@ -168,6 +177,11 @@ class Materializer:
         """The newest snapshot of the chain if this materializer uploaded it (the log continues there)."""
         latest = self.latest
         return latest if latest is not None and latest.path in self._made else None
+
+    def position(self) -> ChainPosition:
+        """:attr:`own_latest`, :attr:`chain` and :attr:`bridge` together: a completion never splits them."""
+        with self._lock:
+            return ChainPosition(self.own_latest, self.chain, self.bridge)
 
     def resumed(
         self,

@@ -102,3 +102,38 @@ def test_rebase_refuses_what_does_not_continue_the_materialized_checkpoint(tmp_p
         assert rebase(other, checkpoint2, new_chain) is None, "a checkpoint on another chain moved"
         lost = BackendSnapshot(3, (checkpoint1.handles[0],), ())
         assert rebase(lost, checkpoint2, new_chain) is None
+
+
+def test_a_checkpoint_stays_on_its_chain_when_the_snapshot_started_for_it_completes_first(
+    tmp_path, memory_config
+):
+    # the snapshot checkpoint_materializing starts may be done before the checkpoint reads its
+    # chain (a small state, a busy machine): the checkpoint is still the one on the chain as it was
+    import time
+
+    snapshots = (tmp_path / "chk").as_uri()
+    with load_storage(memory_config, job_id="job") as storage:
+        backend = ChangelogKeyedStateBackend(
+            storage, "op", ALL, epoch=1, delegate=LmdbDelegate(tmp_path / "copy"), snapshot_dir=snapshots
+        )
+        _batch(backend, 1)
+        expected = _state(backend)
+        due = backend.maybe_materialize
+
+        def after_the_snapshot_completed():
+            due()
+            deadline = time.monotonic() + 30
+            while backend.materializer.running and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert not backend.materializer.running
+
+        backend.maybe_materialize = after_the_snapshot_completed
+        checkpoint, rebased = backend.checkpoint_materializing(1)
+        assert checkpoint.materialized == ()  # not the snapshot it did not wait for
+        moved = rebased.result(timeout=30)
+        assert len(moved.materialized) == 1
+        backend.close()
+        for epoch, snapshot in enumerate((checkpoint, moved), start=2):
+            restored = _restored(storage, snapshots, snapshot, epoch)
+            assert _state(restored) == expected  # each change applied once
+            restored.close()
