@@ -35,7 +35,7 @@ from ..materialization import MaterializationRef
 from ..serialization import Serializer, serializer_for
 from .delegates import delegate_for
 from .expiry import ExpiryQueue
-from .lineage import catch_up_delta
+from .lineage import catch_up_delta, checkpoint_base
 from .materializer import ChainPosition, Materializer
 from .metrics import BackendMetrics
 from .policy import MaterializationPolicy
@@ -279,19 +279,10 @@ class ChangelogKeyedStateBackend(StateFactories):
         self._remove_expired()
         self.maybe_materialize()
         began = time.perf_counter()
-        # one reading: a materialization completing meanwhile must not put this log's start on
-        # one chain and its references on the next (the log would replay what the snapshot holds)
-        own, chain, bridge = position or self.materializer.position()
-        parts: tuple[tuple[KeyGroupRange, BackendSnapshot], ...] = ()
-        base: tuple[ChangelogHandle, ...]
-        if own is not None:  # materialized by this backend: its log continues from there
-            start, refs, base = own.sqn, chain, ()
-        else:  # the restored (or resumed) snapshot, its log, then this writer's log
-            restored = self._base
-            start, refs = self._log_start, chain or restored.materialized
-            base = restored.handles
-            bridge = bridge if chain else restored.bridge
-            parts = () if chain else restored.parts
+        # the chain read at one moment: a materialization completing meanwhile must not put this log's
+        # start on one chain and its references on the next (the log would replay what the snapshot holds)
+        position = position or self.materializer.position()
+        start, refs, base, bridge, parts = checkpoint_base(position, self._base, self._log_start)
         result: Future[BackendSnapshot] = Future()
         self.flush_pending()
         persisted = self.writer.persist(start, checkpoint_id)

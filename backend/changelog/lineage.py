@@ -2,11 +2,38 @@
 
 from __future__ import annotations
 
-from dstl.spi import ChangelogHandle
+from typing import NamedTuple
 
+from dstl.spi import ChangelogHandle, KeyGroupRange
+
+from ..materialization import MaterializationRef
+from .materializer import ChainPosition
 from .snapshot import BackendSnapshot
 
-__all__ = ["catch_up_delta", "rebase"]
+__all__ = ["CheckpointBase", "catch_up_delta", "checkpoint_base", "rebase"]
+
+
+class CheckpointBase(NamedTuple):
+    """What a checkpoint stands on: where its log starts, the chain, the handles before its log."""
+
+    start: int
+    materialized: tuple[MaterializationRef, ...]
+    handles: tuple[ChangelogHandle, ...]
+    bridge: tuple[MaterializationRef, ...]
+    parts: tuple[tuple[KeyGroupRange, BackendSnapshot], ...]
+
+
+def checkpoint_base(position: ChainPosition, restored: BackendSnapshot, log_start: int) -> CheckpointBase:
+    """The base of a backend's next checkpoint, on ``position``, continuing ``restored`` from ``log_start``.
+
+    A backend that materialized continues its own newest snapshot; before that, the
+    restored (or resumed) snapshot and its log come first, then this writer's log.
+    """
+    if position.own is not None:
+        return CheckpointBase(position.own.sqn, position.chain, (), position.bridge, ())
+    if position.chain:
+        return CheckpointBase(log_start, position.chain, restored.handles, position.bridge, ())
+    return CheckpointBase(log_start, restored.materialized, restored.handles, restored.bridge, restored.parts)
 
 
 def catch_up_delta(held: BackendSnapshot, target: BackendSnapshot) -> BackendSnapshot | None:
